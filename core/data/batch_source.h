@@ -1,0 +1,25 @@
+// BatchSource: how datasets/ feeds core/. A source is an endless, seeded, deterministic stream of
+// token sequences; its position (sequences consumed) is all the state resume needs.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace ftx {
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  virtual std::string name() const = 0;
+  // Every sequence has exactly seq_len() tokens (inputs are [0, T), targets [1, T+1): T = seq_len-1).
+  virtual int seq_len() const = 0;
+  virtual const std::string& alphabet() const = 0;  // token id = index into this string
+  // Fills tokens (B, seq_len) row-major with the next B training sequences and advances.
+  virtual void next(int32_t* tokens, int B) = 0;
+  // Validation sequence i of a held-out stream disjoint from training (independent of position).
+  virtual void validation(int32_t* tokens, int64_t first, int B) const = 0;
+  virtual int64_t position() const = 0;  // sequences consumed so far
+  virtual void seek(int64_t position) = 0;
+};
+
+}  // namespace ftx

@@ -1,0 +1,45 @@
+#include "core/model/config.h"
+
+namespace ftx {
+
+Status ModelConfig::validate() const {
+  auto bad = [](const std::string& what) { return make_error("model config: " + what); };
+  if (vocab_size <= 0) return bad("vocab_size must be positive, got " + std::to_string(vocab_size));
+  if (dim <= 0) return bad("dim must be positive, got " + std::to_string(dim));
+  if (n_layers <= 0) return bad("n_layers must be positive, got " + std::to_string(n_layers));
+  if (n_heads <= 0 || n_kv_heads <= 0) return bad("heads must be positive");
+  if (n_heads % n_kv_heads != 0)
+    return bad("n_heads (" + std::to_string(n_heads) + ") must be a multiple of n_kv_heads (" +
+               std::to_string(n_kv_heads) + ")");
+  if (head_dim <= 0 || head_dim % 2 != 0)
+    return bad("head_dim must be positive and even (RoPE half rotation), got " + std::to_string(head_dim));
+  if (ffn_hidden <= 0) return bad("ffn_hidden must be positive, got " + std::to_string(ffn_hidden));
+  if (max_seq_len <= 0) return bad("max_seq_len must be positive");
+  if (!(rms_norm_eps > 0)) return bad("rms_norm_eps must be positive");
+  if (!(rope_theta > 0)) return bad("rope_theta must be positive");
+  if (latent_bits < 0 || latent_bits > kMaxLatentBits)
+    return bad("latent bits H must be in 0.." + std::to_string(kMaxLatentBits) + ", got " +
+               std::to_string(latent_bits));
+  if (is_free() && (inject_after < 1 || inject_after >= n_layers))
+    return bad("inject_after must be in 1.." + std::to_string(n_layers - 1) + ", got " +
+               std::to_string(inject_after));
+  if (!alphabet.empty() && static_cast<int>(alphabet.size()) != vocab_size)
+    return bad("alphabet has " + std::to_string(alphabet.size()) + " characters but vocab_size is " +
+               std::to_string(vocab_size));
+  return {};
+}
+
+Result<ModelConfig> model_preset(const std::string& name) {
+  ModelConfig c;
+  if (name == "tiny") {
+    c.n_layers = 2, c.dim = 64, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 16, c.ffn_hidden = 176;
+  } else if (name == "small") {
+    c.n_layers = 4, c.dim = 128, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 32, c.ffn_hidden = 344;
+  } else {
+    return make_error("preset '" + name + "': unknown (expected tiny or small)");
+  }
+  c.inject_after = c.n_layers / 2;
+  return c;
+}
+
+}  // namespace ftx

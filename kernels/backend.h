@@ -1,0 +1,129 @@
+// The op interface every compute backend implements (STYLE.md section 2). Forward and backward are
+// separate ops. Pointers are device pointers of the backend that owns them; shapes in PyTorch order
+// (kernels/shapes.h). fp32 throughout for training. Parameter gradients accumulate (+=); activation
+// gradients overwrite (=) unless the op says otherwise. kernels/ knows nothing of models: the ops
+// are generic layers, the model composes them in core/model.
+//
+// Deliberately not here: autograd, allocation inside ops, model-specific fusion.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "kernels/shapes.h"
+
+namespace ftx {
+
+enum class DeviceKind { Cpu, Cuda };
+
+// Geometry of one attention call. q: (B, Tq, NH, HS); k, v: (B, Tk_cap, NKV, HS) of which the
+// first Tk rows per sequence are used; out: (B, Tq, NH, HS); att: (B, NH, Tq, Tk) probabilities.
+// Query i sits at absolute position q_pos0 + i; keys at 0..Tk-1. Causal: key j visible to query i
+// iff j <= q_pos0 + i. GQA: query head h reads kv head h / (NH / NKV). Scale 1/sqrt(HS).
+struct AttnShape {
+  int B = 0, NH = 0, NKV = 0, HS = 0;
+  int Tq = 0, Tk = 0, Tk_cap = 0;
+  int q_pos0 = 0;
+  bool causal = true;
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual const char* name() const = 0;
+  virtual DeviceKind kind() const = 0;
+
+  // ---- memory ----------------------------------------------------------------------------
+  virtual void* alloc(size_t bytes) = 0;  // zero-filled; aborts on OOM only for bugs, see try_alloc
+  virtual void* try_alloc(size_t bytes) = 0;  // nullptr when out of memory
+  virtual void release(void* p) = 0;
+  virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill(float* x, float value, size_t n) = 0;
+  virtual void synchronize() = 0;
+
+  // ---- elementwise / reductions -------------------------------------------------------------
+  virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
+  virtual void add_inplace(float* acc, const float* x, size_t n) = 0;          // acc += x
+  virtual void scale(float* x, float s, size_t n) = 0;                         // x *= s
+  virtual double sum_squares(const float* x, size_t n) = 0;                     // sum x^2 (double acc)
+  virtual void broadcast_rows(float* out, const float* v, int N, int C) = 0;   // out[n,:] = v  (N,C)
+  virtual void sum_rows(float* dv, const float* dout, int N, int C) = 0;       // dv += sum_n dout[n,:]
+
+  // ---- embedding: out[n,:] = wte[tok[n],:]; backward scatter-adds into dwte -----------------
+  virtual void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C) = 0;
+  virtual void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) = 0;
+
+  // ---- RMSNorm: out = w * x / sqrt(mean(x^2) + eps); rstd (N) saved for backward ------------
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
+                               float eps) = 0;
+  // dx += ..., dw += ...
+  virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                                const float* rstd, int N, int C) = 0;
+
+  // ---- matmul: out (N,OC) = inp (N,IC) @ w^T, w (OC,IC). accumulate: out += instead of = ------
+  virtual void matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC,
+                              bool accumulate) = 0;
+  // dinp (N,IC) = dout @ w (or += when accumulate_dinp; skipped when dinp is null);
+  // dw (OC,IC) += dout^T @ inp (skipped when dw is null)
+  virtual void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
+                               const float* w, int N, int IC, int OC, bool accumulate_dinp) = 0;
+
+  // ---- RoPE, Hugging Face half rotation, in place on x (B, T, nh, HS), positions pos0..pos0+T-1.
+  // Dim i pairs with i + HS/2, inv_freq[i] = theta^(-2i/HS). Backward applies the inverse rotation.
+  virtual void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, float theta) = 0;
+  virtual void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, float theta) = 0;
+
+  // ---- attention (see AttnShape) ---------------------------------------------------------------
+  virtual void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                                 const AttnShape& s) = 0;
+  // dq, dk, dv overwritten (dk/dv shaped like k/v with Tk_cap == Tk).
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
+                                  const float* q, const float* k, const float* v, const AttnShape& s) = 0;
+
+  // ---- SwiGLU: out (N,F) = silu(gate) * up -----------------------------------------------------
+  virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                               const float* up, size_t n) = 0;
+
+  // ---- cross-entropy over V classes: losses[n] = -log softmax(logits[n])[targets[n]] ---------
+  virtual void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
+                                    int V) = 0;
+  // dlogits (N,V) = scale * (softmax(logits) - onehot(target)); may alias logits (in place).
+  virtual void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N,
+                                     int V, float scale) = 0;
+
+  // ---- binary mapper (PAPER.md section 3) ------------------------------------------------------
+  // p = sigmoid(logits) (N,H); bit h of row n is set iff philox_uniform(seed, stream, n*H+h) < p;
+  // codes[n] = sum_h bit_h << h (bit h is the h-th least significant).
+  virtual void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H,
+                                     uint64_t seed, uint64_t stream) = 0;
+  // Pass-through gradient through G (probability of every code d), never only the sampled code:
+  //   dG[n,d] = <dR[n,:], W[:,d]>, a[n,d] = dG[n,d] * G[n,d],
+  //   dlogits[n,h] += sum_d a[n,d] * (U_h(d) - p[n,h])      (chain through p = sigmoid(logits))
+  // W is the post-sampler (C, 2^H) in nn.Linear layout. Tiled over codes: never holds N x 2^H.
+  virtual void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p,
+                                      int N, int C, int H) = 0;
+  // Post-sampler: R[n,:] = W[:, codes[n]] (a gather). Backward: dW[:, codes[n]] += dR[n,:].
+  virtual void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C,
+                                    int H) = 0;
+  virtual void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C,
+                                     int H) = 0;
+  // KL_n = sum_h (log 2 - Hb(p[n,h])) in nats (closed form of KL(Q(Z_n) || uniform)).
+  virtual void kl_forward(float* kl, const float* p, int N, int H) = 0;
+  // Token-wise free bits: loss += scale * sum_n max(0, KL_n - kappa); for rows with KL_n > kappa,
+  // dlogits[n,h] += scale * dKL/dlogit = scale * p(1-p) * log(p/(1-p)).
+  virtual void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa,
+                           float scale) = 0;
+
+  // ---- optimizer: AdamW, bias-corrected, decoupled weight decay (lr * wd * param) ---------------
+  virtual void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
+                            float beta1, float beta2, float eps, float weight_decay, int t) = 0;
+};
+
+// The CPU backend (kernels/cpu), always available.
+std::unique_ptr<Backend> make_cpu_backend();
+
+}  // namespace ftx
