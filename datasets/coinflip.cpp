@@ -1,1 +1,84 @@
-// placeholder: being written
+// CoinflipDataset and the exact coin-flip next-bit probabilities.
+#include "datasets/coinflip.h"
+
+#include <cmath>
+#include <limits>
+
+#include "kernels/common.h"
+
+namespace ftx {
+
+Status CoinflipDataset::check_args(int T, double eps) {
+  if (T < 1 || T > kMaxT)
+    return make_error("coinflip: T must be in 1.." + std::to_string(kMaxT) + ", got " + std::to_string(T));
+  if (!(eps >= 0.0 && eps <= 1.0)) return make_error("coinflip: eps must be in [0, 1], got " + std::to_string(eps));
+  return {};
+}
+
+CoinflipDataset::CoinflipDataset(int T, double eps, uint64_t seed) : T_(T), eps_(eps), seed_(seed) {
+  FT_ASSERT(check_args(T, eps).ok(), "coinflip T=%d eps=%g (check_args first)", T, eps);
+}
+
+const std::string& CoinflipDataset::alphabet() const {
+  static const std::string kAlphabet = ">01";
+  return kAlphabet;
+}
+
+CoinflipSample CoinflipDataset::draw(uint64_t stream, int64_t index) const {
+  const uint64_t blocks = (static_cast<uint64_t>(T_) + 1 + 3) / 4;
+  const uint64_t base = blocks * static_cast<uint64_t>(index);
+  const double threshold = eps_ * 4294967296.0;  // flip iff word < eps * 2^32: eps 0 never, 1 always
+  CoinflipSample s;
+  s.bits.resize(T_);
+  Philox4 r{};
+  for (int w = 0; w <= T_; ++w) {
+    if (w % 4 == 0) r = philox_block(seed_, stream, base + w / 4);
+    uint32_t word = r.v[w % 4];
+    if (w == 0) {
+      s.z = static_cast<int>(word >> 31);
+    } else {
+      s.bits[w - 1] = static_cast<double>(word) < threshold ? 1 - s.z : s.z;
+    }
+  }
+  return s;
+}
+
+void CoinflipDataset::write_tokens(const CoinflipSample& s, int32_t* tokens) const {
+  tokens[0] = 0;  // '>'
+  for (int t = 0; t < T_; ++t) tokens[1 + t] = 1 + s.bits[t];  // '0' -> 1, '1' -> 2
+}
+
+void CoinflipDataset::next(int32_t* tokens, int B) {
+  for (int b = 0; b < B; ++b) write_tokens(training_sample(position_ + b), tokens + int64_t{b} * (T_ + 1));
+  position_ += B;
+}
+
+void CoinflipDataset::validation(int32_t* tokens, int64_t first, int B) const {
+  for (int b = 0; b < B; ++b) write_tokens(validation_sample(first + b), tokens + int64_t{b} * (T_ + 1));
+}
+
+void CoinflipDataset::seek(int64_t position) {
+  FT_ASSERT(position >= 0, "seek to negative position %lld", static_cast<long long>(position));
+  position_ = position;
+}
+
+double coinflip_conditional_next(int z, double eps) { return (1.0 - eps) * z + eps * (1 - z); }
+
+double coinflip_posterior_next(const std::vector<int>& bits_so_far, double eps) {
+  double n1 = 0, n0 = 0;
+  for (int b : bits_so_far) {
+    FT_ASSERT(b == 0 || b == 1, "coin-flip bit %d is not 0 or 1", b);
+    (b ? n1 : n0) += 1;
+  }
+  // log P(x | z) with 0 * log(0) = 0: an event of probability 0 that never happened costs nothing.
+  auto term = [](double n, double p) { return n == 0 ? 0.0 : n * std::log(p); };
+  const double log_l1 = term(n1, 1.0 - eps) + term(n0, eps);  // z = 1
+  const double log_l0 = term(n1, eps) + term(n0, 1.0 - eps);  // z = 0
+  const double kInf = std::numeric_limits<double>::infinity();
+  if (log_l1 == -kInf && log_l0 == -kInf) return std::numeric_limits<double>::quiet_NaN();
+  // P(Z = 1 | x) = 1 / (1 + exp(log_l0 - log_l1)) (the priors 1/2 cancel).
+  double w1 = log_l1 == -kInf ? 0.0 : log_l0 == -kInf ? 1.0 : 1.0 / (1.0 + std::exp(log_l0 - log_l1));
+  return w1 * coinflip_conditional_next(1, eps) + (1.0 - w1) * coinflip_conditional_next(0, eps);
+}
+
+}  // namespace ftx

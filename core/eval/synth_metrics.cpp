@@ -1,1 +1,118 @@
-// placeholder: being written
+// Synthetic-task metrics: character scans over 64-position bodies and O(n^2) pair loops over a
+// group (groups are 8 or so generations).
+#include "core/eval/synth_metrics.h"
+
+#include <algorithm>
+#include <iterator>
+#include <cmath>
+#include <limits>
+
+namespace ftx {
+namespace {
+
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+// Bad characters, letter count and the span of the letters; empty string when the body passes.
+std::string check_characters(const std::string& body, char letter, int& first, int& last, int& count) {
+  if (letter < 'A' || letter > 'Z') return std::string("prompt letter '") + letter + "' is not A-Z";
+  if (static_cast<int>(body.size()) != kSynthBodyLen)
+    return "body has " + std::to_string(body.size()) + " characters, expected 64";
+  first = -1, last = -1, count = 0;
+  for (int p = 0; p < kSynthBodyLen; ++p) {
+    char c = body[p];
+    if (c == letter) {
+      if (first < 0) first = p;
+      last = p, ++count;
+    } else if (c != '_' && c != '!') {
+      return "character '" + std::string(1, c) + "' at position " + std::to_string(p) + " is not _, ! or " + letter;
+    }
+  }
+  if (count < kSynthMinLetters)
+    return std::to_string(count) + " letter(s) " + letter + ", at least 4 needed";
+  return {};
+}
+
+double jaccard(const std::vector<int>& a, const std::vector<int>& b) {  // both ascending
+  if (a.empty() && b.empty()) return 1.0;
+  std::vector<int> both;
+  std::set_intersection(a.begin(), a.end(), b.begin(), b.end(), std::back_inserter(both));
+  double uni = static_cast<double>(a.size() + b.size() - both.size());
+  return static_cast<double>(both.size()) / uni;
+}
+
+bool intersects(const std::vector<int>& a, const std::vector<int>& b) {  // both ascending
+  auto i = a.begin(), j = b.begin();
+  while (i != a.end() && j != b.end()) {
+    if (*i == *j) return true;
+    (*i < *j) ? ++i : ++j;
+  }
+  return false;
+}
+
+}  // namespace
+
+SynthAnalysis analyze_body(const std::string& body, char letter) {
+  SynthAnalysis a;
+  int first = -1, last = -1;
+  a.reason = check_characters(body, letter, first, last, a.letters);
+  if (!a.reason.empty()) return a;
+  // A start s is possible when [s, s+8) holds every letter and nothing but the letter or '!'.
+  const int lo = std::max(0, last - kSynthTargetLen + 1), hi = std::min(first, kSynthNumStarts - 1);
+  for (int s = lo; s <= hi; ++s) {
+    bool clean = true;
+    for (int p = s; p < s + kSynthTargetLen && clean; ++p) clean = body[p] == letter || body[p] == '!';
+    if (clean) a.starts.push_back(s);
+  }
+  if (a.starts.empty()) {
+    a.reason = "letters at " + std::to_string(first) + ".." + std::to_string(last) +
+               " do not fit one window of 8 letter-or-! positions";
+    return a;
+  }
+  a.valid = true;
+  const int covered_lo = a.starts.front(), covered_hi = a.starts.back() + kSynthTargetLen - 1;
+  for (int p = 0; p < kSynthBodyLen; ++p)
+    if (body[p] == '!' && (p < covered_lo || p > covered_hi)) a.noise_outside.push_back(p);
+  return a;
+}
+
+GroupMetrics group_metrics(const std::vector<std::string>& bodies, char letter) {
+  GroupMetrics g;
+  g.n = static_cast<int>(bodies.size());
+  std::vector<SynthAnalysis> valid;
+  for (const std::string& b : bodies) {
+    SynthAnalysis a = analyze_body(b, letter);
+    if (a.valid) valid.push_back(std::move(a));
+  }
+  g.n_valid = static_cast<int>(valid.size());
+  g.valid = g.n > 0 ? static_cast<double>(g.n_valid) / g.n : kNaN;
+  if (g.n_valid < 2) {
+    g.agreement = g.noise_agreement = kNaN;
+    return g;
+  }
+  double agree = 0, noise = 0, pairs = 0;  // sums in double over at most n^2/2 pairs
+  for (size_t i = 0; i < valid.size(); ++i)
+    for (size_t j = i + 1; j < valid.size(); ++j) {
+      agree += intersects(valid[i].starts, valid[j].starts) ? 1.0 : 0.0;
+      noise += jaccard(valid[i].noise_outside, valid[j].noise_outside);
+      pairs += 1;
+    }
+  g.agreement = agree / pairs;
+  g.noise_agreement = noise / pairs;
+  return g;
+}
+
+double mean_defined(const std::vector<double>& values) {
+  double sum = 0;
+  int n = 0;
+  for (double v : values)
+    if (!std::isnan(v)) sum += v, ++n;
+  return n > 0 ? sum / n : kNaN;
+}
+
+Result<SynthText> split_generation(const std::string& text) {
+  if (text.size() < 2 || text[1] != '>')
+    return make_error("generation '" + text + "': expected a prompt '<letter>>' before the body");
+  return SynthText{text[0], text.substr(2)};
+}
+
+}  // namespace ftx

@@ -26,6 +26,7 @@ struct ModelConfig {
   bool tie_embeddings = false;
   int latent_bits = 0;     // H; 0 = plain decoder baseline
   int inject_after = 2;    // Z enters block inject_after+1 (1-based) = index inject_after (0-based)
+  bool readout_bias = false;  // free.encoder_readout.bias present (other writers may add it)
   std::string alphabet = kSyntheticAlphabet;  // chars tokenizer (token id = index); may be empty
 
   bool is_free() const { return latent_bits > 0; }

@@ -1,1 +1,466 @@
-// placeholder: being written
+// Free Transformer forward and backward as straight-line op calls (llm.c style). Backward runs in
+// exact reverse order of forward; parameter gradients accumulate (+=) into the grads arena,
+// activation gradients overwrite scratch buffers, the residual stream carries its gradient.
+//
+// Data walk of one forward (PAPER.md Algorithm 2):
+//   x0 = embed(inputs); x_{l+1} = block_l(x_l) for l < k (k = inject_after)
+//   encoder: y = enc_block(q = zeta, kv = x_k, non-causal); bits = readout(rmsnorm(y))
+//   p = sigmoid(bits); codes ~ Bernoulli(p) (or given); R = W_post[:, codes]
+//   x_{k+1} = block_k(q = x_k, kv = x_k + R); x_{l+1} = block_l(x_l) for l > k
+//   logits = lm_head(rmsnorm(x_L)); loss = CE + mean_t max(0, KL_t - kappa)
+#include "core/model/model.h"
+
+#include <cmath>
+#include <cstring>
+#include <string>
+
+#include "kernels/philox.h"
+
+namespace ftx {
+
+// Pointers to one block's tensors inside an arena (params or grads).
+struct Model::BlockW {
+  float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
+};
+
+namespace {
+
+// Hands out consecutive, 16-float aligned slices of one arena.
+class Carver {
+ public:
+  explicit Carver(float* base) : base_(base) {}
+  float* take(size_t n) {
+    float* p = base_ ? base_ + used_ : nullptr;
+    used_ += (n + 15) / 16 * 16;
+    return p;
+  }
+  size_t used() const { return used_; }
+
+ private:
+  float* base_;
+  size_t used_ = 0;
+};
+
+// Standard normal from two Philox uniforms (Box-Muller).
+float philox_normal(uint64_t seed, uint64_t stream, uint64_t i) {
+  float u1 = philox_uniform(seed, stream, 2 * i);
+  float u2 = philox_uniform(seed, stream, 2 * i + 1);
+  u1 = u1 < 1e-7f ? 1e-7f : u1;
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.28318530718f * u2);
+}
+
+}  // namespace
+
+Model::Model(Backend& backend, const ModelConfig& config) : be_(backend), cfg_(config) {
+  FT_ASSERT(cfg_.validate().ok(), "invalid config reached Model: %s", cfg_.validate().error().message.c_str());
+  specs_ = param_specs(cfg_);
+  n_params_ = param_count(specs_);
+  params_ = static_cast<float*>(be_.alloc(n_params_ * sizeof(float)));
+  grads_ = static_cast<float*>(be_.alloc(n_params_ * sizeof(float)));
+}
+
+Model::~Model() {
+  be_.release(params_);
+  be_.release(grads_);
+}
+
+float* Model::param(const std::string& name) const {
+  const ParamSpec* s = find_param(specs_, name);
+  FT_ASSERT(s, "no parameter %s", name.c_str());
+  return params_ + s->offset;
+}
+
+float* Model::grad(const std::string& name) const {
+  const ParamSpec* s = find_param(specs_, name);
+  FT_ASSERT(s, "no parameter %s", name.c_str());
+  return grads_ + s->offset;
+}
+
+Model::BlockW Model::block_weights(const std::string& prefix, float* base) const {
+  auto at = [&](const char* leaf) {
+    const ParamSpec* s = find_param(specs_, prefix + leaf);
+    FT_ASSERT(s, "no parameter %s%s", prefix.c_str(), leaf);
+    return base + s->offset;
+  };
+  return BlockW{at("input_layernorm.weight"),     at("self_attn.q_proj.weight"), at("self_attn.k_proj.weight"),
+                at("self_attn.v_proj.weight"),    at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
+                at("mlp.gate_proj.weight"),       at("mlp.up_proj.weight"),      at("mlp.down_proj.weight")};
+}
+
+void Model::init_weights(uint64_t seed, const InitConfig& init) {
+  std::vector<float> host(n_params_);
+  const float resid_scale = init.scale_residual ? 1.0f / std::sqrt(2.0f * cfg_.n_layers) : 1.0f;
+  for (size_t ti = 0; ti < specs_.size(); ++ti) {
+    const ParamSpec& s = specs_[ti];
+    float* dst = host.data() + s.offset;
+    float std = init.std;
+    if (s.name.ends_with("o_proj.weight") || s.name.ends_with("down_proj.weight")) std *= resid_scale;
+    if (s.name == "free.post_sampler.weight") std = init.post_sampler_std;
+    if (s.name == "free.zeta") std = init.zeta_std;
+    for (int64_t i = 0; i < s.numel; ++i) {
+      switch (s.init) {
+        case ParamInit::Ones: dst[i] = 1.0f; break;
+        case ParamInit::Zeros: dst[i] = 0.0f; break;
+        case ParamInit::Normal: dst[i] = std * philox_normal(seed, kStreamInit + ti, i); break;
+      }
+    }
+  }
+  load_params(host.data());
+}
+
+void Model::load_params(const float* host) { be_.upload(params_, host, n_params_ * sizeof(float)); }
+void Model::save_params(float* host) const { be_.download(host, params_, n_params_ * sizeof(float)); }
+void Model::zero_grad() { be_.fill(grads_, 0.0f, n_params_); }
+
+// ---------------------------------------------------------------------------------------------
+// State allocation
+
+static void carve_block(Carver& c, BlockActs& a, const ModelConfig& m, int B, int Tq, int Tk, bool two_inputs) {
+  const size_t N = size_t(B) * Tq, C = m.dim, QD = size_t(m.n_heads) * m.head_dim, KD = size_t(m.n_kv_heads) * m.head_dim;
+  a.ln_q = c.take(N * C);
+  a.rstd_q = c.take(N);
+  a.ln_kv = two_inputs ? c.take(N * C) : a.ln_q;
+  a.rstd_kv = two_inputs ? c.take(N) : a.rstd_q;
+  a.q = c.take(N * QD);
+  a.k = c.take(N * KD);
+  a.v = c.take(N * KD);
+  a.att = c.take(size_t(B) * m.n_heads * Tq * Tk);
+  a.atty = c.take(N * QD);
+  a.a = c.take(N * C);
+  a.ln2 = c.take(N * C);
+  a.rstd2 = c.take(N);
+  a.gate = c.take(N * m.ffn_hidden);
+  a.up = c.take(N * m.ffn_hidden);
+  a.hmid = c.take(N * m.ffn_hidden);
+}
+
+// Lays out every buffer of a ModelState; with base == nullptr it only measures.
+static size_t carve_state(ModelState& s, const ModelConfig& m, float* base) {
+  Carver c(base);
+  const int B = s.B, T = s.T, L = m.n_layers;
+  const size_t N = size_t(B) * T, C = m.dim, H = m.latent_bits, F = m.ffn_hidden;
+  const size_t QD = size_t(m.n_heads) * m.head_dim, KD = size_t(m.n_kv_heads) * m.head_dim;
+  s.xs.assign(L + 1, nullptr);
+  for (auto& x : s.xs) x = c.take(N * C);
+  s.blocks.assign(L, {});
+  for (int l = 0; l < L; ++l) carve_block(c, s.blocks[l], m, B, T, T, m.is_free() && l == m.inject_after);
+  if (m.is_free()) {
+    carve_block(c, s.enc, m, B, T, T, true);
+    s.zeta_b = c.take(N * C);
+    s.kv_inj = c.take(N * C);
+    s.enc_out = c.take(N * C);
+    s.enc_ln = c.take(N * C);
+    s.enc_rstd = c.take(N);
+    s.bit_logits = c.take(N * H);
+    s.p = c.take(N * H);
+    s.kl = c.take(N);
+    s.R = c.take(N * C);
+    s.d_enc_q = c.take(N * C);
+    s.d_enc_kv = c.take(N * C);
+    s.d_enc_out = c.take(N * C);
+    s.d_bits = c.take(N * H);
+  }
+  s.ln_f = c.take(N * C);
+  s.rstd_f = c.take(N);
+  s.logits = c.take(N * m.vocab_size);
+  s.losses = c.take(N);
+  s.dx = c.take(N * C);
+  s.dx2 = c.take(N * C);
+  s.d_a = c.take(N * C);
+  s.d_ln = c.take(N * C);
+  s.d_ln_kv = c.take(N * C);
+  s.d_atty = c.take(N * QD);
+  s.dq = c.take(N * QD);
+  s.dk = c.take(N * KD);
+  s.dv = c.take(N * KD);
+  s.d_gate = c.take(N * F);
+  s.d_up = c.take(N * F);
+  s.d_hmid = c.take(N * F);
+  // int buffers: 2N tokens + N codes, stored as 4-byte words inside the float arena
+  float* ints = c.take(3 * N);
+  s.tokens = reinterpret_cast<int32_t*>(ints);
+  s.codes = reinterpret_cast<uint32_t*>(ints ? ints + 2 * N : nullptr);
+  return c.used();
+}
+
+std::unique_ptr<ModelState> Model::make_state(int B, int T) {
+  FT_ASSERT(B > 0 && T > 0 && T <= cfg_.max_seq_len, "bad state shape B=%d T=%d", B, T);
+  auto s = std::make_unique<ModelState>(be_);
+  s->B = B, s->T = T, s->free = cfg_.is_free();
+  s->arena_floats = carve_state(*s, cfg_, nullptr);
+  s->arena = static_cast<float*>(be_.alloc(s->arena_floats * sizeof(float)));
+  carve_state(*s, cfg_, s->arena);
+  return s;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Blocks
+
+void Model::block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
+                          int T, bool causal) {
+  const int N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads, HS = cfg_.head_dim;
+  const int QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden;
+  const float eps = cfg_.rms_norm_eps, theta = cfg_.rope_theta;
+  be_.rmsnorm_forward(a.ln_q, a.rstd_q, q_in, w.ln1, N, C, eps);
+  if (kv_in != q_in) be_.rmsnorm_forward(a.ln_kv, a.rstd_kv, kv_in, w.ln1, N, C, eps);
+  be_.matmul_forward(a.q, a.ln_q, w.wq, N, C, QD, false);
+  be_.matmul_forward(a.k, a.ln_kv, w.wk, N, C, KD, false);
+  be_.matmul_forward(a.v, a.ln_kv, w.wv, N, C, KD, false);
+  be_.rope_forward(a.q, B, T, NH, HS, 0, theta);
+  be_.rope_forward(a.k, B, T, NKV, HS, 0, theta);
+  AttnShape sh{B, NH, NKV, HS, T, T, T, 0, causal};
+  be_.attention_forward(a.atty, a.att, a.q, a.k, a.v, sh);
+  be_.copy(a.a, q_in, size_t(N) * C * sizeof(float));
+  be_.matmul_forward(a.a, a.atty, w.wo, N, QD, C, true);  // a = q_in + o_proj(atty)
+  be_.rmsnorm_forward(a.ln2, a.rstd2, a.a, w.ln2, N, C, eps);
+  be_.matmul_forward(a.gate, a.ln2, w.wg, N, C, F, false);
+  be_.matmul_forward(a.up, a.ln2, w.wu, N, C, F, false);
+  be_.swiglu_forward(a.hmid, a.gate, a.up, size_t(N) * F);
+  be_.copy(out, a.a, size_t(N) * C * sizeof(float));
+  be_.matmul_forward(out, a.hmid, w.wd, N, F, C, true);  // out = a + down(hmid)
+}
+
+// dout: gradient w.r.t. the block output. Writes the gradient w.r.t. q_in into dq_in (=) and,
+// for a two-input block, w.r.t. kv_in into dkv_in (=). Parameter gradients accumulate into dw.
+void Model::block_backward(const BlockW& w, const BlockW& dw, BlockActs& a, const float* q_in, const float* kv_in,
+                           const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal) {
+  const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads;
+  const int HS = cfg_.head_dim, QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden;
+  const float theta = cfg_.rope_theta;
+  const bool two = kv_in != q_in;
+  // out = a + down(hmid)
+  be_.copy(s.d_a, dout, size_t(N) * C * sizeof(float));
+  be_.matmul_backward(s.d_hmid, dw.wd, dout, a.hmid, w.wd, N, F, C, false);
+  be_.swiglu_backward(s.d_gate, s.d_up, s.d_hmid, a.gate, a.up, size_t(N) * F);
+  be_.matmul_backward(s.d_ln, dw.wg, s.d_gate, a.ln2, w.wg, N, C, F, false);
+  be_.matmul_backward(s.d_ln, dw.wu, s.d_up, a.ln2, w.wu, N, C, F, true);
+  be_.rmsnorm_backward(s.d_a, dw.ln2, s.d_ln, a.a, w.ln2, a.rstd2, N, C);
+  // a = q_in + o_proj(atty)
+  be_.copy(dq_in, s.d_a, size_t(N) * C * sizeof(float));
+  be_.matmul_backward(s.d_atty, dw.wo, s.d_a, a.atty, w.wo, N, QD, C, false);
+  AttnShape sh{B, NH, NKV, HS, T, T, T, 0, causal};
+  be_.attention_backward(s.dq, s.dk, s.dv, s.d_atty, a.att, a.q, a.k, a.v, sh);
+  be_.rope_backward(s.dq, B, T, NH, HS, 0, theta);
+  be_.rope_backward(s.dk, B, T, NKV, HS, 0, theta);
+  float* d_ln_kv = two ? s.d_ln_kv : s.d_ln;
+  be_.matmul_backward(s.d_ln, dw.wq, s.dq, a.ln_q, w.wq, N, C, QD, false);
+  be_.matmul_backward(d_ln_kv, dw.wk, s.dk, a.ln_kv, w.wk, N, C, KD, two ? false : true);
+  be_.matmul_backward(d_ln_kv, dw.wv, s.dv, a.ln_kv, w.wv, N, C, KD, true);
+  be_.rmsnorm_backward(dq_in, dw.ln1, s.d_ln, q_in, w.ln1, a.rstd_q, N, C);
+  if (two) {
+    be_.fill(dkv_in, 0.0f, size_t(N) * C);
+    be_.rmsnorm_backward(dkv_in, dw.ln1, s.d_ln_kv, kv_in, w.ln1, a.rstd_kv, N, C);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole model
+
+StepStats Model::forward(ModelState& s, const int32_t* inputs, const int32_t* targets, const uint32_t* codes,
+                         uint64_t seed, uint64_t stream, float kappa) {
+  const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
+  const int k = cfg_.inject_after, H = cfg_.latent_bits;
+  const float eps = cfg_.rms_norm_eps;
+  be_.upload(s.tokens, inputs, size_t(N) * sizeof(int32_t));
+  s.has_targets = targets != nullptr;
+  if (targets) be_.upload(s.tokens + N, targets, size_t(N) * sizeof(int32_t));
+  s.kappa = kappa;
+  StepStats st;
+
+  be_.embedding_forward(s.xs[0], s.tokens, param("model.embed_tokens.weight"), N, C);
+  for (int l = 0; l < L; ++l) {
+    const BlockW w = block_weights("model.layers." + std::to_string(l) + ".", params_);
+    const float* kv = s.xs[l];
+    if (s.free && l == k) {
+      // Encoder: one non-causal block, queries from the learned constant zeta, keys/values X_k.
+      const BlockW ew = block_weights("free.encoder.", params_);
+      be_.broadcast_rows(s.zeta_b, param("free.zeta"), N, C);
+      block_forward(ew, s.enc, s.zeta_b, s.xs[k], s.enc_out, B, T, false);
+      be_.rmsnorm_forward(s.enc_ln, s.enc_rstd, s.enc_out, param("free.encoder_norm.weight"), N, C, eps);
+      be_.matmul_forward(s.bit_logits, s.enc_ln, param("free.encoder_readout.weight"), N, C, H, false);
+      if (cfg_.readout_bias) {
+        // bias as a rank-1 matmul: bit_logits += ones (N,1) @ bias^T would need a ones buffer;
+        // broadcast into scratch and add instead.
+        be_.broadcast_rows(s.d_bits, param("free.encoder_readout.bias"), N, H);
+        be_.add_inplace(s.bit_logits, s.d_bits, size_t(N) * H);
+      }
+      // Binary mapper: sample codes from Bernoulli(p) (or take the given ones), then gather R.
+      be_.binary_mapper_forward(s.codes, s.p, s.bit_logits, N, H, seed, stream);
+      if (codes) be_.upload(s.codes, codes, size_t(N) * sizeof(uint32_t));
+      be_.kl_forward(s.kl, s.p, N, H);
+      be_.post_sampler_forward(s.R, s.codes, param("free.post_sampler.weight"), N, C, H);
+      be_.add(s.kv_inj, s.xs[k], s.R, size_t(N) * C);
+      kv = s.kv_inj;
+    }
+    block_forward(w, s.blocks[l], s.xs[l], kv, s.xs[l + 1], B, T, true);
+  }
+  be_.rmsnorm_forward(s.ln_f, s.rstd_f, s.xs[L], param("model.norm.weight"), N, C, eps);
+  const float* head = cfg_.tie_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
+  be_.matmul_forward(s.logits, s.ln_f, head, N, C, V, false);
+
+  std::vector<float> host(N);
+  if (targets) {
+    be_.crossentropy_forward(s.losses, s.logits, s.tokens + N, N, V);
+    be_.download(host.data(), s.losses, size_t(N) * sizeof(float));
+    double sum = 0;
+    for (float x : host) sum += x;
+    st.ce = sum / N;
+  }
+  if (s.free) {
+    be_.download(host.data(), s.kl, size_t(N) * sizeof(float));
+    double sum = 0, excess = 0;
+    for (float x : host) sum += x, excess += x > kappa ? x - kappa : 0.0;
+    st.kl = sum / N;
+    st.kl_excess = excess / N;
+  }
+  st.loss = st.ce + st.kl_excess;
+  return st;
+}
+
+void Model::backward(ModelState& s) {
+  FT_ASSERT(s.has_targets, "backward needs a forward with targets");
+  const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
+  const int k = cfg_.inject_after, H = cfg_.latent_bits;
+  const size_t NC = size_t(N) * C;
+  // loss = mean CE + mean max(0, KL - kappa): both means over N = B*T positions.
+  const float inv_n = 1.0f / N;
+  be_.crossentropy_backward(s.logits, s.logits, s.tokens + N, N, V, inv_n);  // in place: dlogits
+  const float* head = cfg_.tie_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
+  float* dhead = cfg_.tie_embeddings ? grad("model.embed_tokens.weight") : grad("lm_head.weight");
+  be_.matmul_backward(s.d_ln, dhead, s.logits, s.ln_f, head, N, C, V, false);
+  be_.fill(s.dx, 0.0f, NC);
+  be_.rmsnorm_backward(s.dx, grad("model.norm.weight"), s.d_ln, s.xs[L], param("model.norm.weight"), s.rstd_f, N, C);
+
+  // s.dx holds d(loss)/d(x_{l+1}) on entry of each iteration; dq_in goes to s.dx2, then swap.
+  for (int l = L - 1; l >= 0; --l) {
+    const std::string pre = "model.layers." + std::to_string(l) + ".";
+    const BlockW w = block_weights(pre, params_), dw = block_weights(pre, grads_);
+    const bool inj = s.free && l == k;
+    block_backward(w, dw, s.blocks[l], s.xs[l], inj ? s.kv_inj : s.xs[l], s.dx, s.dx2, inj ? s.d_enc_kv : nullptr, s,
+                   true);
+    std::swap(s.dx, s.dx2);
+    if (!inj) continue;
+    // kv_in = x_k + R: the residual gets d_kv too; R's gradient drives the post-sampler and, through
+    // G (pass-through over every code, not only the sampled one), the encoder's bit logits.
+    be_.add_inplace(s.dx, s.d_enc_kv, NC);
+    const float* wpost = param("free.post_sampler.weight");
+    be_.post_sampler_backward(grad("free.post_sampler.weight"), s.d_enc_kv, s.codes, N, C, H);
+    be_.fill(s.d_bits, 0.0f, size_t(N) * H);
+    be_.binary_mapper_backward(s.d_bits, s.d_enc_kv, wpost, s.p, N, C, H);
+    be_.kl_backward(s.d_bits, s.p, s.kl, N, H, s.kappa, inv_n);  // free bits, token-wise
+    if (cfg_.readout_bias) be_.sum_rows(grad("free.encoder_readout.bias"), s.d_bits, N, H);
+    be_.matmul_backward(s.d_enc_out, grad("free.encoder_readout.weight"), s.d_bits, s.enc_ln,
+                        param("free.encoder_readout.weight"), N, C, H, false);
+    float* d_y = s.d_ln_kv;  // free at this point: reuse as d(encoder block output)
+    be_.fill(d_y, 0.0f, NC);
+    be_.rmsnorm_backward(d_y, grad("free.encoder_norm.weight"), s.d_enc_out, s.enc_out,
+                         param("free.encoder_norm.weight"), s.enc_rstd, N, C);
+    be_.copy(s.d_enc_out, d_y, NC * sizeof(float));
+    const BlockW ew = block_weights("free.encoder.", params_), edw = block_weights("free.encoder.", grads_);
+    block_backward(ew, edw, s.enc, s.zeta_b, s.xs[k], s.d_enc_out, s.d_enc_q, s.d_enc_kv, s, false);
+    be_.sum_rows(grad("free.zeta"), s.d_enc_q, N, C);
+    be_.add_inplace(s.dx, s.d_enc_kv, NC);
+  }
+  be_.embedding_backward(grad("model.embed_tokens.weight"), s.dx, s.tokens, N, C);
+}
+
+void Model::read_codes(const ModelState& s, uint32_t* host) const {
+  be_.download(host, s.codes, size_t(s.B) * s.T * sizeof(uint32_t));
+}
+void Model::read_bit_probs(const ModelState& s, float* host) const {
+  be_.download(host, s.p, size_t(s.B) * s.T * cfg_.latent_bits * sizeof(float));
+}
+void Model::read_kl(const ModelState& s, float* host) const {
+  be_.download(host, s.kl, size_t(s.B) * s.T * sizeof(float));
+}
+void Model::read_token_losses(const ModelState& s, float* host) const {
+  be_.download(host, s.losses, size_t(s.B) * s.T * sizeof(float));
+}
+void Model::read_logits(const ModelState& s, float* host) const {
+  be_.download(host, s.logits, size_t(s.B) * s.T * cfg_.vocab_size * sizeof(float));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Generation with a KV cache
+
+static size_t carve_decode(DecodeState& d, const ModelConfig& m, float* base) {
+  Carver c(base);
+  const size_t B = d.B, C = m.dim, KD = size_t(m.n_kv_heads) * m.head_dim;
+  d.kcache.assign(m.n_layers, nullptr);
+  d.vcache.assign(m.n_layers, nullptr);
+  for (int l = 0; l < m.n_layers; ++l) {
+    d.kcache[l] = c.take(B * d.max_len * KD);
+    d.vcache[l] = c.take(B * d.max_len * KD);
+  }
+  carve_block(c, d.scratch, m, d.B, 1, d.max_len, true);
+  d.x = c.take(B * C);
+  d.x2 = c.take(B * C);
+  d.kv_in = c.take(B * C);
+  d.R = c.take(B * C);
+  d.ln_f = c.take(B * C);
+  d.rstd_f = c.take(B);
+  d.logits = c.take(B * m.vocab_size);
+  float* ints = c.take(2 * B);
+  d.tokens = reinterpret_cast<int32_t*>(ints);
+  d.codes = reinterpret_cast<uint32_t*>(ints ? ints + B : nullptr);
+  return c.used();
+}
+
+std::unique_ptr<DecodeState> Model::make_decode_state(int B, int max_len) {
+  FT_ASSERT(B > 0 && max_len > 0 && max_len <= cfg_.max_seq_len, "bad decode shape B=%d len=%d", B, max_len);
+  auto d = std::make_unique<DecodeState>(be_);
+  d->B = B, d->max_len = max_len;
+  const size_t n = carve_decode(*d, cfg_, nullptr);
+  d->arena = static_cast<float*>(be_.alloc(n * sizeof(float)));
+  carve_decode(*d, cfg_, d->arena);
+  return d;
+}
+
+void Model::decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, int pos, float* logits_host) {
+  FT_ASSERT(pos >= 0 && pos < d.max_len, "decode position %d outside 0..%d", pos, d.max_len - 1);
+  const int B = d.B, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads, HS = cfg_.head_dim;
+  const int QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden, V = cfg_.vocab_size;
+  const float eps = cfg_.rms_norm_eps, theta = cfg_.rope_theta;
+  BlockActs& a = d.scratch;
+  be_.upload(d.tokens, tokens, B * sizeof(int32_t));
+  be_.embedding_forward(d.x, d.tokens, param("model.embed_tokens.weight"), B, C);
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    const BlockW w = block_weights("model.layers." + std::to_string(l) + ".", params_);
+    const float* kv_in = d.x;
+    if (cfg_.is_free() && l == cfg_.inject_after) {
+      be_.upload(d.codes, codes, B * sizeof(uint32_t));
+      be_.post_sampler_forward(d.R, d.codes, param("free.post_sampler.weight"), B, C, cfg_.latent_bits);
+      be_.add(d.kv_in, d.x, d.R, size_t(B) * C);
+      kv_in = d.kv_in;
+    }
+    be_.rmsnorm_forward(a.ln_q, a.rstd_q, d.x, w.ln1, B, C, eps);
+    be_.rmsnorm_forward(a.ln_kv, a.rstd_kv, kv_in, w.ln1, B, C, eps);
+    be_.matmul_forward(a.q, a.ln_q, w.wq, B, C, QD, false);
+    be_.matmul_forward(a.k, a.ln_kv, w.wk, B, C, KD, false);
+    be_.matmul_forward(a.v, a.ln_kv, w.wv, B, C, KD, false);
+    be_.rope_forward(a.q, B, 1, NH, HS, pos, theta);
+    be_.rope_forward(a.k, B, 1, NKV, HS, pos, theta);
+    for (int b = 0; b < B; ++b) {  // append this position's keys/values to the cache
+      const size_t off = (size_t(b) * d.max_len + pos) * KD;
+      be_.copy(d.kcache[l] + off, a.k + size_t(b) * KD, KD * sizeof(float));
+      be_.copy(d.vcache[l] + off, a.v + size_t(b) * KD, KD * sizeof(float));
+    }
+    AttnShape sh{B, NH, NKV, HS, 1, pos + 1, d.max_len, pos, true};
+    be_.attention_forward(a.atty, a.att, a.q, d.kcache[l], d.vcache[l], sh);
+    be_.copy(a.a, d.x, size_t(B) * C * sizeof(float));
+    be_.matmul_forward(a.a, a.atty, w.wo, B, QD, C, true);
+    be_.rmsnorm_forward(a.ln2, a.rstd2, a.a, w.ln2, B, C, eps);
+    be_.matmul_forward(a.gate, a.ln2, w.wg, B, C, F, false);
+    be_.matmul_forward(a.up, a.ln2, w.wu, B, C, F, false);
+    be_.swiglu_forward(a.hmid, a.gate, a.up, size_t(B) * F);
+    be_.copy(d.x2, a.a, size_t(B) * C * sizeof(float));
+    be_.matmul_forward(d.x2, a.hmid, w.wd, B, F, C, true);
+    std::swap(d.x, d.x2);
+  }
+  be_.rmsnorm_forward(d.ln_f, d.rstd_f, d.x, param("model.norm.weight"), B, C, eps);
+  const float* head = cfg_.tie_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
+  be_.matmul_forward(d.logits, d.ln_f, head, B, C, V, false);
+  be_.download(logits_host, d.logits, size_t(B) * V * sizeof(float));
+}
+
+}  // namespace ftx

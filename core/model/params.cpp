@@ -41,6 +41,7 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
     b.block("free.encoder.", c);
     b.add("free.encoder_norm.weight", {D}, ParamInit::Ones, false);
     b.add("free.encoder_readout.weight", {c.latent_bits, D}, ParamInit::Normal, true);
+    if (c.readout_bias) b.add("free.encoder_readout.bias", {c.latent_bits}, ParamInit::Zeros, false);
     b.add("free.post_sampler.weight", {D, c.num_codes()}, ParamInit::Normal, true);
   }
   return b.specs;

@@ -1,1 +1,280 @@
-// placeholder: being written
+#include "core/train/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/io/checkpoint.h"
+#include "core/io/config_json.h"
+#include "core/util/sha256.h"
+#include "kernels/philox.h"
+
+namespace ftx {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using nlohmann::json;
+
+json train_to_json(const TrainConfig& t) {
+  return json{{"dataset", t.dataset},
+              {"preset", t.preset},
+              {"steps", t.steps},
+              {"batch", t.batch},
+              {"lr", t.lr},
+              {"min_lr_frac", t.min_lr_frac},
+              {"warmup", t.warmup},
+              {"weight_decay", t.weight_decay},
+              {"beta1", t.beta1},
+              {"beta2", t.beta2},
+              {"adam_eps", t.adam_eps},
+              {"grad_clip", t.grad_clip},
+              {"kappa_nats", t.kappa_nats},
+              {"kappa_start_nats", t.kappa_start_nats},
+              {"kappa_anneal_steps", t.kappa_anneal_steps},
+              {"seed", t.seed},
+              {"eval_every", t.eval_every},
+              {"checkpoint_every", t.checkpoint_every},
+              {"coinflip_eps", t.coinflip_eps},
+              {"coinflip_len", t.coinflip_len},
+              {"init_std", t.init.std},
+              {"init_scale_residual", t.init.scale_residual},
+              {"init_post_sampler_std", t.init.post_sampler_std},
+              {"init_zeta_std", t.init.zeta_std}};
+}
+
+// Reads what train_to_json wrote; missing keys keep their defaults (older runs).
+Result<TrainConfig> train_from_json(const json& j, const std::string& where) {
+  TrainConfig t;
+  try {
+    auto get = [&](const char* key, auto& field) {
+      if (j.contains(key)) field = j.at(key).get<std::decay_t<decltype(field)>>();
+    };
+    get("dataset", t.dataset), get("preset", t.preset), get("steps", t.steps), get("batch", t.batch);
+    get("lr", t.lr), get("min_lr_frac", t.min_lr_frac), get("warmup", t.warmup);
+    get("weight_decay", t.weight_decay), get("beta1", t.beta1), get("beta2", t.beta2);
+    get("adam_eps", t.adam_eps), get("grad_clip", t.grad_clip), get("kappa_nats", t.kappa_nats);
+    get("kappa_start_nats", t.kappa_start_nats), get("kappa_anneal_steps", t.kappa_anneal_steps);
+    get("seed", t.seed), get("eval_every", t.eval_every), get("checkpoint_every", t.checkpoint_every);
+    get("coinflip_eps", t.coinflip_eps), get("coinflip_len", t.coinflip_len);
+    get("init_std", t.init.std), get("init_scale_residual", t.init.scale_residual);
+    get("init_post_sampler_std", t.init.post_sampler_std), get("init_zeta_std", t.init.zeta_std);
+  } catch (const std::exception& e) {
+    return make_error(where + ": training config: " + e.what());
+  }
+  FTX_TRY(t.validate());
+  return t;
+}
+
+std::string run_config_json(const ModelConfig& m, const TrainConfig& t) {
+  return json{{"model", config_to_json(m)}, {"train", train_to_json(t)}}.dump();
+}
+
+}  // namespace
+
+std::string checkpoint_dir(const std::string& db_path, const std::string& run, int step) {
+  std::filesystem::path db(db_path);
+  std::filesystem::path root = db.parent_path() / (db.stem().string() + ".checkpoints");
+  char leaf[32];
+  std::snprintf(leaf, sizeof leaf, "step-%06d", step);
+  return (root / run / leaf).string();
+}
+
+Trainer::Trainer(Backend& be, RunStore store, const ModelConfig& mcfg, const TrainConfig& tcfg, std::string db,
+                 std::string run)
+    : be_(be), store_(std::move(store)), tcfg_(tcfg), db_path_(std::move(db)), run_(std::move(run)) {
+  model_ = std::make_unique<Model>(be_, mcfg);
+  const size_t bytes = model_->num_params() * sizeof(float);
+  adam_m_ = static_cast<float*>(be_.alloc(bytes));
+  adam_v_ = static_cast<float*>(be_.alloc(bytes));
+}
+
+Trainer::~Trainer() {
+  be_.release(adam_m_);
+  be_.release(adam_v_);
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& mcfg, const TrainConfig& tcfg,
+                                                const std::string& db_path, const std::string& run) {
+  FTX_TRY(mcfg.validate());
+  FTX_TRY(tcfg.validate());
+  auto store = RunStore::open(db_path);
+  if (!store) return store.error();
+  auto id = store->create_run(run, run_config_json(mcfg, tcfg));
+  if (!id) return id.error();
+  std::unique_ptr<Trainer> t(new Trainer(be, std::move(*store), mcfg, tcfg, db_path, run));
+  t->run_id_ = *id;
+  t->model_->init_weights(tcfg.seed, tcfg.init);
+  return t;
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string& db_path, const std::string& run,
+                                                 std::optional<int> steps) {
+  auto store = RunStore::open(db_path);
+  if (!store) return store.error();
+  auto info = store->find_run(run);
+  if (!info) return info.error();
+  auto rows = store->checkpoints(info->id);
+  if (!rows) return rows.error();
+  if (rows->empty()) return make_error("run '" + run + "' in " + db_path + " has no checkpoint to resume from");
+  const std::string dir = rows->back().path;
+  auto ck = load_checkpoint(dir, true);
+  if (!ck) return ck.error();
+  if (!ck->has_training_state) return make_error(dir + ": no training state (optimizer moments) to resume from");
+  auto tcfg = train_from_json(ck->trainer.value("train", json::object()), dir + "/trainer.json");
+  if (!tcfg) return tcfg.error();
+  if (steps) tcfg->steps = *steps;
+  FTX_TRY(tcfg->validate());
+  std::unique_ptr<Trainer> t(new Trainer(be, std::move(*store), ck->config, *tcfg, db_path, run));
+  t->run_id_ = info->id;
+  t->step_ = ck->trainer.value("step", 0);
+  t->data_position_ = ck->trainer.value("data_position", int64_t{0});
+  t->last_checkpoint_step_ = t->step_;
+  t->model_->load_params(ck->params.data());
+  const size_t bytes = t->model_->num_params() * sizeof(float);
+  be.upload(t->adam_m_, ck->adam_m.data(), bytes);
+  be.upload(t->adam_v_, ck->adam_v.data(), bytes);
+  // The curve continues from the checkpoint: rows a killed process wrote past it are recomputed.
+  FTX_TRY(t->store_.delete_metrics_after(info->id, t->step_));
+  FTX_TRY(t->store_.add_event(info->id, t->step_, "resumed", json{{"checkpoint", dir}}.dump()));
+  return t;
+}
+
+void Trainer::train_step(BatchSource& data, StepReport& rep) {
+  const int B = tcfg_.batch, S = data.seq_len(), T = S - 1;
+  batch_.resize(size_t(B) * S), inputs_.resize(size_t(B) * T), targets_.resize(size_t(B) * T);
+  data.next(batch_.data(), B);
+  data_position_ = data.position();
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      inputs_[size_t(b) * T + t] = batch_[size_t(b) * S + t];
+      targets_[size_t(b) * T + t] = batch_[size_t(b) * S + t + 1];
+    }
+  const float kappa = tcfg_.kappa_at(step_);
+  model_->zero_grad();
+  rep.stats = model_->forward(*state_, inputs_.data(), targets_.data(), nullptr, tcfg_.seed,
+                              kStreamLatent + static_cast<uint64_t>(step_), kappa);
+  model_->backward(*state_);
+  float* g = model_->grads();
+  const size_t n = model_->num_params();
+  rep.grad_norm = std::sqrt(be_.sum_squares(g, n));
+  if (tcfg_.grad_clip > 0 && rep.grad_norm > tcfg_.grad_clip) be_.scale(g, float(tcfg_.grad_clip / rep.grad_norm), n);
+  const float lr = tcfg_.lr_at(step_);
+  for (const ParamSpec& p : model_->specs()) {
+    be_.adamw_update(model_->params() + p.offset, g + p.offset, adam_m_ + p.offset, adam_v_ + p.offset, p.numel, lr,
+                     tcfg_.beta1, tcfg_.beta2, tcfg_.adam_eps, p.decay ? tcfg_.weight_decay : 0.0f, step_ + 1);
+  }
+  rep.lr = lr, rep.kappa = kappa;
+  ++step_;
+  rep.step = step_;
+}
+
+void Trainer::ensure_state(const BatchSource& data) {
+  if (!state_) state_ = model_->make_state(tcfg_.batch, data.seq_len() - 1);
+}
+
+StepReport Trainer::step_once(BatchSource& data) {
+  ensure_state(data);
+  StepReport rep;
+  train_step(data, rep);
+  rep.total_steps = tcfg_.steps;
+  return rep;
+}
+
+Status Trainer::save_checkpoint() {
+  if (step_ == last_checkpoint_step_) return {};
+  last_checkpoint_step_ = step_;
+  CheckpointData ck;
+  ck.config = model_->config();
+  const size_t n = model_->num_params();
+  ck.params.resize(n), ck.adam_m.resize(n), ck.adam_v.resize(n);
+  model_->save_params(ck.params.data());
+  be_.download(ck.adam_m.data(), adam_m_, n * sizeof(float));
+  be_.download(ck.adam_v.data(), adam_v_, n * sizeof(float));
+  ck.has_training_state = true;
+  ck.trainer = json{{"step", step_},
+                    {"data_position", data_position_},
+                    {"rng", {{"generator", "philox4x32-10"}, {"seed", tcfg_.seed}, {"latent_stream_next", step_}}},
+                    {"run", run_},
+                    {"train", train_to_json(tcfg_)}};
+  const std::string dir = checkpoint_dir(db_path_, run_, step_);
+  FTX_TRY(ftx::save_checkpoint(dir, ck));
+  auto digest = sha256_file(dir + "/model.safetensors");
+  if (!digest) return digest.error();
+  FTX_TRY(store_.flush());
+  FTX_TRY(store_.add_checkpoint(run_id_, step_, dir, *digest));
+  return store_.add_event(run_id_, step_, "checkpoint", json{{"path", dir}}.dump());
+}
+
+Status Trainer::eval_and_record(BatchSource& data, const TrainerCallbacks& cb) {
+  EvalConfig ec;
+  ec.synthetic = tcfg_.dataset == "synthetic";
+  ec.seed = tcfg_.seed * 7919 + step_;
+  EvalReport rep{step_, evaluate(*model_, data, ec, tcfg_.kappa_at(step_))};
+  for (const auto& [k, v] : rep.metrics) store_.add_metric(run_id_, step_, k, v);
+  if (cb.on_eval) cb.on_eval(rep);
+  return store_.flush();
+}
+
+Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const TrainerCallbacks& cb) {
+  const int T = data.seq_len() - 1;
+  if (T > model_->config().max_seq_len)
+    return make_error("dataset " + data.name() + ": sequences of " + std::to_string(T) +
+                      " positions exceed the model's max_seq_len " + std::to_string(model_->config().max_seq_len));
+  ensure_state(data);
+  data.seek(data_position_);
+  FTX_TRY(store_.set_status(run_id_, "running"));
+  const auto t0 = Clock::now();
+  auto last_flush = t0;
+  const int first_step = step_;
+  bool stopped = false;
+  while (step_ < tcfg_.steps) {
+    if (stop.load()) {
+      stopped = true;
+      break;
+    }
+    const auto ts = Clock::now();
+    StepReport rep;
+    train_step(data, rep);
+    const auto te = Clock::now();
+    const double dt = std::chrono::duration<double>(te - ts).count();
+    rep.total_steps = tcfg_.steps;
+    rep.tokens_per_s = double(tcfg_.batch) * T / dt;
+    rep.elapsed_s = std::chrono::duration<double>(te - t0).count();
+    rep.eta_s = rep.elapsed_s / (step_ - first_step) * (tcfg_.steps - step_);
+    const int s = step_;
+    store_.add_metric(run_id_, s, "train/ce", rep.stats.ce);
+    store_.add_metric(run_id_, s, "train/kl", rep.stats.kl);
+    store_.add_metric(run_id_, s, "train/loss", rep.stats.loss);
+    store_.add_metric(run_id_, s, "train/grad_norm", rep.grad_norm);
+    store_.add_metric(run_id_, s, "lr", rep.lr);
+    store_.add_metric(run_id_, s, "kappa", rep.kappa);
+    store_.add_metric(run_id_, s, "perf/tokens_per_s", rep.tokens_per_s);
+    if (cb.on_step) cb.on_step(rep);
+    if (!std::isfinite(rep.stats.loss)) {
+      (void)store_.flush();
+      (void)store_.add_event(run_id_, s, "diverged", json{{"loss", "non-finite"}}.dump());
+      (void)store_.set_status(run_id_, "failed");
+      return make_error("run '" + run_ + "': loss became non-finite at step " + std::to_string(s) +
+                        " (try a lower --lr)");
+    }
+    if (std::chrono::duration<double>(te - last_flush).count() >= 1.0) {
+      FTX_TRY(store_.flush());
+      last_flush = te;
+    }
+    if (tcfg_.eval_every > 0 && s % tcfg_.eval_every == 0) FTX_TRY(eval_and_record(data, cb));
+    if (tcfg_.checkpoint_every > 0 && s % tcfg_.checkpoint_every == 0 && s < tcfg_.steps) {
+      FTX_TRY(save_checkpoint());
+      if (cb.on_checkpoint) cb.on_checkpoint(s, checkpoint_dir(db_path_, run_, s));
+    }
+  }
+  if (!stopped && tcfg_.eval_every > 0 && step_ % tcfg_.eval_every != 0) FTX_TRY(eval_and_record(data, cb));
+  FTX_TRY(save_checkpoint());
+  if (cb.on_checkpoint) cb.on_checkpoint(step_, checkpoint_dir(db_path_, run_, step_));
+  if (stopped) FTX_TRY(store_.add_event(run_id_, step_, "stopped", "{}"));
+  FTX_TRY(store_.set_status(run_id_, stopped ? "stopped" : "done"));
+  return store_.flush();
+}
+
+}  // namespace ftx

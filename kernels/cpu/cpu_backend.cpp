@@ -1,1 +1,169 @@
-// placeholder: being written
+// The CPU backend: the float instantiations of the op templates in kernels/cpu/ops_*.h behind
+// the Backend interface (kernels/backend.h). Memory is host memory, 64-byte aligned and
+// zero-filled; "device" pointers are plain pointers, so upload/download/copy are memcpy and
+// synchronize does nothing (every op has finished when it returns).
+//
+// Deliberately not here: any numerics (they live in the op headers, where the tests reach them
+// in double too), thread-count policy (OpenMP's, set by the process: OMP_NUM_THREADS).
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/backend.h"
+#include "kernels/common.h"
+#include "kernels/cpu/ops_adamw.h"
+#include "kernels/cpu/ops_attention.h"
+#include "kernels/cpu/ops_binary_mapper.h"
+#include "kernels/cpu/ops_crossentropy.h"
+#include "kernels/cpu/ops_elementwise.h"
+#include "kernels/cpu/ops_embedding.h"
+#include "kernels/cpu/ops_matmul.h"
+#include "kernels/cpu/ops_rmsnorm.h"
+#include "kernels/cpu/ops_rope.h"
+#include "kernels/cpu/ops_swiglu.h"
+
+namespace ftx {
+namespace {
+
+constexpr size_t kAlign = 64;  // one cache line, one AVX-512 vector
+
+class CpuBackend final : public Backend {
+ public:
+  const char* name() const override { return "cpu"; }
+  DeviceKind kind() const override { return DeviceKind::Cpu; }
+
+  // ---- memory ----
+  void* alloc(size_t bytes) override {
+    void* p = try_alloc(bytes);
+    FT_ASSERT(p != nullptr, "cpu backend: out of memory allocating %zu bytes", bytes);
+    return p;
+  }
+  void* try_alloc(size_t bytes) override {
+    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
+    if (rounded < bytes) return nullptr;  // overflow
+    void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
+    if (p != nullptr) std::memset(p, 0, rounded);
+    return p;
+  }
+  void release(void* p) override { std::free(p); }
+  void upload(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes != 0) std::memcpy(dst, host_src, bytes);
+  }
+  void download(void* host_dst, const void* src, size_t bytes) override {
+    if (bytes != 0) std::memcpy(host_dst, src, bytes);
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes != 0) std::memmove(dst, src, bytes);
+  }
+  void fill(float* x, float value, size_t n) override { cpu::fill(x, value, n); }
+  void synchronize() override {}
+
+  // ---- elementwise / reductions ----
+  void add(float* out, const float* a, const float* b, size_t n) override { cpu::add(out, a, b, n); }
+  void add_inplace(float* acc, const float* x, size_t n) override { cpu::add_inplace(acc, x, n); }
+  void scale(float* x, float s, size_t n) override { cpu::scale(x, s, n); }
+  double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
+  void broadcast_rows(float* out, const float* v, int N, int C) override {
+    cpu::broadcast_rows(out, v, N, C);
+  }
+  void sum_rows(float* dv, const float* dout, int N, int C) override { cpu::sum_rows(dv, dout, N, C); }
+
+  // ---- embedding ----
+  void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C) override {
+    cpu::embedding_forward(out, tok, wte, N, C);
+  }
+  void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) override {
+    cpu::embedding_backward(dwte, dout, tok, N, C);
+  }
+
+  // ---- RMSNorm ----
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
+                       float eps) override {
+    cpu::rmsnorm_forward(out, rstd, x, w, N, C, eps);
+  }
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
+                        const float* rstd, int N, int C) override {
+    cpu::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+  }
+
+  // ---- matmul ----
+  void matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC,
+                      bool accumulate) override {
+    cpu::matmul_forward(out, inp, w, N, IC, OC, accumulate);
+  }
+  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+                       int N, int IC, int OC, bool accumulate_dinp) override {
+    cpu::matmul_backward(dinp, dw, dout, inp, w, N, IC, OC, accumulate_dinp);
+  }
+
+  // ---- RoPE ----
+  void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, float theta) override {
+    cpu::rope_forward(x, B, T, nh, HS, pos0, theta);
+  }
+  void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, float theta) override {
+    cpu::rope_backward(dx, B, T, nh, HS, pos0, theta);
+  }
+
+  // ---- attention ----
+  void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+                         const AttnShape& s) override {
+    cpu::attention_forward(out, att, q, k, v, s);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
+                          const float* q, const float* k, const float* v, const AttnShape& s) override {
+    cpu::attention_backward(dq, dk, dv, dout, att, q, k, v, s);
+  }
+
+  // ---- SwiGLU ----
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+    cpu::swiglu_forward(out, gate, up, n);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       size_t n) override {
+    cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
+  }
+
+  // ---- cross-entropy ----
+  void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
+                            int V) override {
+    cpu::crossentropy_forward(losses, logits, targets, N, V);
+  }
+  void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V,
+                             float scale) override {
+    cpu::crossentropy_backward(dlogits, logits, targets, N, V, scale);
+  }
+
+  // ---- binary mapper ----
+  void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H,
+                             uint64_t seed, uint64_t stream) override {
+    cpu::binary_mapper_forward(codes, p, logits, N, H, seed, stream);
+  }
+  void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N,
+                              int C, int H) override {
+    cpu::binary_mapper_backward(dlogits, dR, W, p, N, C, H);
+  }
+  void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C,
+                            int H) override {
+    cpu::post_sampler_forward(R, codes, W, N, C, H);
+  }
+  void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C,
+                             int H) override {
+    cpu::post_sampler_backward(dW, dR, codes, N, C, H);
+  }
+  void kl_forward(float* kl, const float* p, int N, int H) override { cpu::kl_forward(kl, p, N, H); }
+  void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa,
+                   float scale) override {
+    cpu::kl_backward(dlogits, p, kl, N, H, kappa, scale);
+  }
+
+  // ---- optimizer ----
+  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
+                    float beta1, float beta2, float eps, float weight_decay, int t) override {
+    cpu::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cpu_backend() { return std::make_unique<CpuBackend>(); }
+
+}  // namespace ftx

@@ -1,0 +1,106 @@
+// ftx score: log-probabilities of given token sequences under a checkpoint, optionally with given
+// latent codes. The interface other implementations use to check ours (issue 2):
+//   input  {"tokens": [[...], ...], "codes": [[...], ...]}   (codes optional, len(tokens[i]) - 1)
+//   output {"logprobs": [[...], ...], "ce": mean -logprob, "kl": mean posterior KL per position}
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "app/common.h"
+#include "kernels/philox.h"
+
+namespace ftx::app {
+namespace {
+
+using nlohmann::json;
+
+struct ScoreInput {
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<std::vector<uint32_t>> codes;  // empty: from the encoder
+};
+
+Result<ScoreInput> read_input(const std::string& path, const ModelConfig& m) {
+  std::ifstream f(path);
+  if (!f) return make_error(path + ": cannot open");
+  json j = json::parse(f, nullptr, false);
+  if (j.is_discarded()) return make_error(path + ": not valid JSON");
+  if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
+    return make_error(path + ": expected an object with \"tokens\": [[...], ...]");
+  ScoreInput in;
+  const bool has_codes = j.contains("codes");
+  if (has_codes && (!j["codes"].is_array() || j["codes"].size() != j["tokens"].size()))
+    return make_error(path + ": \"codes\" must be a list with one entry per sequence of \"tokens\"");
+  if (has_codes && !m.is_free()) return make_error(path + ": \"codes\" given but the checkpoint has no latent");
+  for (size_t i = 0; i < j["tokens"].size(); ++i) {
+    const json& row = j["tokens"][i];
+    const std::string where = path + ": tokens[" + std::to_string(i) + "]";
+    if (!row.is_array() || row.size() < 2) return make_error(where + ": need a list of at least 2 token ids");
+    if (static_cast<int>(row.size()) - 1 > m.max_seq_len)
+      return make_error(where + ": " + std::to_string(row.size()) + " tokens exceed the context of " +
+                        std::to_string(m.max_seq_len + 1));
+    std::vector<int32_t> t;
+    for (const json& v : row) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.vocab_size)
+        return make_error(where + ": token " + v.dump() + " is not an id in 0.." + std::to_string(m.vocab_size - 1));
+      t.push_back(v.get<int32_t>());
+    }
+    in.tokens.push_back(std::move(t));
+    if (!has_codes) continue;
+    const json& cr = j["codes"][i];
+    const std::string cw = path + ": codes[" + std::to_string(i) + "]";
+    if (!cr.is_array() || cr.size() != row.size() - 1)
+      return make_error(cw + ": need " + std::to_string(row.size() - 1) + " codes (one per input position)");
+    std::vector<uint32_t> c;
+    for (const json& v : cr) {
+      if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.num_codes())
+        return make_error(cw + ": code " + v.dump() + " outside 0.." + std::to_string(m.num_codes() - 1));
+      c.push_back(v.get<uint32_t>());
+    }
+    in.codes.push_back(std::move(c));
+  }
+  return in;
+}
+
+}  // namespace
+
+void add_score_options(CLI::App& app, ScoreArgs& a) {
+  auto* c = app.add_subcommand("score", "Log-probabilities of token sequences under a checkpoint (JSON in, JSON out)");
+  c->add_option("--checkpoint", a.checkpoint, "Checkpoint directory")->required();
+  c->add_option("--input", a.input, "JSON file {\"tokens\": [[...]], \"codes\": [[...]]}")->required();
+  c->add_option("--seed", a.seed, "Seed of the encoder's samples when no codes are given")->capture_default_str();
+  c->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+}
+
+int run_score(const ScoreArgs& a) {
+  auto lm = load_model_dir(a.checkpoint, a.device);
+  if (!lm) return fail(lm.error());
+  Model& model = *lm->model;
+  auto in = read_input(a.input, model.config());
+  if (!in) return fail(in.error());
+  json logprobs = json::array();
+  double ce_sum = 0, kl_sum = 0;
+  int64_t n_pred = 0;
+  for (size_t i = 0; i < in->tokens.size(); ++i) {
+    const auto& t = in->tokens[i];
+    const int T = static_cast<int>(t.size()) - 1;
+    auto state = model.make_state(1, T);
+    const uint32_t* codes = in->codes.empty() ? nullptr : in->codes[i].data();
+    StepStats st = model.forward(*state, t.data(), t.data() + 1, codes, a.seed, kStreamEval + i, 0.0f);
+    std::vector<float> losses(T);
+    model.read_token_losses(*state, losses.data());
+    json row = json::array();
+    for (float l : losses) row.push_back(-static_cast<double>(l));
+    logprobs.push_back(std::move(row));
+    ce_sum += st.ce * T, kl_sum += st.kl * T, n_pred += T;
+  }
+  json out{{"logprobs", logprobs},
+           {"ce", n_pred ? ce_sum / n_pred : 0.0},
+           {"kl", n_pred ? kl_sum / n_pred : 0.0}};
+  std::printf("%s\n", out.dump().c_str());
+  return 0;
+}
+
+}  // namespace ftx::app

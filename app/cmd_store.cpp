@@ -1,0 +1,80 @@
+// ftx runs / ftx metrics: read the run store (read-only; safe while a run is training).
+#include <cmath>
+#include <cstdio>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "app/commands.h"
+#include "app/common.h"
+#include "core/store/run_store.h"
+
+namespace ftx::app {
+namespace {
+
+double last_value(RunStore& s, int64_t run, const std::string& key, int64_t* step = nullptr) {
+  auto rows = s.metrics(run, key);
+  if (!rows || rows->empty()) return std::nan("");
+  if (step) *step = rows->back().step;
+  return rows->back().value;
+}
+
+}  // namespace
+
+void add_runs_options(CLI::App& app, StoreArgs& a) {
+  auto* c = app.add_subcommand("runs", "List the runs of a run store");
+  c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
+}
+
+void add_metrics_options(CLI::App& app, StoreArgs& a) {
+  auto* c = app.add_subcommand("metrics", "Print the metrics of a run");
+  c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
+  c->add_option("--run", a.run, "Run name")->required();
+  c->add_option("--key", a.key, "Only this metric (e.g. train/kl)");
+  c->add_flag("--csv", a.csv, "CSV output: step,key,value,wall_time");
+}
+
+int run_runs(const StoreArgs& a) {
+  auto store = RunStore::open_readonly(a.db);
+  if (!store) return fail(store.error());
+  auto runs = store->list_runs();
+  if (!runs) return fail(runs.error());
+  std::printf("%-24s %-8s %-7s %3s %9s %7s %8s %8s %8s\n", "run", "status", "preset", "H", "kappa_bit", "step",
+              "train_ce", "train_kl", "val_ce_pr");
+  for (const RunInfo& r : *runs) {
+    auto cfg = nlohmann::json::parse(r.config_json, nullptr, false);
+    std::string preset = "?";
+    int H = 0;
+    double kappa_bits = std::nan("");
+    if (!cfg.is_discarded() && cfg.is_object()) {
+      const auto& t = cfg.value("train", nlohmann::json::object());
+      preset = t.value("preset", std::string("?"));
+      kappa_bits = t.value("kappa_nats", 0.0) / std::log(2.0);
+      H = cfg.value("model", nlohmann::json::object()).value("free_transformer", nlohmann::json::object()).value("latent_bits", 0);
+    }
+    int64_t step = 0;
+    const double ce = last_value(*store, r.id, "train/ce", &step);
+    std::printf("%-24s %-8s %-7s %3d %9.4g %7lld %8.4f %8.4f %8.4f\n", r.name.c_str(), r.status.c_str(), preset.c_str(),
+                H, kappa_bits, static_cast<long long>(step), ce, last_value(*store, r.id, "train/kl"),
+                last_value(*store, r.id, "val/ce_prior"));
+  }
+  return 0;
+}
+
+int run_metrics(const StoreArgs& a) {
+  auto store = RunStore::open_readonly(a.db);
+  if (!store) return fail(store.error());
+  auto info = store->find_run(a.run);
+  if (!info) return fail(info.error());
+  auto rows = store->metrics(info->id, a.key);
+  if (!rows) return fail(rows.error());
+  if (rows->empty() && !a.key.empty()) return fail("run '" + a.run + "' has no metric '" + a.key + "'");
+  if (a.csv) std::printf("step,key,value,wall_time\n");
+  for (const MetricRow& m : *rows) {
+    if (a.csv) std::printf("%lld,%s,%.9g,%.3f\n", static_cast<long long>(m.step), m.key.c_str(), m.value, m.wall_time);
+    else std::printf("%7lld  %-24s %.6g\n", static_cast<long long>(m.step), m.key.c_str(), m.value);
+  }
+  return 0;
+}
+
+}  // namespace ftx::app

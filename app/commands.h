@@ -1,0 +1,69 @@
+// The ftx subcommands: each declares its flags once (with help text) and runs from its args.
+#pragma once
+#include <CLI/CLI.hpp>
+#include <optional>
+#include <string>
+
+#include "core/train/train_config.h"
+
+namespace ftx::app {
+
+inline constexpr const char* kDefaultDb = "workspace/runs.db";
+
+struct TrainArgs {
+  TrainConfig train;
+  std::string preset = "small";
+  std::optional<int> layers, dim, heads, kv_heads, ffn;
+  int latent_bits = 8;
+  std::optional<double> kappa_bits, kappa_nats, kappa_start_bits;
+  int steps = 3000;
+  bool steps_given = false;
+  std::string db = kDefaultDb, run, device = "cpu";
+  bool resume = false, quiet = false;
+};
+void add_train_options(CLI::App& app, TrainArgs& a);
+int run_train(TrainArgs& a);
+
+struct GenerateArgs {
+  std::string db = kDefaultDb, run, checkpoint, prompt, device = "cpu";
+  std::optional<int> step;
+  int independent = 8, fixed_groups = 3, group_size = 8, top_k = 0;
+  uint64_t seed = 1;
+  float temperature = 1.0f;
+  bool json = false;
+};
+void add_generate_options(CLI::App& app, GenerateArgs& a);
+int run_generate(const GenerateArgs& a);
+
+struct ScoreArgs {
+  std::string checkpoint, input, device = "cpu";
+  uint64_t seed = 1;
+};
+void add_score_options(CLI::App& app, ScoreArgs& a);
+int run_score(const ScoreArgs& a);
+
+struct StoreArgs {
+  std::string db = kDefaultDb, run, key;
+  bool csv = false;
+};
+void add_runs_options(CLI::App& app, StoreArgs& a);
+void add_metrics_options(CLI::App& app, StoreArgs& a);
+int run_runs(const StoreArgs& a);
+int run_metrics(const StoreArgs& a);
+
+struct BenchArgs {
+  std::string preset = "small", device = "cpu";
+  int latent_bits = 8, batch = 64, warmup = 5, steps = 20;
+};
+void add_bench_options(CLI::App& app, BenchArgs& a);
+int run_bench(const BenchArgs& a);
+
+struct DemoArgs {
+  std::string workspace = "workspace";
+  int steps = 0;  // 0: the recipe's default
+  bool fresh = false;
+};
+void add_demo_options(CLI::App& app, DemoArgs& a);
+int run_demo(const DemoArgs& a);
+
+}  // namespace ftx::app

@@ -1,0 +1,97 @@
+#include "app/common.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "core/io/checkpoint.h"
+#include "core/store/run_store.h"
+#include "datasets/coinflip.h"
+#include "datasets/synthetic.h"
+
+namespace ftx::app {
+
+int fail(const Error& e) { return fail(e.message); }
+
+int fail(const std::string& message) {
+  std::fflush(stdout);
+  std::fprintf(stderr, "ftx: %s\n", message.c_str());
+  return 1;
+}
+
+std::unique_ptr<BatchSource> make_dataset(const TrainConfig& t) {
+  if (t.dataset == "coinflip") return std::make_unique<CoinflipDataset>(t.coinflip_len, t.coinflip_eps, t.seed);
+  return std::make_unique<SyntheticDataset>(t.seed);
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, Error* err) {
+  if (device == "cpu") return make_cpu_backend();
+  if (device == "cuda") {
+    *err = make_error("--device cuda: this build has no CUDA backend yet (use --device cpu)");
+    return nullptr;
+  }
+  *err = make_error("--device '" + device + "': unknown (expected cpu or cuda)");
+  return nullptr;
+}
+
+Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device) {
+  LoadedModel lm;
+  Error err;
+  lm.backend = make_backend(device, &err);
+  if (!lm.backend) return err;
+  auto ck = load_checkpoint(dir, false);
+  if (!ck) return ck.error();
+  lm.model = std::make_unique<Model>(*lm.backend, ck->config);
+  lm.model->load_params(ck->params.data());
+  lm.dir = dir;
+  return lm;
+}
+
+Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,
+                                   const std::string& device) {
+  auto store = RunStore::open_readonly(db);
+  if (!store) return store.error();
+  auto info = store->find_run(run);
+  if (!info) return info.error();
+  auto rows = store->checkpoints(info->id);
+  if (!rows) return rows.error();
+  if (rows->empty()) return make_error("run '" + run + "' in " + db + " has no checkpoint yet");
+  const CheckpointRow* pick = &rows->back();
+  if (step) {
+    pick = nullptr;
+    for (const auto& r : *rows)
+      if (r.step == *step) pick = &r;
+    if (!pick) {
+      std::string have;
+      for (const auto& r : *rows) have += (have.empty() ? "" : ", ") + std::to_string(r.step);
+      return make_error("run '" + run + "' has no checkpoint at step " + std::to_string(*step) + " (have: " + have + ")");
+    }
+  }
+  auto lm = load_model_dir(pick->path, device);
+  if (!lm) return lm.error();
+  lm->step = static_cast<int>(pick->step);
+  return lm;
+}
+
+bool use_color() {
+  static const bool on = isatty(STDOUT_FILENO) && std::getenv("NO_COLOR") == nullptr;
+  return on;
+}
+
+std::string style(const std::string& text, const char* ansi) {
+  if (!use_color()) return text;
+  return std::string("\033[") + ansi + "m" + text + "\033[0m";
+}
+
+std::string format_duration(double s) {
+  if (!(s >= 0) || s > 1e7) return "--";
+  char buf[32];
+  const int t = static_cast<int>(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", t / 3600, t / 60 % 60);
+  else if (t >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", t / 60, t % 60);
+  else std::snprintf(buf, sizeof buf, "%ds", t);
+  return buf;
+}
+
+}  // namespace ftx::app

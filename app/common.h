@@ -1,0 +1,38 @@
+// Wiring shared by the ftx commands: datasets by name, loading a run's checkpoint, terminal
+// colours, the one-line error convention (print "ftx: <message>", exit code 1).
+#pragma once
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/data/batch_source.h"
+#include "core/model/model.h"
+#include "core/train/train_config.h"
+#include "core/util/result.h"
+
+namespace ftx::app {
+
+int fail(const Error& e);                 // prints the error, returns 1
+int fail(const std::string& message);
+
+std::unique_ptr<BatchSource> make_dataset(const TrainConfig& t);
+std::unique_ptr<Backend> make_backend(const std::string& device, Error* err);
+
+// A loaded model with its checkpoint directory and step.
+struct LoadedModel {
+  std::unique_ptr<Backend> backend;
+  std::unique_ptr<Model> model;
+  std::string dir;
+  int step = 0;
+};
+Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device);
+// The checkpoint of run `run` at `step` (latest when absent) in the database.
+Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,
+                                   const std::string& device);
+
+// Terminal styling (only when stdout is a terminal and NO_COLOR is unset).
+bool use_color();
+std::string style(const std::string& text, const char* ansi);  // ansi e.g. "1;33"
+std::string format_duration(double seconds);
+
+}  // namespace ftx::app

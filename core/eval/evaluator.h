@@ -1,0 +1,45 @@
+// Evaluation during and after training (DESIGN.md sections 5 and 6): validation cross-entropy with
+// Z from the posterior (optimistic: the encoder saw the targets) and from the uniform prior (what
+// generation sees), KL, ELBO, and for the synthetic task the Figure 4 group metrics measured on
+// generations: independent groups (a new Z per sequence) and fixed-Z groups (one Z per group).
+//
+// Deliberately not here: printing (app/), storing (the caller writes the returned metrics).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/data/batch_source.h"
+#include "core/model/model.h"
+#include "core/sample/sampler.h"
+
+namespace ftx {
+
+struct EvalConfig {
+  int val_sequences = 256;  // held-out sequences for the CE / KL numbers
+  int prompts = 16;         // synthetic task: one independent and one fixed-Z group per prompt
+  int group_size = 8;
+  bool synthetic = true;
+  uint64_t seed = 1234;
+  float temperature = 1.0f;
+};
+
+using Metrics = std::vector<std::pair<std::string, double>>;
+
+// One prompt's Figure 4 comparison: group 0 is independent (a new Z per sequence), groups
+// 1..fixed_groups each reuse one Z drawn from the prior. Seeds derive from `seed`.
+struct GroupResult {
+  int group = 0;
+  bool fixed = false;
+  std::vector<Generation> gens;
+  std::vector<uint64_t> latent_seeds;  // the Z seed of each sequence (the group's for fixed groups)
+  double valid = 0, agreement = 0, noise_agreement = 0;
+};
+std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>& prompt, int independent,
+                                        int fixed_groups, int group_size, uint64_t seed, const SampleConfig& cfg,
+                                        const std::string& alphabet);
+
+Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, float kappa);
+
+}  // namespace ftx

@@ -1,0 +1,54 @@
+// Synthetic-task metrics (DESIGN.md section 6): is a generated body a valid synthetic sequence,
+// where can its target start, and how much do the generations of one group agree (Figure 4).
+// Choices the design leaves open, made here:
+//  - "'!' outside the target" = '!' positions not covered by ANY possible target window (the union
+//    of the windows of all possible starts), so a '!' that may be hiding a target end is not
+//    counted as noise.
+//  - agreement and noise agreement are NaN when a group has fewer than 2 valid generations (no
+//    pair to compare); average groups with mean_defined(), which skips NaN.
+//  - the Jaccard overlap of two empty '!' sets is 1 (both generations agree: no noise).
+// Deliberately not here: sampling, the model, the run store (the caller writes synth/* metrics).
+#pragma once
+#include <string>
+#include <vector>
+
+#include "core/util/result.h"
+
+namespace ftx {
+
+inline constexpr int kSynthBodyLen = 64;
+inline constexpr int kSynthTargetLen = 8;
+inline constexpr int kSynthMinLetters = 4;
+inline constexpr int kSynthNumStarts = kSynthBodyLen - kSynthTargetLen + 1;  // 57
+
+struct SynthAnalysis {
+  bool valid = false;
+  std::string reason;              // why not valid; empty when valid
+  int letters = 0;                 // occurrences of the letter in the body
+  std::vector<int> starts;         // possible target starts, ascending, in [0, 56]; empty if invalid
+  std::vector<int> noise_outside;  // '!' positions outside every possible window, ascending
+};
+
+SynthAnalysis analyze_body(const std::string& body, char letter);
+
+struct GroupMetrics {
+  int n = 0;                     // generations in the group
+  int n_valid = 0;
+  double valid = 0.0;            // n_valid / n (NaN when n == 0)
+  double agreement = 0.0;        // pairs of valid generations whose start sets intersect (NaN if < 2 valid)
+  double noise_agreement = 0.0;  // mean Jaccard of noise_outside over those pairs (NaN if < 2 valid)
+};
+
+GroupMetrics group_metrics(const std::vector<std::string>& bodies, char letter);
+
+// Mean of the entries that are not NaN; NaN when there are none.
+double mean_defined(const std::vector<double>& values);
+
+// A generated text is the prompt "<letter>>" followed by the body.
+struct SynthText {
+  char letter = 0;
+  std::string body;
+};
+Result<SynthText> split_generation(const std::string& text);
+
+}  // namespace ftx

@@ -1,0 +1,102 @@
+// safetensors: a strict reader and a simple fp32 writer (REFERENCE.md section A).
+//
+// Layout: [u64 little-endian N][N bytes of UTF-8 JSON header][data buffer to end of file].
+// SafetensorsFile::open() reads only the 8-byte prefix and the header (never the data buffer, so
+// multi-GB files open in constant memory) and validates everything before anything is trusted:
+// header length capped (100 MB) and checked against the file size before allocating, UTF-8 and
+// JSON, duplicate keys rejected explicitly, exact non-negative integer dims and offsets, known
+// dtypes, overflow-checked element and byte counts, END-BEGIN == numel * dtype size, offsets
+// contiguous from 0 (no gaps, no overlaps), last END + 8 + N == file size, no NUL in names,
+// __metadata__ a flat string->string map. Tensor data is read later, on demand, with pread
+// (never assuming alignment), converted to fp32 for F32, F16 and BF16.
+//
+// Deliberately not here: mmap views (kernels/ may add them on top of data_offset()), writing
+// dtypes other than F32, big-endian hosts, sharded sets (core/io/checkpoint.cpp reads the index).
+// Every error is one line "<path>: <problem>", naming the tensor and offsets where relevant.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "core/io/fs.h"
+#include "core/util/result.h"
+
+namespace ftx {
+
+// Every dtype string of the safetensors format; anything else is rejected at open().
+enum class DType {
+  BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, I64, U64, F64, C64,
+  F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F4, F6_E2M3, F6_E3M2
+};
+
+const char* dtype_name(DType t);        // "BF16"
+int dtype_bits(DType t);                // 16 (4 for F4, 6 for F6_*)
+bool parse_dtype(const std::string& s, DType* out);  // false for unknown strings
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;  // row-major; [] = scalar (1 element)
+  uint64_t begin = 0, end = 0;  // byte offsets relative to the start of the data buffer
+  int64_t numel = 0;            // product of shape (overflow-checked at open)
+};
+
+// "[2, 3]" for error messages.
+std::string shape_str(const std::vector<int64_t>& shape);
+// A name from a file, quoted for a one-line message: 'a\x0ab' (control bytes escaped).
+std::string quote_name(const std::string& s);
+
+// Converters used by the reader (exposed for tests). Exact: every f16/bf16 value is an f32.
+float f16_to_f32(uint16_t h);
+float bf16_to_f32(uint16_t b);
+
+class SafetensorsFile {
+ public:
+  // Opens and fully validates the header of `path`. The file stays open for the reads below.
+  static Result<SafetensorsFile> open(const std::string& path);
+
+  const std::string& path() const { return path_; }
+  // Tensors in file order (sorted by data offset).
+  const std::vector<TensorInfo>& tensors() const { return tensors_; }
+  const TensorInfo* find(const std::string& name) const;
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  // File offset of the data buffer (8 + N): tensor bytes are at data_offset() + begin.
+  uint64_t data_offset() const { return 8 + header_len_; }
+
+  // Reads tensor `name` converted to fp32 (F32, F16 and BF16 supported; other dtypes are an
+  // error). Errors name the file and the tensor.
+  Result<std::vector<float>> read_f32(const std::string& name) const;
+  // Same into caller memory; `count` must equal the tensor's element count.
+  Status read_f32_into(const std::string& name, float* dst, int64_t count) const;
+  // The tensor's raw bytes (any dtype); `bytes` must equal end - begin.
+  Status read_raw(const std::string& name, void* dst, uint64_t bytes) const;
+
+ private:
+  SafetensorsFile() = default;
+  Status parse_header(const std::string& header, uint64_t data_size);
+  Result<const TensorInfo*> lookup(const std::string& name) const;
+  std::string path_;
+  UniqueFd fd_;
+  uint64_t header_len_ = 0;
+  std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> by_name_;
+  std::map<std::string, std::string> metadata_;
+};
+
+// One fp32 tensor to write; `data` holds numel(shape) floats (no alignment needed).
+struct NamedTensor {
+  std::string name;
+  std::vector<int64_t> shape;
+  const float* data = nullptr;
+};
+
+// Writes a safetensors file: tensors laid out in the given order as F32, header padded with
+// spaces to a multiple of 8, file fsynced. Names must be unique, non-empty, without NUL, and not
+// "__metadata__". On any I/O failure (ENOSPC, EFBIG, EACCES, ...) the partial file is removed and
+// the error names the path.
+Status write_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace ftx

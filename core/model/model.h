@@ -1,0 +1,94 @@
+// The Free Transformer (PAPER.md section 2, DESIGN.md section 4) and, with latent_bits == 0, the
+// plain decoder, as explicit forward and backward passes over Backend ops (STYLE.md section 4).
+// Parameters and gradients live in one arena each on the backend; activations for one (B, T) live
+// in a ModelState sized once; the KV cache for generation lives in a DecodeState.
+//
+// Deliberately not here: the optimizer (core/train), sampling policies (core/sample), file I/O.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/model/config.h"
+#include "core/model/model_state.h"
+#include "core/model/params.h"
+#include "kernels/backend.h"
+
+namespace ftx {
+
+struct InitConfig {
+  float std = 0.02f;              // normal init of every matrix
+  bool scale_residual = true;     // o_proj and down_proj std / sqrt(2 L)
+  float post_sampler_std = 0.02f; // free.post_sampler.weight
+  float zeta_std = 1.0f;          // free.zeta (goes through RMSNorm: only its direction matters)
+};
+
+struct StepStats {
+  double ce = 0;         // mean cross-entropy over B*T predictions (nats)
+  double kl = 0;         // mean KL_t over B*T positions (nats)
+  double kl_excess = 0;  // mean max(0, KL_t - kappa): the free-bits term of the loss
+  double loss = 0;       // ce + kl_excess
+};
+
+
+class Model {
+ public:
+  Model(Backend& backend, const ModelConfig& config);
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const { return cfg_; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  Backend& backend() { return be_; }
+  int64_t num_params() const { return n_params_; }
+  float* params() { return params_; }  // (num_params) on the backend
+  float* grads() { return grads_; }    // (num_params) on the backend
+
+  void init_weights(uint64_t seed, const InitConfig& init);
+  void load_params(const float* host);  // (num_params) host, arena order of specs()
+  void save_params(float* host) const;
+  void zero_grad();
+
+  std::unique_ptr<ModelState> make_state(int B, int T);
+  // Runs the whole model on inputs (B, T) (host int32). targets (B, T) may be null: no CE then.
+  // Latent: when codes (B, T) (host) are given they are used as Z (prior, fixed or edited codes);
+  // otherwise Z is sampled from the encoder with Philox (seed, stream). The encoder always runs
+  // for a Free Transformer, so KL and the pass-through gradient exist in both cases.
+  StepStats forward(ModelState& s, const int32_t* inputs, const int32_t* targets, const uint32_t* codes,
+                    uint64_t seed, uint64_t stream, float kappa_nats);
+  // Accumulates d(loss)/d(params) into grads() for the last forward of s (which needs targets).
+  void backward(ModelState& s);
+
+  // Host copies of the last forward's results.
+  void read_codes(const ModelState& s, uint32_t* host) const;       // (B, T)
+  void read_bit_probs(const ModelState& s, float* host) const;      // (B, T, H)
+  void read_kl(const ModelState& s, float* host) const;             // (B, T) nats
+  void read_token_losses(const ModelState& s, float* host) const;   // (B, T) -log p(target)
+  void read_logits(const ModelState& s, float* host) const;         // (B, T, V)
+
+  // Generation with a KV cache: feed one position at a time for all B sequences.
+  std::unique_ptr<DecodeState> make_decode_state(int B, int max_len);
+  // tokens (B) at position pos (all sequences at the same position); codes (B) = Z at pos
+  // (ignored for the plain decoder). Writes next-token logits (B, V) to host.
+  void decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, int pos, float* logits_host);
+
+ private:
+  struct BlockW;
+  BlockW block_weights(const std::string& prefix, float* base) const;
+  void block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
+                     int T, bool causal);
+  void block_backward(const BlockW& w, const BlockW& dw, BlockActs& a, const float* q_in, const float* kv_in,
+                      const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal);
+  float* param(const std::string& name) const;
+  float* grad(const std::string& name) const;
+
+  Backend& be_;
+  ModelConfig cfg_;
+  std::vector<ParamSpec> specs_;
+  int64_t n_params_ = 0;
+  float* params_ = nullptr;
+  float* grads_ = nullptr;
+};
+
+}  // namespace ftx

@@ -1,0 +1,72 @@
+// Activation and KV-cache buffers of the model, carved out of one backend allocation each.
+// Only core/model reads these fields; others hold the objects and pass them back to Model.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "kernels/backend.h"
+
+namespace ftx {
+
+// Activations of one block for one (B, T), kept for backward.
+struct BlockActs {
+  float* ln_q;     // (N, C) norm1(q_in)
+  float* rstd_q;   // (N)
+  float* ln_kv;    // (N, C) norm1(kv_in), or == ln_q when the block has one input
+  float* rstd_kv;  // (N)
+  float* q;        // (N, NH*HS) after RoPE
+  float* k;        // (N, NKV*HS) after RoPE
+  float* v;        // (N, NKV*HS)
+  float* att;      // (B, NH, T, T) probabilities
+  float* atty;     // (N, NH*HS)
+  float* a;        // (N, C) q_in + o_proj(atty)
+  float* ln2;      // (N, C)
+  float* rstd2;    // (N)
+  float* gate;     // (N, F)
+  float* up;       // (N, F)
+  float* hmid;     // (N, F) silu(gate) * up
+};
+
+// All activations and scratch for one (B, T): one allocation, carved into named buffers.
+class ModelState {
+ public:
+  explicit ModelState(Backend& be) : be(be) {}
+  ~ModelState() { be.release(arena); }
+  ModelState(const ModelState&) = delete;
+  ModelState& operator=(const ModelState&) = delete;
+  Backend& be;
+  int B = 0, T = 0;
+  float* arena = nullptr;
+  size_t arena_floats = 0;
+  int32_t* tokens = nullptr;   // (2, N): inputs then targets, on the backend
+  uint32_t* codes = nullptr;   // (N)
+  std::vector<float*> xs;      // L+1 residual streams (N, C): xs[l] is the input of block l
+  std::vector<BlockActs> blocks;  // L decoder blocks
+  BlockActs enc{};      // encoder block
+  float *zeta_b, *kv_inj, *enc_out, *enc_ln, *enc_rstd, *bit_logits, *p, *kl, *R;
+  float *ln_f, *rstd_f, *logits, *losses;
+  // backward scratch
+  float *dx, *dx2, *d_a, *d_ln, *d_ln_kv, *d_atty, *dq, *dk, *dv, *d_gate, *d_up, *d_hmid;
+  float *d_enc_q, *d_enc_kv, *d_enc_out, *d_bits;
+  bool has_targets = false;
+  float kappa = 0;
+  bool free = false;
+};
+
+class DecodeState {
+ public:
+  explicit DecodeState(Backend& be) : be(be) {}
+  ~DecodeState() { be.release(arena); }
+  DecodeState(const DecodeState&) = delete;
+  DecodeState& operator=(const DecodeState&) = delete;
+  Backend& be;
+  int B = 0, max_len = 0;
+  float* arena = nullptr;
+  int32_t* tokens = nullptr;   // (B)
+  uint32_t* codes = nullptr;   // (B)
+  std::vector<float*> kcache, vcache;  // per layer (B, max_len, NKV, HS)
+  BlockActs scratch{};  // sized for (B, 1) with att (B, NH, 1, max_len)
+  float *x, *x2, *kv_in, *R, *ln_f, *rstd_f, *logits;
+};
+
+}  // namespace ftx

@@ -1,0 +1,69 @@
+// Generation with a KV cache under a latent policy (DESIGN.md section 3). A latent is one code
+// z[t] in [0, 2^H) per input position; once drawn it is kept. Same seeds, same output, always:
+// every draw is Philox addressed by (seed, stream, position).
+//
+// Deliberately not here: the Figure 4 grouping and metrics (core/eval), printing (app/).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/model/model.h"
+#include "core/util/result.h"
+
+namespace ftx {
+
+enum class LatentKind { FromEncoder, Uniform, Fixed, Edited };
+
+struct LatentPolicy {
+  LatentKind kind = LatentKind::Uniform;
+  uint64_t seed = 0;                        // Uniform / FromEncoder: codes past the prompt
+  std::vector<uint32_t> codes;              // Fixed / Edited: one per input position
+  std::vector<std::pair<int, int>> flips;   // Edited: (position, bit) pairs to flip
+
+  static LatentPolicy from_encoder(uint64_t seed) { return {LatentKind::FromEncoder, seed, {}, {}}; }
+  static LatentPolicy uniform(uint64_t seed) { return {LatentKind::Uniform, seed, {}, {}}; }
+  static LatentPolicy fixed(std::vector<uint32_t> c) { return {LatentKind::Fixed, 0, std::move(c), {}}; }
+  static LatentPolicy edited(std::vector<uint32_t> c, std::vector<std::pair<int, int>> f) {
+    return {LatentKind::Edited, 0, std::move(c), std::move(f)};
+  }
+};
+
+const char* latent_kind_name(LatentKind k);
+
+// Codes drawn from the uniform prior for positions [0, n) under seed.
+std::vector<uint32_t> uniform_codes(uint64_t seed, int n, int latent_bits);
+
+struct SampleConfig {
+  float temperature = 1.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = all tokens
+  int max_new_tokens = 64;
+  Status validate() const;
+};
+
+struct SequenceSpec {
+  LatentPolicy latent;
+  uint64_t sample_seed = 0;  // token sampling
+};
+
+struct Generation {
+  std::vector<int32_t> tokens;  // prompt + generated
+  std::vector<uint32_t> codes;  // one per input position (tokens.size() - 1); empty for the baseline
+  uint64_t sample_seed = 0;
+};
+
+// Generates one sequence per spec, all from the same prompt, batched through one KV cache.
+// The prompt must be non-empty and prompt + max_new_tokens must fit the model's max_seq_len
+// (checked by the caller: see check_prompt).
+std::vector<Generation> generate(Model& model, const std::vector<int32_t>& prompt,
+                                 const std::vector<SequenceSpec>& specs, const SampleConfig& cfg);
+
+// One-line errors for prompts a user typed: empty, too long for the context, or wrong codes.
+Status check_generation_request(const ModelConfig& m, int prompt_len, const SampleConfig& cfg,
+                                const std::vector<SequenceSpec>& specs);
+
+// Samples a token from logits (V) with temperature / top-k using uniform u in [0, 1).
+int32_t sample_token(const float* logits, int V, float temperature, int top_k, float u);
+
+}  // namespace ftx

@@ -1,0 +1,139 @@
+// RunStore: the SQLite run store (DESIGN.md section 5), one database file per workspace.
+// Tables runs, metrics, events, checkpoints, generations, benchmarks and reference (the paper's
+// tables), versioned by PRAGMA user_version (kSchemaVersion) with forward migrations.
+// WAL journal, synchronous=NORMAL: one writer per run, any number of readers, so the studio can tail
+// a database that a headless `ftx train` is writing. Metrics are buffered in memory and written in
+// one transaction per flush(). Every failure (locked past the busy timeout, disk full, corrupt or
+// foreign file, newer schema) comes back as a one-line Error naming the database path; nothing
+// throws or aborts, and rows committed earlier stay.
+// Deliberately not here: no ORM, no query language for the views (they get rows), no thread
+// safety inside one RunStore (one object per thread; readers open their own connection), no
+// deletion of runs (a run is history; a resumed run trims its own metrics).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/util/result.h"
+
+struct sqlite3;
+
+namespace ftx {
+
+inline constexpr int kSchemaVersion = 1;
+inline constexpr int kDefaultBusyTimeoutMs = 5000;
+
+struct RunInfo {
+  int64_t id = 0;
+  std::string name, created_at, status, config_json, notes;  // created_at: ISO-8601 UTC
+};
+
+struct MetricRow {
+  int64_t step = 0;
+  std::string key;
+  double value = 0.0;      // NaN round-trips (SQLite stores it as NULL)
+  double wall_time = 0.0;  // seconds since the Unix epoch, taken in add_metric
+};
+
+struct EventRow {
+  int64_t step = 0;
+  std::string kind, payload_json;
+};
+
+struct CheckpointRow {
+  int64_t step = 0;
+  std::string path, sha256;
+};
+
+struct GenerationRow {
+  int64_t id = 0;  // assigned by the store; ignored by add_generation
+  int64_t run_id = 0;
+  int64_t step = 0;
+  std::string prompt, policy;  // policy: "independent", "fixed", ... (DESIGN.md section 3)
+  int64_t group_id = 0;
+  uint64_t seed = 0;            // stored bit-for-bit in a signed INTEGER column
+  std::vector<uint32_t> codes;  // (T,) latent code per position; BLOB of uint32 little-endian
+  std::string text;
+};
+
+struct BenchmarkRow {
+  int64_t step = 0;
+  std::string task, metric;
+  double value = 0.0;
+  int64_t n = 0;  // items scored
+};
+
+struct ReferenceRow {
+  std::string source, model_size, train_tokens, benchmark, metric, model;
+  std::optional<double> kappa_bits;  // none for the baseline
+  std::string statistic;             // "final", "last_third_mean"
+  double value = 0.0;
+};
+
+class RunStore {
+ public:
+  // Creates the file if missing and migrates it to kSchemaVersion.
+  static Result<RunStore> open(const std::string& path, int busy_timeout_ms = kDefaultBusyTimeoutMs);
+  // The file must exist and already be at kSchemaVersion; every write fails.
+  static Result<RunStore> open_readonly(const std::string& path,
+                                        int busy_timeout_ms = kDefaultBusyTimeoutMs);
+
+  RunStore(RunStore&& other) noexcept;
+  RunStore& operator=(RunStore&& other) noexcept;
+  RunStore(const RunStore&) = delete;
+  RunStore& operator=(const RunStore&) = delete;
+  ~RunStore();  // best-effort flush of buffered metrics; call flush() to see its error
+
+  const std::string& path() const { return path_; }
+
+  Result<int64_t> create_run(const std::string& name, const std::string& config_json);
+  Result<RunInfo> find_run(const std::string& name);
+  Result<std::vector<RunInfo>> list_runs();  // ordered by id
+  Status set_status(int64_t run_id, const std::string& status);  // running/paused/done/stopped/failed
+  Status set_notes(int64_t run_id, const std::string& notes);
+
+  // Buffered in memory until flush(), which writes every buffered row in ONE transaction. On a
+  // failed flush the rows stay buffered and the next flush retries them.
+  void add_metric(int64_t run_id, int64_t step, const std::string& key, double value);
+  Status flush();
+  size_t pending_metrics() const { return pending_.size(); }
+  Result<std::vector<MetricRow>> metrics(int64_t run_id, const std::string& key_or_empty);  // by key, step
+  Result<std::vector<std::string>> metric_keys(int64_t run_id);                              // sorted
+  // Resume: drops stored and buffered metrics with step > `step` so the curve continues exactly.
+  // Events, generations and benchmarks past the step stay (they are history, not a curve).
+  Status delete_metrics_after(int64_t run_id, int64_t step);
+
+  Status add_event(int64_t run_id, int64_t step, const std::string& kind, const std::string& payload_json);
+  Result<std::vector<EventRow>> events(int64_t run_id);  // in insertion order
+  Status add_checkpoint(int64_t run_id, int64_t step, const std::string& path, const std::string& sha256);
+  Result<std::vector<CheckpointRow>> checkpoints(int64_t run_id);  // ordered by step
+  Status add_generation(const GenerationRow& g);
+  Result<std::vector<GenerationRow>> generations(int64_t run_id, int64_t step);  // by group, id
+  Status add_benchmark(int64_t run_id, const BenchmarkRow& b);
+  Result<std::vector<BenchmarkRow>> benchmarks(int64_t run_id);  // by task, metric, step
+
+  // Loads paper_tables.csv (header table|source,model_size,train_tokens,benchmark,metric,model,
+  // kappa_bits,statistic,value; no quoted fields) into `reference` when that table is empty.
+  Status import_reference_csv(const std::string& csv_path);
+  Result<std::vector<ReferenceRow>> reference();  // in file order
+  Status integrity_check();                        // PRAGMA integrity_check == "ok"
+
+  sqlite3* native_handle() const { return db_; }  // diagnostics and tests only
+
+ private:
+  struct PendingMetric {
+    int64_t run_id, step;
+    std::string key;
+    double value, wall_time;
+  };
+  RunStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  static Result<RunStore> open_impl(const std::string& path, bool readonly, int busy_timeout_ms);
+  void close();
+
+  sqlite3* db_ = nullptr;
+  std::string path_;
+  std::vector<PendingMetric> pending_;
+};
+
+}  // namespace ftx

@@ -1,0 +1,92 @@
+// Trainer: one training run from a fresh start or a checkpoint, writing every metric, event and
+// checkpoint to the run store (DESIGN.md sections 2 and 5). Deterministic: the latent bits of step
+// s are Philox(seed, kStreamLatent + s), the data are a pure function of (seed, position), and the
+// CPU ops use static OpenMP schedules, so a resumed run continues the uninterrupted curve exactly.
+//
+// Deliberately not here: argument parsing and printing (app/), dataset choice (app/ wires a
+// BatchSource in), threads (the caller decides where run() executes; stop is an atomic flag).
+#pragma once
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/data/batch_source.h"
+#include "core/eval/evaluator.h"
+#include "core/model/model.h"
+#include "core/store/run_store.h"
+#include "core/train/train_config.h"
+
+namespace ftx {
+
+struct StepReport {
+  int step = 0;  // updates done
+  int total_steps = 0;
+  StepStats stats;
+  double grad_norm = 0, lr = 0, kappa = 0;
+  double tokens_per_s = 0, elapsed_s = 0, eta_s = 0;
+};
+
+struct EvalReport {
+  int step = 0;
+  Metrics metrics;
+};
+
+struct TrainerCallbacks {
+  std::function<void(const StepReport&)> on_step;
+  std::function<void(const EvalReport&)> on_eval;
+  std::function<void(int step, const std::string& path)> on_checkpoint;
+};
+
+// Where a run's checkpoints live: "<db without extension>.checkpoints/<run>/step-<N>".
+std::string checkpoint_dir(const std::string& db_path, const std::string& run, int step);
+
+class Trainer {
+ public:
+  // A new run: fails when the run name exists. model_cfg and train_cfg must validate.
+  static Result<std::unique_ptr<Trainer>> start(Backend& be, const ModelConfig& model_cfg, const TrainConfig& train_cfg,
+                                                const std::string& db_path, const std::string& run);
+  // Continue a run from its latest checkpoint; its stored configs are used (steps may be raised).
+  static Result<std::unique_ptr<Trainer>> resume(Backend& be, const std::string& db_path, const std::string& run,
+                                                 std::optional<int> steps);
+  ~Trainer();
+
+  // Trains until train_config().steps or until stop becomes true (then checkpoints and returns).
+  Status run(BatchSource& data, const std::atomic<bool>& stop, const TrainerCallbacks& cb);
+  // One optimizer step, nothing recorded (benchmarks, the studio's step-once). Fills stats,
+  // grad_norm, lr, kappa and step of the report.
+  StepReport step_once(BatchSource& data);
+
+  const ModelConfig& model_config() const { return model_->config(); }
+  const TrainConfig& train_config() const { return tcfg_; }
+  int step() const { return step_; }
+  Model& model() { return *model_; }
+  RunStore& store() { return store_; }
+  int64_t run_id() const { return run_id_; }
+  int64_t data_position() const { return data_position_; }
+
+ private:
+  Trainer(Backend& be, RunStore store, const ModelConfig& mcfg, const TrainConfig& tcfg, std::string db,
+          std::string run);
+  void train_step(BatchSource& data, StepReport& rep);
+  void ensure_state(const BatchSource& data);
+  Status save_checkpoint();
+  Status eval_and_record(BatchSource& data, const TrainerCallbacks& cb);
+
+  Backend& be_;
+  RunStore store_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<ModelState> state_;
+  TrainConfig tcfg_;
+  std::string db_path_, run_;
+  int64_t run_id_ = 0;
+  int step_ = 0;
+  int last_checkpoint_step_ = -1;
+  int64_t data_position_ = 0;
+  float* adam_m_ = nullptr;  // (num_params)
+  float* adam_v_ = nullptr;  // (num_params)
+  std::vector<int32_t> batch_, inputs_, targets_;
+};
+
+}  // namespace ftx

@@ -1,0 +1,64 @@
+// CoinflipDataset: the paper's latent coin flip (PAPER.md section 1). Per sequence Z ~ B(0.5), then
+// X_1..X_T each equal to Z, flipped independently with probability eps. Tokens: '>' (start), then
+// the bits as '0'/'1' over the alphabet ">01", so seq_len() = T + 1. Sequence i is a pure function
+// of (seed, stream, i) through Philox, like the synthetic task.
+// Also the two exact next-bit probabilities a model can be compared against: given Z (what a Free
+// Transformer that drew Z may use) and given only the past bits (what a plain decoder must infer).
+// Deliberately not here: anything learned; argument checking beyond check_args().
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/data/batch_source.h"
+#include "core/util/result.h"
+#include "kernels/philox.h"
+
+namespace ftx {
+
+inline constexpr uint64_t kStreamCoinflipTrain = kStreamData + 2;
+inline constexpr uint64_t kStreamCoinflipValidation = kStreamData + 3;
+
+struct CoinflipSample {
+  int z = 0;              // latent bit
+  std::vector<int> bits;  // (T,) X_1..X_T in {0, 1}
+};
+
+class CoinflipDataset final : public BatchSource {
+ public:
+  static constexpr int kMaxT = 1 << 16;
+  // T in [1, kMaxT], eps in [0, 1]: call before constructing from user input.
+  static Status check_args(int T, double eps);
+  CoinflipDataset(int T, double eps, uint64_t seed);  // asserts check_args(T, eps).ok()
+
+  std::string name() const override { return "coinflip"; }
+  int seq_len() const override { return T_ + 1; }
+  const std::string& alphabet() const override;
+  void next(int32_t* tokens, int B) override;                               // tokens (B, T+1)
+  void validation(int32_t* tokens, int64_t first, int B) const override;  // tokens (B, T+1)
+  int64_t position() const override { return position_; }
+  void seek(int64_t position) override;  // position >= 0
+
+  CoinflipSample training_sample(int64_t index) const { return draw(kStreamCoinflipTrain, index); }
+  CoinflipSample validation_sample(int64_t index) const { return draw(kStreamCoinflipValidation, index); }
+
+ private:
+  // ceil((T+1)/4) Philox blocks per sequence: word 0 gives Z (its top bit), word t flips X_t
+  // when it is below eps * 2^32.
+  CoinflipSample draw(uint64_t stream, int64_t index) const;
+  void write_tokens(const CoinflipSample& s, int32_t* tokens) const;  // tokens (T+1,)
+
+  int T_;
+  double eps_;
+  uint64_t seed_;
+  int64_t position_ = 0;
+};
+
+// P(X_{t+1} = 1 | Z = z) = (1 - eps) z + eps (1 - z).
+double coinflip_conditional_next(int z, double eps);
+// P(X_{t+1} = 1 | X_1..X_t): the posterior over Z from the counts of ones and zeros, mixed over
+// the conditional above; computed in log space so long histories do not underflow. NaN when the
+// history is impossible under both values of Z (eps 0 or 1 with contradicting bits).
+double coinflip_posterior_next(const std::vector<int>& bits_so_far, double eps);
+
+}  // namespace ftx

@@ -1,0 +1,61 @@
+// SyntheticDataset: the Free Transformer's synthetic task (PAPER.md section 5). A sequence is the
+// prompt "<letter>>" followed by a 64-character body of '_' holding the letter 8 times in a row
+// (the target) at a uniform start in [0, 56], after which every body character, target included,
+// independently becomes '!' with probability 1/16. Alphabet kSyntheticAlphabet (token id = index).
+// Sequence i of either stream is a pure function of (seed, stream, i) through Philox, so the stream
+// is endless, seek() is O(1) and resume is exact; validation draws from a second stream.
+// Deliberately not here: batching policy, shuffling (there is nothing to shuffle), any file I/O.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "core/data/batch_source.h"
+#include "kernels/philox.h"
+
+namespace ftx {
+
+inline constexpr uint64_t kStreamSyntheticTrain = kStreamData;
+inline constexpr uint64_t kStreamSyntheticValidation = kStreamData + 1;
+
+// Everything random about one sequence.
+struct SyntheticSpec {
+  char letter = 'A';   // target letter, 'A'..'Z'
+  int start = 0;       // first body position of the target, 0..56
+  uint64_t noise = 0;  // bit p set: body position p (0..63) is '!', target included
+};
+
+class SyntheticDataset final : public BatchSource {
+ public:
+  static constexpr int kPromptLen = 2;  // letter, '>'
+  static constexpr int kBodyLen = 64;
+  static constexpr int kTargetLen = 8;
+  static constexpr int kNumStarts = kBodyLen - kTargetLen + 1;  // 57
+  static constexpr int kSeqLen = kPromptLen + kBodyLen;         // 66
+
+  explicit SyntheticDataset(uint64_t seed) : seed_(seed) {}
+
+  std::string name() const override { return "synthetic"; }
+  int seq_len() const override { return kSeqLen; }
+  const std::string& alphabet() const override;
+  void next(int32_t* tokens, int B) override;                               // tokens (B, 66)
+  void validation(int32_t* tokens, int64_t first, int B) const override;  // tokens (B, 66)
+  int64_t position() const override { return position_; }
+  void seek(int64_t position) override;  // position >= 0 (the caller validates checkpoint input)
+
+  SyntheticSpec training_spec(int64_t index) const { return draw_spec(seed_, kStreamSyntheticTrain, index); }
+  SyntheticSpec validation_spec(int64_t index) const {
+    return draw_spec(seed_, kStreamSyntheticValidation, index);
+  }
+
+  // Philox blocks 4i, 4i+1, 4i+2 of `stream`: letter and start by multiply-shift of a uint32
+  // (bias below 2^-26), noise bit p iff 4-bit nibble p is 0 (exactly 1/16).
+  static SyntheticSpec draw_spec(uint64_t seed, uint64_t stream, int64_t index);
+  static std::string make_text(const SyntheticSpec& spec);               // 66 characters
+  static void make_tokens(const SyntheticSpec& spec, int32_t* tokens);  // tokens (66,)
+
+ private:
+  uint64_t seed_;
+  int64_t position_ = 0;
+};
+
+}  // namespace ftx

@@ -1,0 +1,89 @@
+// Shared helpers of the CPU ops (kernels/cpu/ops_*.h): when to go parallel, how to split columns
+// between threads, per-thread scratch, and the exp/sigmoid used by softmax, SwiGLU and the mapper.
+//
+// Numerics: exp_nonpos<float> is a polynomial (Cephes expf, relative error about 1e-7) written so
+// that GCC vectorises it; exp_nonpos<double> is std::exp, the reference the float path is tested
+// against. Every parallel loop uses a static schedule, and every reduction combines its partial
+// sums in an order fixed by the data, not by the thread count, so a run repeats bit for bit.
+//
+// Deliberately not here: intrinsics, thread pools of our own (OpenMP's is shared with OpenBLAS).
+#pragma once
+#include <omp.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+namespace ftx::cpu {
+
+// Below this many scalar operations a parallel region costs more than it saves.
+constexpr size_t kParallelMinWork = 1 << 15;
+
+inline bool go_parallel(size_t work) { return work >= kParallelMinWork; }
+
+// [begin, end) of part `idx` when `total` items are split into `parts` contiguous ranges.
+inline int split_begin(int total, int parts, int idx) {
+  return static_cast<int>(static_cast<int64_t>(total) * idx / parts);
+}
+
+// Runs body(c0, c1) on disjoint contiguous column ranges, one per thread. Column reductions done
+// this way add rows in ascending order whatever the thread count (deterministic, race free).
+template <class Body>
+void parallel_columns(int C, size_t work, Body&& body) {
+#pragma omp parallel if (go_parallel(work))
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int c0 = split_begin(C, nt, t), c1 = split_begin(C, nt, t + 1);
+    if (c0 < c1) body(c0, c1);
+  }
+}
+
+// Per-thread buffer reused across calls (grows, never shrinks). Slot separates buffers that are
+// alive at the same time in one op.
+template <class T, int Slot>
+T* thread_scratch(size_t n) {
+  thread_local std::vector<T> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// exp(x) for x <= 0 (softmax after max subtraction, sigmoid of -|x|). NaN propagates; x < -87
+// returns 0 (the true value is below 1.7e-38).
+template <class T>
+inline T exp_nonpos(T x) {
+  return std::exp(x);
+}
+
+template <>
+inline float exp_nonpos<float>(float x) {
+  constexpr float kLo = -87.0f;
+  constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
+  const float xc = x < kLo ? kLo : x;
+  const float t = xc * 1.44269504088896341f + kMagic;
+  const float n = t - kMagic;                                            // round(x / ln 2)
+  const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kMagic);
+  float r = xc - n * 0.693359375f;                                       // ln 2, high part
+  r = r - n * -2.12194440e-4f;                                           // ln 2, low part
+  float p = 1.9875691500e-4f;                                            // e^r, |r| <= ln2/2
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const float y = p * std::bit_cast<float>((ni + 127) << 23);
+  return x < kLo ? 0.0f : y;
+}
+
+// Logistic sigmoid, stable for both signs (only exp of non-positive arguments).
+template <class T>
+inline T sigmoid(T x) {
+  const T e = exp_nonpos<T>(-std::abs(x));
+  const T inv = T(1) / (T(1) + e);
+  return x >= T(0) ? inv : e * inv;
+}
+
+}  // namespace ftx::cpu

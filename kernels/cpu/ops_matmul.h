@@ -1,0 +1,46 @@
+// Dense matmul in nn.Linear layout through OpenBLAS (sgemm for float, dgemm for double), row-major.
+// Also exports gemm(), the thin cblas wrapper the other ops use (binary mapper backward).
+//
+// Threads: called outside a parallel region, the OpenMP build of OpenBLAS uses the shared OpenMP
+// pool; called inside one (binary mapper tiles), it runs on the calling thread only.
+// Deliberately not here: bias (the Llama layers have none), our own GEMM kernels.
+#pragma once
+#include <cblas.h>
+
+#include <cstddef>
+
+namespace ftx::cpu {
+
+// C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C; row-major, leading dimensions explicit.
+inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
+                 int lda, const float* B, int ldb, float beta, float* Cm, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
+}
+
+inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A,
+                 int lda, const double* B, int ldb, double beta, double* Cm, int ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
+              trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
+}
+
+// out (N, OC) = inp (N, IC) @ w^T, w (OC, IC); accumulate: out += instead of =.
+template <class T>
+void matmul_forward(T* out, const T* inp, const T* w, int N, int IC, int OC, bool accumulate) {
+  if (N <= 0 || OC <= 0) return;
+  gemm(false, true, N, OC, IC, T(1), inp, IC, w, IC, accumulate ? T(1) : T(0), out, OC);
+}
+
+// dinp (N, IC) = dout @ w (+= when accumulate_dinp; skipped when null);
+// dw (OC, IC) += dout^T @ inp (skipped when null).
+template <class T>
+void matmul_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, int N, int IC,
+                     int OC, bool accumulate_dinp) {
+  if (N <= 0 || IC <= 0) return;
+  if (dinp) {
+    gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, accumulate_dinp ? T(1) : T(0), dinp, IC);
+  }
+  if (dw && OC > 0) gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dw, IC);
+}
+
+}  // namespace ftx::cpu

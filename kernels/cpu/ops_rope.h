@@ -1,0 +1,58 @@
+// Rotary position embedding, Hugging Face half rotation (DESIGN.md section 4), in place on
+// x (B, T, nh, HS): dim i pairs with i + HS/2, angle = pos * theta^(-2i/HS), pos = pos0 + t.
+// The backward applies the inverse rotation (the transpose of a rotation).
+//
+// Numerics: inverse frequencies, angles, cos and sin are computed in double for every T, then
+// rounded to T, so float and double runs agree to float rounding (HF computes them in float32).
+#pragma once
+#include <cmath>
+#include <cstddef>
+
+#include "kernels/common.h"
+#include "kernels/cpu/cpu_common.h"
+
+namespace ftx::cpu {
+
+constexpr int kRopeMaxHalf = 512;  // HS <= 1024
+
+// x (B, T, nh, HS) rotated by +angle (sign = 1) or -angle (sign = -1).
+template <class T>
+void rope_rotate(T* x, int B, int Tn, int nh, int HS, int pos0, double theta, double sign) {
+  FT_ASSERT(HS % 2 == 0 && HS / 2 <= kRopeMaxHalf, "rope: head size %d", HS);
+  const int half = HS / 2;
+  double inv_freq[kRopeMaxHalf];
+  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / HS);
+#pragma omp parallel for schedule(static) if (go_parallel(size_t(B) * Tn * nh * HS))
+  for (int t = 0; t < Tn; ++t) {
+    T cs[kRopeMaxHalf], sn[kRopeMaxHalf];
+    for (int i = 0; i < half; ++i) {
+      const double angle = static_cast<double>(pos0 + t) * inv_freq[i];
+      cs[i] = static_cast<T>(std::cos(angle));
+      sn[i] = static_cast<T>(sign * std::sin(angle));
+    }
+    for (int b = 0; b < B; ++b) {
+      for (int h = 0; h < nh; ++h) {
+        T* row = x + ((size_t(b) * Tn + t) * nh + h) * HS;
+#pragma omp simd
+        for (int i = 0; i < half; ++i) {
+          const T x1 = row[i], x2 = row[i + half];
+          row[i] = x1 * cs[i] - x2 * sn[i];
+          row[i + half] = x2 * cs[i] + x1 * sn[i];
+        }
+      }
+    }
+  }
+}
+
+template <class T>
+void rope_forward(T* x, int B, int Tn, int nh, int HS, int pos0, float theta) {
+  rope_rotate(x, B, Tn, nh, HS, pos0, static_cast<double>(theta), 1.0);
+}
+
+// dx (B, T, nh, HS) in place: the gradient of the rotation is the inverse rotation.
+template <class T>
+void rope_backward(T* dx, int B, int Tn, int nh, int HS, int pos0, float theta) {
+  rope_rotate(dx, B, Tn, nh, HS, pos0, static_cast<double>(theta), -1.0);
+}
+
+}  // namespace ftx::cpu

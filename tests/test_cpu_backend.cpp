@@ -1,0 +1,491 @@
+// The float CpuBackend against the double instantiations of the same op templates on medium,
+// awkward shapes: this checks the fast paths (sgemm against dgemm, vectorised loops and the
+// polynomial exp against std::exp, tiled loops, thread splits) op by op, by normalized MSE. Guard
+// values after every float output catch out-of-bounds writes. Also: AdamW against a hand
+// computation, sum_squares, broadcast_rows / sum_rows, memory, and run-to-run determinism.
+//
+// Not here: gradient correctness (test_ops_grad.cpp, test_binary_mapper.cpp check the double
+// templates by finite differences, so agreeing with them here means correct in float too).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/ops_attention.h"
+#include "kernels/cpu/ops_binary_mapper.h"
+#include "kernels/cpu/ops_crossentropy.h"
+#include "kernels/cpu/ops_elementwise.h"
+#include "kernels/cpu/ops_embedding.h"
+#include "kernels/cpu/ops_matmul.h"
+#include "kernels/cpu/ops_rmsnorm.h"
+#include "kernels/cpu/ops_rope.h"
+#include "kernels/cpu/ops_swiglu.h"
+
+namespace {
+
+using Vec = std::vector<double>;
+using namespace ftx;
+
+// Normalized MSE limits, sum (float - double)^2 / sum double^2. Float rounding alone gives
+// 1e-15..1e-13; a wrong index or a lost term gives > 1e-3.
+constexpr double kNmseElementwise = 1e-12;  // few roundings per element
+constexpr double kNmseReduction = 1e-10;    // sums over up to a few hundred terms (GEMM, softmax)
+constexpr int kGuard = 16;                  // guard values after each output buffer
+constexpr float kGuardValue = -12345.678f;
+
+// Uniform values already rounded to float, so the float and double runs see the same inputs.
+Vec random_vec(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> dist(lo, hi);
+  Vec v(n);
+  for (double& x : v) x = static_cast<float>(dist(gen));
+  return v;
+}
+
+// A float buffer with guard values after its n elements.
+class Out {
+ public:
+  explicit Out(size_t n, float init = 0.0f) : n_(n), buf_(n, init) {
+    buf_.resize(n + kGuard, kGuardValue);
+  }
+  explicit Out(const Vec& init) : Out(init.size()) {
+    for (size_t i = 0; i < n_; ++i) buf_[i] = static_cast<float>(init[i]);
+  }
+  float* data() { return buf_.data(); }
+  float operator[](size_t i) const { return buf_[i]; }
+  size_t size() const { return n_; }
+  bool guards_intact() const {
+    for (size_t i = n_; i < buf_.size(); ++i) {
+      if (std::memcmp(&buf_[i], &kGuardValue, sizeof(float)) != 0) return false;
+    }
+    return true;
+  }
+
+ private:
+  size_t n_;
+  std::vector<float> buf_;
+};
+
+std::vector<float> to_float(const Vec& v) { return std::vector<float>(v.begin(), v.end()); }
+
+// Normalized MSE of got against ref; infinite when NaN/Inf appear where ref has none.
+double nmse(const Out& got, const Vec& ref) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    const double d = static_cast<double>(got[i]) - ref[i];
+    num += d * d;
+    den += ref[i] * ref[i];
+  }
+  if (!std::isfinite(num)) return std::numeric_limits<double>::infinity();
+  return den > 0.0 ? num / den : num;
+}
+
+#define EXPECT_CLOSE(got, ref, limit)                        \
+  do {                                                       \
+    EXPECT_LE(nmse(got, ref), limit) << #got;                \
+    EXPECT_TRUE((got).guards_intact()) << #got " overflowed"; \
+  } while (0)
+
+class CpuBackendTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Backend> be_ = make_cpu_backend();
+};
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();  // for outputs that must be written
+
+// ---- matmul ------------------------------------------------------------------------------------
+
+TEST_F(CpuBackendTest, MatmulMatchesDouble) {
+  const int N = 333, IC = 130, OC = 77;
+  const Vec inp = random_vec(size_t(N) * IC, 1), w = random_vec(size_t(OC) * IC, 2);  // (N,IC) (OC,IC)
+  const Vec dout = random_vec(size_t(N) * OC, 3), base = random_vec(size_t(N) * OC, 4);  // (N, OC)
+  const Vec dw0 = random_vec(w.size(), 5), dinp0 = random_vec(inp.size(), 6);
+  const auto inpf = to_float(inp), wf = to_float(w), doutf = to_float(dout);
+  for (bool accumulate : {false, true}) {
+    Vec out = base;
+    cpu::matmul_forward(out.data(), inp.data(), w.data(), N, IC, OC, accumulate);
+    Out outf = accumulate ? Out(base) : Out(base.size(), kNaN);
+    be_->matmul_forward(outf.data(), inpf.data(), wf.data(), N, IC, OC, accumulate);
+    EXPECT_CLOSE(outf, out, kNmseReduction);
+
+    Vec dinp = dinp0, dw = dw0;
+    cpu::matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC, accumulate);
+    Out dinpf = accumulate ? Out(dinp0) : Out(dinp0.size(), kNaN), dwf(dw0);
+    be_->matmul_backward(dinpf.data(), dwf.data(), doutf.data(), inpf.data(), wf.data(), N, IC, OC,
+                         accumulate);
+    EXPECT_CLOSE(dinpf, dinp, kNmseReduction);
+    EXPECT_CLOSE(dwf, dw, kNmseReduction);
+  }
+}
+
+// ---- attention ---------------------------------------------------------------------------------
+
+void compare_attention(Backend& be, const AttnShape& s, uint64_t seed) {
+  const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk_cap * s.NKV * s.HS;
+  const size_t na = size_t(s.B) * s.NH * s.Tq * s.Tk;
+  const Vec q = random_vec(nq, seed, -2, 2), k = random_vec(nk, seed + 1, -2, 2);
+  const Vec v = random_vec(nk, seed + 2), dout = random_vec(nq, seed + 3);
+  const auto qf = to_float(q), kf = to_float(k), vf = to_float(v), doutf = to_float(dout);
+  Vec out(nq), att(na);
+  cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s);
+  Out outf(nq, kNaN), attf(na, kNaN);
+  be.attention_forward(outf.data(), attf.data(), qf.data(), kf.data(), vf.data(), s);
+  EXPECT_CLOSE(outf, out, kNmseReduction);
+  EXPECT_CLOSE(attf, att, kNmseReduction);
+  if (s.Tk_cap != s.Tk) return;  // the backward is for training shapes only
+  Vec dq(nq), dk(nk), dv(nk);
+  cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(),
+                          k.data(), v.data(), s);
+  Out dqf(nq, kNaN), dkf(nk, kNaN), dvf(nk, kNaN);
+  const std::vector<float> attv(attf.data(), attf.data() + na);
+  be.attention_backward(dqf.data(), dkf.data(), dvf.data(), doutf.data(), attv.data(), qf.data(),
+                        kf.data(), vf.data(), s);
+  EXPECT_CLOSE(dqf, dq, kNmseReduction);
+  EXPECT_CLOSE(dkf, dk, kNmseReduction);
+  EXPECT_CLOSE(dvf, dv, kNmseReduction);
+}
+
+AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int Tk_cap, int q_pos0,
+                     bool causal) {
+  AttnShape s;
+  s.B = B, s.NH = NH, s.NKV = NKV, s.HS = HS;
+  s.Tq = Tq, s.Tk = Tk, s.Tk_cap = Tk_cap, s.q_pos0 = q_pos0, s.causal = causal;
+  return s;
+}
+
+TEST_F(CpuBackendTest, AttentionMatchesDouble) {
+  compare_attention(*be_, attn_shape(3, 4, 2, 32, 65, 65, 65, 0, true), 10);
+  compare_attention(*be_, attn_shape(3, 4, 2, 32, 65, 65, 65, 0, false), 20);
+  compare_attention(*be_, attn_shape(2, 4, 1, 24, 3, 70, 80, 67, true), 30);  // decode, GQA 4:1
+  compare_attention(*be_, attn_shape(5, 2, 2, 7, 1, 1, 1, 0, true), 40);      // T = 1, odd HS
+}
+
+// ---- RMSNorm, RoPE, SwiGLU, cross-entropy, embedding -------------------------------------------
+
+TEST_F(CpuBackendTest, RmsnormMatchesDouble) {
+  const int N = 260, C = 130;
+  const Vec x = random_vec(size_t(N) * C, 50, -3, 3), w = random_vec(C, 51, 0.5, 1.5);
+  const Vec dout = random_vec(x.size(), 52), dx0 = random_vec(x.size(), 53), dw0 = random_vec(C, 54);
+  Vec out(x.size()), rstd(N), dx = dx0, dw = dw0;
+  cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6);
+  cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
+  const auto xf = to_float(x), wf = to_float(w), doutf = to_float(dout);
+  Out outf(x.size(), kNaN), rstdf(N, kNaN), dxf(dx0), dwf(dw0);
+  be_->rmsnorm_forward(outf.data(), rstdf.data(), xf.data(), wf.data(), N, C, 1e-6f);
+  be_->rmsnorm_backward(dxf.data(), dwf.data(), doutf.data(), xf.data(), wf.data(), rstdf.data(), N, C);
+  EXPECT_CLOSE(outf, out, kNmseReduction);
+  EXPECT_CLOSE(rstdf, rstd, kNmseReduction);
+  EXPECT_CLOSE(dxf, dx, kNmseReduction);
+  EXPECT_CLOSE(dwf, dw, kNmseReduction);
+}
+
+TEST_F(CpuBackendTest, RopeMatchesDoubleAtLargePositions) {
+  const int B = 2, T = 65, nh = 4, HS = 32, pos0 = 1000;
+  const Vec x = random_vec(size_t(B) * T * nh * HS, 60);
+  for (bool forward : {true, false}) {
+    Vec y = x;
+    Out yf(x);
+    if (forward) {
+      cpu::rope_forward(y.data(), B, T, nh, HS, pos0, 10000.0f);
+      be_->rope_forward(yf.data(), B, T, nh, HS, pos0, 10000.0f);
+    } else {
+      cpu::rope_backward(y.data(), B, T, nh, HS, pos0, 10000.0f);
+      be_->rope_backward(yf.data(), B, T, nh, HS, pos0, 10000.0f);
+    }
+    EXPECT_CLOSE(yf, y, kNmseElementwise);
+  }
+}
+
+TEST_F(CpuBackendTest, SwigluMatchesDoubleOverTheExpRange) {
+  const size_t n = 100003;  // not a multiple of any vector width
+  Vec gate = random_vec(n, 70, -30, 30);
+  const double extremes[] = {-100.0, -88.0, -87.5, -87.0, -1e-30, 0.0, 1e-30, 50.0, 88.0, 100.0};
+  for (size_t i = 0; i < std::size(extremes); ++i) gate[i * 7] = extremes[i];
+  const Vec up = random_vec(n, 71), dout = random_vec(n, 72);
+  Vec out(n), dgate(n), dup(n);
+  cpu::swiglu_forward(out.data(), gate.data(), up.data(), n);
+  cpu::swiglu_backward(dgate.data(), dup.data(), dout.data(), gate.data(), up.data(), n);
+  const auto gf = to_float(gate), uf = to_float(up), df = to_float(dout);
+  Out outf(n, kNaN), dgatef(n, kNaN), dupf(n, kNaN);
+  be_->swiglu_forward(outf.data(), gf.data(), uf.data(), n);
+  be_->swiglu_backward(dgatef.data(), dupf.data(), df.data(), gf.data(), uf.data(), n);
+  EXPECT_CLOSE(outf, out, kNmseElementwise);
+  EXPECT_CLOSE(dgatef, dgate, kNmseElementwise);
+  EXPECT_CLOSE(dupf, dup, kNmseElementwise);
+}
+
+TEST_F(CpuBackendTest, CrossentropyMatchesDoubleInAndOutOfPlace) {
+  const int N = 517, V = 29;
+  const Vec logits = random_vec(size_t(N) * V, 80, -15, 15);
+  std::vector<int32_t> targets(N);
+  for (int n = 0; n < N; ++n) targets[n] = (n * 7 + 3) % V;
+  const double scale = 1.0 / N;
+  Vec losses(N), dlogits(logits.size());
+  cpu::crossentropy_forward(losses.data(), logits.data(), targets.data(), N, V);
+  cpu::crossentropy_backward(dlogits.data(), logits.data(), targets.data(), N, V, scale);
+  const auto lf = to_float(logits);
+  Out lossesf(N, kNaN), dlf(logits.size(), kNaN), in_place(logits);
+  be_->crossentropy_forward(lossesf.data(), lf.data(), targets.data(), N, V);
+  be_->crossentropy_backward(dlf.data(), lf.data(), targets.data(), N, V, static_cast<float>(scale));
+  be_->crossentropy_backward(in_place.data(), in_place.data(), targets.data(), N, V,
+                             static_cast<float>(scale));
+  EXPECT_CLOSE(lossesf, losses, kNmseReduction);
+  EXPECT_CLOSE(dlf, dlogits, kNmseReduction);
+  EXPECT_CLOSE(in_place, dlogits, kNmseReduction);
+}
+
+TEST_F(CpuBackendTest, EmbeddingMatchesDouble) {
+  const int V = 29, N = 500, C = 130;
+  std::vector<int32_t> tok(N);
+  for (int n = 0; n < N; ++n) tok[n] = (n * 11 + n / 7) % V;
+  const Vec wte = random_vec(size_t(V) * C, 90), dout = random_vec(size_t(N) * C, 91);
+  const Vec dwte0 = random_vec(wte.size(), 92);
+  Vec out(dout.size()), dwte = dwte0;
+  cpu::embedding_forward(out.data(), tok.data(), wte.data(), N, C);
+  cpu::embedding_backward(dwte.data(), dout.data(), tok.data(), N, C);
+  const auto wf = to_float(wte), df = to_float(dout);
+  Out outf(out.size(), kNaN), dwtef(dwte0);
+  be_->embedding_forward(outf.data(), tok.data(), wf.data(), N, C);
+  be_->embedding_backward(dwtef.data(), df.data(), tok.data(), N, C);
+  EXPECT_CLOSE(outf, out, 0.0);  // a copy
+  EXPECT_CLOSE(dwtef, dwte, kNmseReduction);
+}
+
+// ---- binary mapper, post-sampler, KL -----------------------------------------------------------
+
+TEST_F(CpuBackendTest, BinaryMapperForwardMatchesDouble) {
+  const int N = 1000, H = 8;
+  const Vec logits = random_vec(size_t(N) * H, 100, -4, 4);
+  std::vector<uint32_t> codes(N), codesf(N);
+  Vec p(logits.size());
+  cpu::binary_mapper_forward(codes.data(), p.data(), logits.data(), N, H, 77, kStreamLatent);
+  const auto lf = to_float(logits);
+  Out pf(p.size(), kNaN);
+  be_->binary_mapper_forward(codesf.data(), pf.data(), lf.data(), N, H, 77, kStreamLatent);
+  EXPECT_EQ(codesf, codes);
+  EXPECT_CLOSE(pf, p, kNmseElementwise);
+}
+
+void compare_mapper_backward(Backend& be, int N, int C, int H, uint64_t seed) {
+  const Vec p = random_vec(size_t(N) * H, seed, 0.02, 0.98);  // (N, H)
+  const Vec dR = random_vec(size_t(N) * C, seed + 1);          // (N, C)
+  const Vec W = random_vec(size_t(C) << H, seed + 2);          // (C, 2^H)
+  const Vec dl0 = random_vec(p.size(), seed + 3);
+  Vec dl = dl0;
+  cpu::binary_mapper_backward(dl.data(), dR.data(), W.data(), p.data(), N, C, H);
+  const auto pf = to_float(p), dRf = to_float(dR), Wf = to_float(W);
+  Out dlf(dl0);
+  be.binary_mapper_backward(dlf.data(), dRf.data(), Wf.data(), pf.data(), N, C, H);
+  SCOPED_TRACE("H = " + std::to_string(H));
+  EXPECT_CLOSE(dlf, dl, kNmseReduction);
+}
+
+TEST_F(CpuBackendTest, BinaryMapperBackwardMatchesDouble) {
+  compare_mapper_backward(*be_, 300, 128, 8, 110);
+  compare_mapper_backward(*be_, 130, 33, 11, 120);  // 2 code tiles, 3 row tiles
+}
+
+TEST_F(CpuBackendTest, PostSamplerMatchesDouble) {
+  const int N = 500, C = 130, H = 8;
+  std::vector<uint32_t> codes(N);
+  for (int n = 0; n < N; ++n) codes[n] = (n * 37 + n / 3) % (1 << H);
+  const Vec W = random_vec(size_t(C) << H, 130), dR = random_vec(size_t(N) * C, 131);
+  const Vec dW0 = random_vec(W.size(), 132);
+  Vec R(dR.size()), dW = dW0;
+  cpu::post_sampler_forward(R.data(), codes.data(), W.data(), N, C, H);
+  cpu::post_sampler_backward(dW.data(), dR.data(), codes.data(), N, C, H);
+  const auto Wf = to_float(W), dRf = to_float(dR);
+  Out Rf(R.size(), kNaN), dWf(dW0);
+  be_->post_sampler_forward(Rf.data(), codes.data(), Wf.data(), N, C, H);
+  be_->post_sampler_backward(dWf.data(), dRf.data(), codes.data(), N, C, H);
+  EXPECT_CLOSE(Rf, R, 0.0);  // a gather
+  EXPECT_CLOSE(dWf, dW, kNmseElementwise);
+}
+
+TEST_F(CpuBackendTest, KlMatchesDouble) {
+  const int N = 500, H = 16;
+  const Vec p = random_vec(size_t(N) * H, 140, 0.0, 1.0);
+  Vec kl(N);
+  cpu::kl_forward(kl.data(), p.data(), N, H);
+  const double kappa = 2.0, scale = 0.3;
+  const Vec dl0 = random_vec(p.size(), 141);
+  Vec dl = dl0;
+  cpu::kl_backward(dl.data(), p.data(), kl.data(), N, H, kappa, scale);
+  const auto pf = to_float(p);
+  Out klf(N, kNaN), dlf(dl0);
+  be_->kl_forward(klf.data(), pf.data(), N, H);
+  be_->kl_backward(dlf.data(), pf.data(), klf.data(), N, H, static_cast<float>(kappa),
+                   static_cast<float>(scale));
+  EXPECT_CLOSE(klf, kl, kNmseElementwise);
+  EXPECT_CLOSE(dlf, dl, kNmseElementwise);
+}
+
+// ---- optimizer ---------------------------------------------------------------------------------
+
+// One element by hand: g = 0.5, m = v = 0, t = 1, b1 = 0.9, b2 = 0.95 gives m = 0.05,
+// v = 0.0125, mhat = 0.5, vhat = 0.25, so param -= lr * (0.5 / (0.5 + eps) + wd * param).
+TEST_F(CpuBackendTest, AdamwFirstStepByHand) {
+  float param = 2.0f, m = 0.0f, v = 0.0f;
+  const float grad = 0.5f, lr = 1e-3f, eps = 1e-8f, wd = 0.1f;
+  be_->adamw_update(&param, &grad, &m, &v, 1, lr, 0.9f, 0.95f, eps, wd, 1);
+  EXPECT_FLOAT_EQ(m, 0.05f);
+  EXPECT_FLOAT_EQ(v, 0.0125f);
+  EXPECT_FLOAT_EQ(param, static_cast<float>(2.0 - 1e-3 * (0.5 / (0.5 + 1e-8) + 0.1 * 2.0)));
+}
+
+TEST_F(CpuBackendTest, AdamwThreeStepsMatchTheFormula) {
+  const size_t n = 1001;
+  const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  Vec param = random_vec(n, 150), m(n, 0.0), v(n, 0.0);
+  Out paramf(param), mf(n), vf(n);
+  for (int t = 1; t <= 3; ++t) {
+    const Vec grad = random_vec(n, 150 + t);
+    for (size_t i = 0; i < n; ++i) {  // the formula of kernels/backend.h, in double
+      m[i] = b1 * m[i] + (1.0 - b1) * grad[i];
+      v[i] = b2 * v[i] + (1.0 - b2) * grad[i] * grad[i];
+      const double mhat = m[i] / (1.0 - std::pow(double(b1), t));
+      const double vhat = v[i] / (1.0 - std::pow(double(b2), t));
+      param[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * param[i]);
+    }
+    const auto gf = to_float(grad);
+    be_->adamw_update(paramf.data(), gf.data(), mf.data(), vf.data(), n, lr, b1, b2, eps, wd, t);
+  }
+  EXPECT_CLOSE(paramf, param, kNmseElementwise);
+  EXPECT_CLOSE(mf, m, kNmseElementwise);
+  EXPECT_CLOSE(vf, v, kNmseElementwise);
+}
+
+// ---- elementwise and reductions ----------------------------------------------------------------
+
+TEST_F(CpuBackendTest, SumSquaresIsDoubleAccurateAndRepeatable) {
+  const size_t n = 1000003;
+  const auto xf = to_float(random_vec(n, 160, -3, 3));
+  double expect = 0.0;
+  for (float x : xf) expect += double(x) * double(x);
+  const double got = be_->sum_squares(xf.data(), n);
+  EXPECT_NEAR(got, expect, 1e-12 * expect);
+  EXPECT_EQ(be_->sum_squares(xf.data(), n), got);  // bit for bit
+  EXPECT_EQ(be_->sum_squares(xf.data(), 0), 0.0);
+}
+
+TEST_F(CpuBackendTest, BroadcastRowsAndSumRows) {
+  const int N = 1000, C = 70;
+  const Vec row = random_vec(C, 170), dout = random_vec(size_t(N) * C, 171), dv0 = random_vec(C, 172);
+  Vec expect_rows(size_t(N) * C), dv = dv0;
+  for (int n = 0; n < N; ++n) {
+    for (int c = 0; c < C; ++c) {
+      expect_rows[size_t(n) * C + c] = row[c];
+      dv[c] += dout[size_t(n) * C + c];
+    }
+  }
+  const auto rowf = to_float(row), doutf = to_float(dout);
+  Out out(expect_rows.size(), kNaN), dvf(dv0);
+  be_->broadcast_rows(out.data(), rowf.data(), N, C);
+  be_->sum_rows(dvf.data(), doutf.data(), N, C);
+  EXPECT_CLOSE(out, expect_rows, 0.0);
+  EXPECT_CLOSE(dvf, dv, kNmseElementwise);  // += semantics, double accumulation
+}
+
+TEST_F(CpuBackendTest, FillAddScale) {
+  const size_t n = 100001;
+  const Vec a = random_vec(n, 180), b = random_vec(n, 181);
+  const auto af = to_float(a), bf = to_float(b);
+  Vec sum(n), acc(n), scaled(n);
+  for (size_t i = 0; i < n; ++i) {
+    sum[i] = af[i] + bf[i];
+    acc[i] = 0.25f + af[i];
+    scaled[i] = af[i] * 3.0f;
+  }
+  Out outf(n, kNaN), accf(n), scaledf(a);
+  be_->fill(accf.data(), 0.25f, n);
+  be_->add_inplace(accf.data(), af.data(), n);
+  be_->add(outf.data(), af.data(), bf.data(), n);
+  be_->scale(scaledf.data(), 3.0f, n);
+  EXPECT_CLOSE(outf, sum, 0.0);
+  EXPECT_CLOSE(accf, acc, 0.0);
+  EXPECT_CLOSE(scaledf, scaled, 0.0);
+}
+
+// ---- memory ------------------------------------------------------------------------------------
+
+TEST_F(CpuBackendTest, AllocIsAlignedZeroedAndTryAllocFails) {
+  for (size_t bytes : {size_t(0), size_t(1), size_t(1000), size_t(1) << 22}) {
+    auto* p = static_cast<unsigned char*>(be_->alloc(bytes));
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+    size_t nonzero = 0;
+    for (size_t i = 0; i < bytes; ++i) nonzero += p[i] != 0;
+    EXPECT_EQ(nonzero, 0u) << bytes << " bytes";
+    be_->release(p);
+  }
+  EXPECT_EQ(be_->try_alloc(std::numeric_limits<size_t>::max() / 2), nullptr);
+  EXPECT_EQ(be_->try_alloc(std::numeric_limits<size_t>::max() - 10), nullptr);  // rounding overflow
+  be_->release(nullptr);
+}
+
+TEST_F(CpuBackendTest, UploadCopyDownloadRoundTrip) {
+  const std::vector<float> host = to_float(random_vec(333, 190));
+  const size_t bytes = host.size() * sizeof(float);
+  void* a = be_->alloc(bytes);
+  void* b = be_->alloc(bytes);
+  be_->upload(a, host.data(), bytes);
+  be_->copy(b, a, bytes);
+  be_->synchronize();
+  std::vector<float> back(host.size());
+  be_->download(back.data(), b, bytes);
+  EXPECT_EQ(back, host);
+  be_->release(a);
+  be_->release(b);
+}
+
+// ---- numerics of the fast paths ----------------------------------------------------------------
+
+// exp_nonpos<float> (the polynomial behind softmax and sigmoid) against std::exp in double.
+TEST(CpuMath, ExpNonposRelativeError) {
+  constexpr double kExpTol = 2e-7;  // Cephes expf polynomial: measured 8.5e-8 (1.4 ulp) worst
+  double worst = 0.0;
+  for (int i = 0; i <= 870000; ++i) {
+    const float x = -0.0001f * static_cast<float>(i);  // [-87, 0]
+    const double e = std::exp(static_cast<double>(x));
+    worst = std::max(worst, std::abs(cpu::exp_nonpos(x) - e) / e);
+  }
+  EXPECT_LE(worst, kExpTol);
+  EXPECT_EQ(cpu::exp_nonpos(-87.5f), 0.0f);
+  EXPECT_EQ(cpu::exp_nonpos(-std::numeric_limits<float>::infinity()), 0.0f);
+  EXPECT_EQ(cpu::exp_nonpos(0.0f), 1.0f);
+  EXPECT_TRUE(std::isnan(cpu::exp_nonpos(kNaN)));
+}
+
+// Static schedules and fixed reduction orders: the same inputs give the same bits.
+TEST_F(CpuBackendTest, RunsRepeatBitForBit) {
+  const int N = 200, C = 64, H = 16;
+  const auto p = to_float(random_vec(size_t(N) * H, 200, 0.05, 0.95));
+  const auto dR = to_float(random_vec(size_t(N) * C, 201)), W = to_float(random_vec(size_t(C) << H, 202));
+  std::vector<float> first(p.size(), 0.0f), second(p.size(), 0.0f);
+  be_->binary_mapper_backward(first.data(), dR.data(), W.data(), p.data(), N, C, H);
+  be_->binary_mapper_backward(second.data(), dR.data(), W.data(), p.data(), N, C, H);
+  EXPECT_EQ(first, second);
+
+  const AttnShape s = attn_shape(4, 4, 2, 32, 65, 65, 65, 0, true);
+  const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk * s.NKV * s.HS;
+  const auto q = to_float(random_vec(nq, 203)), k = to_float(random_vec(nk, 204));
+  const auto v = to_float(random_vec(nk, 205));
+  std::vector<float> out(nq), att(size_t(s.B) * s.NH * s.Tq * s.Tk), dq1(nq), dk1(nk), dv1(nk);
+  std::vector<float> dq2(nq), dk2(nk), dv2(nk);
+  be_->attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s);
+  be_->attention_backward(dq1.data(), dk1.data(), dv1.data(), out.data(), att.data(), q.data(), k.data(), v.data(), s);
+  be_->attention_backward(dq2.data(), dk2.data(), dv2.data(), out.data(), att.data(), q.data(), k.data(), v.data(), s);
+  EXPECT_EQ(dq1, dq2);
+  EXPECT_EQ(dk1, dk2);
+  EXPECT_EQ(dv1, dv2);
+}
+
+}  // namespace
