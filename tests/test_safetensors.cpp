@@ -402,7 +402,8 @@ TEST_F(Safetensors, CorruptGapAtStart) {
 TEST_F(Safetensors, CorruptOutOfRangeOffset) {
   expect_rejected(layout(R"({"a":{"dtype":"F32","shape":[4],"data_offsets":[1000,1016]}})", std::string(16, 'x')),
                   "out of range");
-  expect_rejected(layout(R"({"a":{"dtype":"U8","shape":[16],"data_offsets":[9223372036854775800,9223372036854775816]}})",
+  expect_rejected(layout(R"({"a":{"dtype":"U8","shape":[16],)"
+                         R"("data_offsets":[9223372036854775800,9223372036854775816]}})",
                          std::string(16, 'x')),
                   "non-negative integer");  // END beyond 2^63
 }

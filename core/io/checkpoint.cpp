@@ -118,7 +118,8 @@ Status check_shard_contents(const std::string& index_path, const std::map<std::s
     }
   for (const auto& [name, file] : wm)
     if (!set->file_of.count(name))
-      return make_error(index_path + ": tensor " + quote_name(name) + " is mapped to " + quote_name(file) + " but that shard lacks it");
+      return make_error(index_path + ": tensor " + quote_name(name) + " is mapped to " + quote_name(file) +
+                        " but that shard lacks it");
   return {};
 }
 

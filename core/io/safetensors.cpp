@@ -341,7 +341,8 @@ Status SafetensorsFile::read_f32_into(const std::string& name, float* dst, int64
   std::vector<uint16_t> staging(static_cast<size_t>(std::min(count, kConvertChunk)));
   for (int64_t i0 = 0; i0 < count; i0 += kConvertChunk) {
     const int64_t n = std::min(kConvertChunk, count - i0);
-    FTX_TRY(pread_exact(fd_.get(), staging.data(), uint64_t(n) * 2, data_offset() + ti.begin + uint64_t(i0) * 2, path_));
+    const uint64_t at = data_offset() + ti.begin + uint64_t(i0) * 2;
+    FTX_TRY(pread_exact(fd_.get(), staging.data(), uint64_t(n) * 2, at, path_));
     for (int64_t i = 0; i < n; ++i) dst[i0 + i] = convert(staging[size_t(i)]);
   }
   return {};

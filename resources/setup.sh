@@ -1,0 +1,23 @@
+# Shared by run.sh and test.sh: Debian packages and the CMake build. Sourced, not executed.
+FTX_PACKAGES=(cmake ninja-build g++ pkg-config libopenblas-openmp-dev libsqlite3-dev nlohmann-json3-dev
+              libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev)
+
+ftx_install_packages() {
+  local missing=()
+  for p in "${FTX_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [[ ${#missing[@]} -eq 0 ]] && return 0
+  echo "installing: ${missing[*]}"
+  local sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+ftx_build() {
+  if [[ ! -f build/build.ninja ]]; then
+    cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+  fi
+  cmake --build build --parallel "$(nproc)"
+}

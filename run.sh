@@ -1,0 +1,12 @@
+#!/usr/bin/env bash
+# ./run.sh: install what is missing (Debian packages), build, then run the main job: the studio
+# where a display exists (a later issue), else the terminal demo (ftx demo). Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")"
+source ./resources/setup.sh
+ftx_install_packages
+ftx_build
+if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" && -x build/app/ftx-studio ]]; then
+  exec build/app/ftx-studio "$@"
+fi
+exec build/app/ftx demo "$@"
