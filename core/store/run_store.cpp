@@ -229,7 +229,7 @@ Status configure_writer(sqlite3* db, const std::string& path) {
 Blob encode_codes(const std::vector<uint32_t>& codes) {
   Blob out(codes.size() * 4);
   for (size_t i = 0; i < codes.size(); ++i)
-    for (int b = 0; b < 4; ++b) out[4 * i + 3 - b] = static_cast<unsigned char>(codes[i] >> (8 * b));
+    for (int b = 0; b < 4; ++b) out[4 * i + b] = static_cast<unsigned char>(codes[i] >> (8 * b));
   return out;
 }
 
