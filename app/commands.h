@@ -14,7 +14,7 @@ struct TrainArgs {
   TrainConfig train;
   std::string preset = "small";
   std::optional<int> layers, dim, heads, kv_heads, ffn;
-  int latent_bits = 8;
+  int latent_bits = kDefaultLatentBits;
   std::optional<double> kappa_bits, kappa_nats, kappa_start_bits;
   int steps = 3000;
   bool steps_given = false;

@@ -1,4 +1,5 @@
-// CoinflipDataset and the exact coin-flip next-bit probabilities.
+// CoinflipDataset and the exact coin-flip next-bit probabilities. Not here: any estimate from a
+// model (the evaluator compares a model's probabilities against these).
 #include "datasets/coinflip.h"
 
 #include <cmath>

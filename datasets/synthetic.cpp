@@ -1,4 +1,5 @@
-// SyntheticDataset: Philox draws -> SyntheticSpec -> characters or token ids.
+// SyntheticDataset: Philox draws -> SyntheticSpec -> characters or token ids. No state besides the
+// stream position, no buffering, no threads (a batch of 64 sequences costs microseconds).
 #include "datasets/synthetic.h"
 
 #include "core/model/config.h"

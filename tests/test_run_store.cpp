@@ -96,29 +96,32 @@ size_t csv_data_lines(const std::string& path) {
 
 }  // namespace
 
-TEST_F(RunStoreTest, RoundTripOfEveryTable) {
-  {
-    RunStore store = open_ok(db_path());
-    int64_t a = must(store.create_run("alpha", R"({"kappa_bits":0.125})"));
-    int64_t b = must(store.create_run("beta", "{}"));
-    EXPECT_NE(a, b);
-    EXPECT_OK(store.set_status(a, "paused"));
-    EXPECT_OK(store.set_notes(a, "first try"));
-    store.add_metric(a, 1, "train/ce", 3.25);
-    store.add_metric(a, 2, "train/ce", 2.5);
-    store.add_metric(a, 1, "lr", 1e-3);
-    store.add_metric(b, 1, "train/ce", 9.0);
-    EXPECT_OK(store.flush());
-    EXPECT_OK(store.add_event(a, 2, "kappa_changed", R"({"from":1,"to":0.125})"));
-    EXPECT_OK(store.add_event(a, 5, "paused", "{}"));
-    EXPECT_OK(store.add_checkpoint(a, 200, "ckpt/200", std::string(64, 'b')));
-    EXPECT_OK(store.add_checkpoint(a, 100, "ckpt/100", std::string(64, 'a')));
-    EXPECT_OK(store.add_generation(make_generation(a, 1)));
-    EXPECT_OK(store.add_generation(make_generation(a, 0)));
-    EXPECT_OK(store.add_benchmark(a, BenchmarkRow{400, "mbpp", "pass@1", 0.44, 500}));
-    EXPECT_OK(store.import_reference_csv(kReferenceCsv));
-  }
-  RunStore store = open_reader(db_path());  // everything came back from the file
+namespace {
+
+// Writes a row into every table, through a store that is closed on return.
+void fill_every_table(const std::string& path) {
+  RunStore store = open_ok(path);
+  int64_t a = must(store.create_run("alpha", R"({"kappa_bits":0.125})"));
+  int64_t b = must(store.create_run("beta", "{}"));
+  EXPECT_NE(a, b);
+  EXPECT_OK(store.set_status(a, "paused"));
+  EXPECT_OK(store.set_notes(a, "first try"));
+  store.add_metric(a, 1, "train/ce", 3.25);
+  store.add_metric(a, 2, "train/ce", 2.5);
+  store.add_metric(a, 1, "lr", 1e-3);
+  store.add_metric(b, 1, "train/ce", 9.0);
+  EXPECT_OK(store.flush());
+  EXPECT_OK(store.add_event(a, 2, "kappa_changed", R"({"from":1,"to":0.125})"));
+  EXPECT_OK(store.add_event(a, 5, "paused", "{}"));
+  EXPECT_OK(store.add_checkpoint(a, 200, "ckpt/200", std::string(64, 'b')));
+  EXPECT_OK(store.add_checkpoint(a, 100, "ckpt/100", std::string(64, 'a')));
+  EXPECT_OK(store.add_generation(make_generation(a, 1)));
+  EXPECT_OK(store.add_generation(make_generation(a, 0)));
+  EXPECT_OK(store.add_benchmark(a, BenchmarkRow{400, "mbpp", "pass@1", 0.44, 500}));
+  EXPECT_OK(store.import_reference_csv(kReferenceCsv));
+}
+
+void expect_runs_and_metrics(RunStore& store) {
   auto runs = store.list_runs();
   ASSERT_TRUE(runs.ok());
   ASSERT_EQ(runs->size(), 2u);
@@ -132,7 +135,6 @@ TEST_F(RunStoreTest, RoundTripOfEveryTable) {
   auto found = store.find_run("beta");
   ASSERT_TRUE(found.ok());
   EXPECT_EQ(found->id, (*runs)[1].id);
-
   auto ce = store.metrics(a.id, "train/ce");
   ASSERT_TRUE(ce.ok());
   ASSERT_EQ(ce->size(), 2u);
@@ -146,22 +148,22 @@ TEST_F(RunStoreTest, RoundTripOfEveryTable) {
   auto keys = store.metric_keys(a.id);
   ASSERT_TRUE(keys.ok());
   EXPECT_EQ(*keys, (std::vector<std::string>{"lr", "train/ce"}));
+}
 
-  auto events = store.events(a.id);
+void expect_events_checkpoints_benchmarks(RunStore& store, int64_t run) {
+  auto events = store.events(run);
   ASSERT_TRUE(events.ok());
   ASSERT_EQ(events->size(), 2u);
   EXPECT_EQ((*events)[0].kind, "kappa_changed");
   EXPECT_EQ((*events)[0].payload_json, R"({"from":1,"to":0.125})");
   EXPECT_EQ((*events)[1].step, 5);
-
-  auto ckpts = store.checkpoints(a.id);
+  auto ckpts = store.checkpoints(run);
   ASSERT_TRUE(ckpts.ok());
   ASSERT_EQ(ckpts->size(), 2u);
   EXPECT_EQ((*ckpts)[0].step, 100);  // ordered by step, not insertion
   EXPECT_EQ((*ckpts)[0].path, "ckpt/100");
   EXPECT_EQ((*ckpts)[1].sha256, std::string(64, 'b'));
-
-  auto bench = store.benchmarks(a.id);
+  auto bench = store.benchmarks(run);
   ASSERT_TRUE(bench.ok());
   ASSERT_EQ(bench->size(), 1u);
   EXPECT_EQ((*bench)[0].task, "mbpp");
@@ -169,7 +171,21 @@ TEST_F(RunStoreTest, RoundTripOfEveryTable) {
   EXPECT_EQ((*bench)[0].value, 0.44);
   EXPECT_EQ((*bench)[0].n, 500);
   EXPECT_EQ((*bench)[0].step, 400);
+  auto gens = store.generations(run, 300);
+  ASSERT_TRUE(gens.ok());
+  ASSERT_EQ(gens->size(), 2u);
+  EXPECT_EQ((*gens)[0].codes, make_generation(run, 0).codes);
+}
 
+}  // namespace
+
+TEST_F(RunStoreTest, RoundTripOfEveryTable) {
+  fill_every_table(db_path());
+  RunStore store = open_reader(db_path());  // everything comes back from the file
+  expect_runs_and_metrics(store);
+  auto alpha = store.find_run("alpha");
+  ASSERT_TRUE(alpha.ok());
+  expect_events_checkpoints_benchmarks(store, alpha->id);
   auto ref = store.reference();
   ASSERT_TRUE(ref.ok());
   EXPECT_EQ(ref->size(), csv_data_lines(kReferenceCsv));
@@ -238,7 +254,12 @@ TEST_F(RunStoreTest, MetricsAreInvisibleUntilFlush) {
   auto before = reader.metrics(run, "");
   ASSERT_TRUE(before.ok());
   EXPECT_TRUE(before->empty());
+  int commits = 0;
+  sqlite3_commit_hook(
+      writer.native_handle(), [](void* n) { return ++*static_cast<int*>(n), 0; }, &commits);
   EXPECT_OK(writer.flush());
+  sqlite3_commit_hook(writer.native_handle(), nullptr, nullptr);
+  EXPECT_EQ(commits, 1);  // 200 rows, one transaction
   EXPECT_EQ(writer.pending_metrics(), 0u);
   auto after = reader.metrics(run, "train/ce");
   ASSERT_TRUE(after.ok());
@@ -363,7 +384,10 @@ TEST_F(RunStoreTest, UnwritablePathIsRejectedWithItsPath) {
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().message, db_path("absent.db") + ": no such run store");
 
-  if (geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions; the read-only dir case is skipped";
+}
+
+TEST_F(RunStoreTest, ReadOnlyDirectoryIsRejectedWithItsPath) {
+  if (geteuid() == 0) GTEST_SKIP() << "root ignores directory permissions";
   const fs::path ro = dir_ / "readonly";
   fs::create_directories(ro);
   fs::permissions(ro, fs::perms::owner_read | fs::perms::owner_exec);

@@ -1,5 +1,5 @@
 // Synthetic-task metrics: character scans over 64-position bodies and O(n^2) pair loops over a
-// group (groups are 8 or so generations).
+// group (groups are 8 or so generations). Not here: decoding tokens, averaging across groups.
 #include "core/eval/synth_metrics.h"
 
 #include <algorithm>

@@ -11,6 +11,9 @@
 
 namespace ftx {
 
+// The recipe's latent size (the CLI's --latent-bits default and the demo's).
+inline constexpr int kDefaultLatentBits = 8;
+
 struct TrainConfig {
   std::string dataset = "synthetic";  // synthetic | coinflip
   std::string preset = "small";

@@ -1,0 +1,14 @@
+// Terminal rendering of the Figure 4 comparison (shared by ftx generate and ftx demo): target
+// letters bold and coloured, noise dimmed, invalid rows marked, group metrics on each group.
+#pragma once
+#include <string>
+
+#include "core/eval/evaluator.h"
+
+namespace ftx::app {
+
+std::string render(const std::string& text);
+std::string group_title(const GroupResult& g, int size);
+void print_group(const GroupResult& g, const std::string& alphabet);
+
+}  // namespace ftx::app

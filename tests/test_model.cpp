@@ -1,0 +1,475 @@
+// Whole-model invariants of core/model (DESIGN.md section 10) on the CPU backend:
+//   * a zero post-sampler makes the Free Transformer's logits those of the baseline;
+//   * Model::backward equals central finite differences of the loss for every tensor, free bits
+//     active on some positions; the pass-through gradient of the binary mapper (a surrogate, not a
+//     derivative, so invisible to finite differences) is checked separately against a brute-force
+//     sum over all 2^H codes;
+//   * decode_step with a KV cache equals forward() over the whole sequence, position by position
+//     (Free Transformer and baseline, GQA);
+//   * the encoder's codes are a pure function of (seed, stream).
+// Not here: the ops one by one (test_ops_grad.cpp, test_binary_mapper.cpp), the sampler's
+// policies (test_sampler.cpp), training (test_trainer.cpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/model/model.h"
+#include "core/model/params.h"
+#include "kernels/backend.h"
+
+namespace ftx {
+namespace {
+
+// Logits of the Free Transformer with W_post = 0 against the baseline's: the same fp32 ops on the
+// same values (kv_in = x + 0 = x), so they agree to rounding; 1e-5 is the bound.
+constexpr float kBaselineTol = 1e-5f;
+// decode_step vs forward(): same math in a different order (one row vs a (B*T) GEMM, attention
+// over a cache): fp32 rounding of O(1) logits is ~1e-6; 1e-4 is the bound.
+constexpr float kDecodeTol = 1e-4f;
+
+// Finite differences. The loss is fp32 (~3.5); each evaluation carries rounding noise of ~1e-7
+// relative. Central differences with step h and one Richardson step (4 D(h/2) - D(h)) / 3 have
+// truncation error O(h^4) and noise ~ 1e-6 / h per element. kFdStep = 1e-2 keeps the noise near
+// 1e-4 per element, well below the gradients checked (the test asserts every tensor's FD gradient
+// is far above kFdNoise), while perturbations stay small next to the free-bits margin around kappa.
+constexpr double kFdStep = 1e-2;
+// Per-element noise floor of the FD gradient (measured ~1e-5; 5x margin).
+constexpr double kFdNoise = 5e-5;
+// Per tensor: ||analytic - fd|| <= kGradRelTol * ||fd|| + kFdNoise * sqrt(n). Correct gradients
+// land near 1e-3; a tensor whose gradient is dropped (error 1), doubled (error 1) or misses a path
+// that carries more than a few percent of it (checked below for the encoder path) fails.
+constexpr double kGradRelTol = 1e-2;
+// Every KL_t must stay this far from kappa so that no perturbation flips a position across the
+// free-bits threshold (max(0, KL - kappa) is not differentiable there).
+constexpr double kKappaMargin = 0.05;
+
+std::unique_ptr<Backend> g_backend;
+
+Backend& cpu() {
+  if (!g_backend) g_backend = make_cpu_backend();
+  return *g_backend;
+}
+
+ModelConfig small_config(int latent_bits, int n_heads, int n_kv_heads) {
+  ModelConfig c;
+  c.vocab_size = 29, c.alphabet = kSyntheticAlphabet;
+  c.dim = 32, c.n_layers = 3, c.n_heads = n_heads, c.n_kv_heads = n_kv_heads, c.head_dim = 32 / n_heads;
+  c.ffn_hidden = 40, c.max_seq_len = 24, c.latent_bits = latent_bits, c.inject_after = 1;
+  return c;
+}
+
+// The finite-difference config: vocab 29, dim 8, 2 layers, 2 heads, 1 kv head, ffn 12.
+ModelConfig fd_config(int latent_bits, bool readout_bias) {
+  ModelConfig c;
+  c.vocab_size = 29, c.alphabet = kSyntheticAlphabet;
+  c.dim = 8, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 4, c.ffn_hidden = 12;
+  c.max_seq_len = 8, c.latent_bits = latent_bits, c.inject_after = 1, c.readout_bias = readout_bias;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, V - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+std::vector<uint32_t> random_codes(size_t n, int H, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<uint32_t> d(0, (1u << H) - 1);
+  std::vector<uint32_t> c(n);
+  for (auto& x : c) x = d(rng);
+  return c;
+}
+
+// Host arena with every tensor random: matrices N(0, std^2), norm weights 1 + N(0, 0.2^2) (so
+// their gradients are not special), readout scaled by readout_std (large bit logits: large KL).
+std::vector<float> random_params(const Model& m, uint32_t seed, float std, float readout_std) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> p(m.num_params());
+  for (const ParamSpec& s : m.specs()) {
+    float scale = std;
+    if (s.name.starts_with("free.encoder_readout")) scale = readout_std;
+    for (int64_t i = 0; i < s.numel; ++i) {
+      float& x = p[s.offset + i];
+      x = s.init == ParamInit::Ones ? 1.0f + 0.2f * nd(rng) : scale * nd(rng);
+    }
+  }
+  return p;
+}
+
+float* tensor(std::vector<float>& arena, const Model& m, const std::string& name) {
+  const ParamSpec* s = find_param(m.specs(), name);
+  EXPECT_NE(s, nullptr) << name;
+  return arena.data() + s->offset;
+}
+
+float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  float m = 0;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i) m = std::max(m, std::fabs(a[i] - b[i]));
+  return m;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Zero post-sampler == baseline
+
+TEST(ModelInvariants, ZeroPostSamplerGivesBaselineLogits) {
+  const int B = 3, T = 11;
+  ModelConfig fc = small_config(4, 4, 2), bc = small_config(0, 4, 2);
+  Model free_model(cpu(), fc), base(cpu(), bc);
+  std::vector<float> fp = random_params(free_model, 11, 0.2f, 0.5f);
+  float* wpost = tensor(fp, free_model, "free.post_sampler.weight");
+  std::fill(wpost, wpost + find_param(free_model.specs(), "free.post_sampler.weight")->numel, 0.0f);
+  // The baseline's tensors are the Free Transformer's shared ones, copied by name.
+  std::vector<float> bp(base.num_params(), std::nanf(""));
+  for (const ParamSpec& s : base.specs()) {
+    const ParamSpec* f = find_param(free_model.specs(), s.name);
+    ASSERT_NE(f, nullptr) << s.name;
+    ASSERT_EQ(f->shape, s.shape) << s.name;
+    std::copy_n(fp.data() + f->offset, s.numel, bp.data() + s.offset);
+  }
+  free_model.load_params(fp.data());
+  base.load_params(bp.data());
+
+  const auto inputs = random_tokens(size_t(B) * T, fc.vocab_size, 1);
+  const auto targets = random_tokens(size_t(B) * T, fc.vocab_size, 2);
+  auto fs = free_model.make_state(B, T);
+  auto bs = base.make_state(B, T);
+  std::vector<float> fl(size_t(B) * T * fc.vocab_size), bl(fl.size());
+  for (uint64_t stream : {0ull, 1ull, 2ull}) {  // several encoder samples: Z must not matter
+    StepStats fst = free_model.forward(*fs, inputs.data(), targets.data(), nullptr, 7, stream, 0.0f);
+    StepStats bst = base.forward(*bs, inputs.data(), targets.data(), nullptr, 7, stream, 0.0f);
+    free_model.read_logits(*fs, fl.data());
+    base.read_logits(*bs, bl.data());
+    EXPECT_LT(max_abs_diff(fl, bl), kBaselineTol) << "stream " << stream;
+    EXPECT_NEAR(fst.ce, bst.ce, kBaselineTol);
+    EXPECT_GT(fst.kl, 0.0);  // the encoder still ran
+  }
+  // Sensitivity: a non-zero post-sampler must move the logits, or the comparison proves nothing.
+  std::mt19937 rng(3);
+  std::normal_distribution<float> nd(0.0f, 0.2f);
+  for (int64_t i = 0; i < find_param(free_model.specs(), "free.post_sampler.weight")->numel; ++i) wpost[i] = nd(rng);
+  free_model.load_params(fp.data());
+  (void)free_model.forward(*fs, inputs.data(), targets.data(), nullptr, 7, 0, 0.0f);
+  free_model.read_logits(*fs, fl.data());
+  EXPECT_GT(max_abs_diff(fl, bl), 100 * kBaselineTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Backward against finite differences
+
+struct LossParts {
+  double loss = 0, kl_excess = 0;
+};
+
+class FdHarness {
+ public:
+  FdHarness(const ModelConfig& c, int B, int T, uint32_t seed)
+      : model(cpu(), c), B(B), T(T), state(model.make_state(B, T)) {
+    inputs = random_tokens(size_t(B) * T, c.vocab_size, seed + 1);
+    targets = random_tokens(size_t(B) * T, c.vocab_size, seed + 2);
+    codes = random_codes(size_t(B) * T, std::max(c.latent_bits, 1), seed + 3);
+  }
+
+  LossParts eval(const std::vector<float>& params) {
+    model.load_params(params.data());
+    StepStats st = model.forward(*state, inputs.data(), targets.data(), codes.data(), 5, 9, kappa);
+    return {st.loss, st.kl_excess};
+  }
+
+  std::vector<float> analytic(const std::vector<float>& params) {
+    model.load_params(params.data());
+    model.zero_grad();
+    (void)model.forward(*state, inputs.data(), targets.data(), codes.data(), 5, 9, kappa);
+    model.backward(*state);
+    std::vector<float> g(model.num_params());
+    cpu().download(g.data(), model.grads(), g.size() * sizeof(float));
+    return g;
+  }
+
+  std::vector<float> kl_per_position(const std::vector<float>& params) {
+    model.load_params(params.data());
+    (void)model.forward(*state, inputs.data(), targets.data(), codes.data(), 5, 9, kappa);
+    std::vector<float> kl(size_t(B) * T);
+    model.read_kl(*state, kl.data());
+    return kl;
+  }
+
+  // Sets kappa in the middle of the widest gap between sorted KL_t, with at least two positions
+  // on each side; returns the distance of the closest KL_t to kappa.
+  double place_kappa(const std::vector<float>& params) {
+    std::vector<float> kl = kl_per_position(params);
+    std::sort(kl.begin(), kl.end());
+    size_t best = 2;
+    for (size_t i = 2; i + 2 < kl.size(); ++i)
+      if (kl[i] - kl[i - 1] > kl[best] - kl[best - 1]) best = i;
+    kappa = 0.5f * (kl[best] + kl[best - 1]);
+    return 0.5 * (kl[best] - kl[best - 1]);
+  }
+
+  // Richardson-extrapolated central differences of the loss and of its free-bits term.
+  void fd(std::vector<float> params, std::vector<double>* d_loss, std::vector<double>* d_kl) {
+    d_loss->assign(params.size(), 0.0);
+    d_kl->assign(params.size(), 0.0);
+    for (size_t i = 0; i < params.size(); ++i) {
+      const float x0 = params[i];
+      auto central = [&](double h, double* dk) {
+        params[i] = static_cast<float>(x0 + h);
+        const double hp = double(params[i]) - x0;  // the step fp32 actually took
+        LossParts p = eval(params);
+        params[i] = static_cast<float>(x0 - h);
+        const double hm = x0 - double(params[i]);
+        LossParts m = eval(params);
+        params[i] = x0;
+        *dk = (p.kl_excess - m.kl_excess) / (hp + hm);
+        return (p.loss - m.loss) / (hp + hm);
+      };
+      double k1, k2;
+      const double d1 = central(kFdStep, &k1), d2 = central(kFdStep / 2, &k2);
+      (*d_loss)[i] = (4 * d2 - d1) / 3;
+      (*d_kl)[i] = (4 * k2 - k1) / 3;
+    }
+  }
+
+  Model model;
+  int B, T;
+  std::unique_ptr<ModelState> state;
+  std::vector<int32_t> inputs, targets;
+  std::vector<uint32_t> codes;
+  float kappa = 0;
+};
+
+double norm2(const std::vector<double>& v, int64_t off, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += v[off + i] * v[off + i];
+  return std::sqrt(s);
+}
+
+// Per tensor: analytic vs FD with kGradRelTol; returns the failing tensors' report lines.
+void expect_tensor_grads_match(const Model& m, const std::vector<float>& analytic, const std::vector<double>& fd,
+                               const std::vector<std::string>& names) {
+  for (const std::string& name : names) {
+    const ParamSpec* s = find_param(m.specs(), name);
+    ASSERT_NE(s, nullptr) << name;
+    double err = 0;
+    for (int64_t i = 0; i < s->numel; ++i) {
+      const double d = double(analytic[s->offset + i]) - fd[s->offset + i];
+      err += d * d;
+    }
+    err = std::sqrt(err);
+    const double ref = norm2(fd, s->offset, s->numel);
+    const double floor = kFdNoise * std::sqrt(double(s->numel));
+    // The check must be able to fail: the gradient itself stands far above the FD noise.
+    EXPECT_GT(ref, 20 * floor) << name << ": FD gradient too small to check";
+    EXPECT_LE(err, kGradRelTol * ref + floor)
+        << name << ": |analytic - fd| = " << err << ", |fd| = " << ref << " (relative " << err / ref << ")";
+  }
+}
+
+std::vector<std::string> all_names(const Model& m) {
+  std::vector<std::string> n;
+  for (const ParamSpec& s : m.specs()) n.push_back(s.name);
+  return n;
+}
+
+// Every tensor, free.* and the encoder included. The post-sampler's columns are all equal here, so
+// R does not depend on the code and the pass-through term (sum_d dG_d (bit - p)) is exactly zero:
+// the analytic gradient is then the true derivative of the loss, which finite differences see.
+// The encoder, zeta, the readout and (through the encoder's keys/values) layer 0 and the embedding
+// get gradient only from the free-bits KL term, which kappa activates on some positions only.
+TEST(ModelBackward, MatchesFiniteDifferencesForEveryTensor) {
+  FdHarness h(fd_config(3, false), 2, 5, 100);
+  std::vector<float> params = random_params(h.model, 101, 0.4f, 0.8f);
+  const ParamSpec* post = find_param(h.model.specs(), "free.post_sampler.weight");
+  const int D = 1 << 3;
+  for (int64_t c = 0; c < post->shape[0]; ++c)
+    for (int d = 1; d < D; ++d) params[post->offset + c * D + d] = params[post->offset + c * D];
+  const double margin = h.place_kappa(params);
+  ASSERT_GT(margin, kKappaMargin) << "kappa " << h.kappa << " too close to some KL_t";
+  const std::vector<float> kl = h.kl_per_position(params);
+  const auto above = std::count_if(kl.begin(), kl.end(), [&](float x) { return x > h.kappa; });
+  ASSERT_GE(above, 2);
+  ASSERT_LE(above, static_cast<long>(kl.size()) - 2);
+
+  const std::vector<float> analytic = h.analytic(params);
+  std::vector<double> fd, fd_kl;
+  h.fd(params, &fd, &fd_kl);
+  expect_tensor_grads_match(h.model, analytic, fd, all_names(h.model));
+
+  // Sensitivity of the encoder path: the free-bits term carries a share of layer 0's and the
+  // embedding's gradient well above the tolerance, so dropping d(kv) of the encoder (or the KL
+  // gradient) would fail above, not hide in the tolerance.
+  for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight",
+                           "free.encoder.self_attn.v_proj.weight", "free.zeta"}) {
+    const ParamSpec* s = find_param(h.model.specs(), name);
+    EXPECT_GT(norm2(fd_kl, s->offset, s->numel), 5 * kGradRelTol * norm2(fd, s->offset, s->numel)) << name;
+  }
+}
+
+// The pass-through gradient of the binary mapper, at model level: with random post-sampler columns
+// and one distinct code per position, the post-sampler's gradient column of code_t is dL/dR_t, and
+//   dL/dbias_h = FD(bias_h) + sum_t sum_d <dR_t, W_d> G_t(d) (bit_h(d) - p_th)
+// (FD sees the true derivative: the free-bits term; the sum is the straight-through surrogate,
+// brute force over all 2^H codes). Tensors after the mapper must still match FD exactly.
+TEST(ModelBackward, PassThroughGradientReachesTheEncoder) {
+  const int H = 4, B = 2, T = 5, N = B * T;
+  FdHarness h(fd_config(H, true), B, T, 200);
+  for (int n = 0; n < N; ++n) h.codes[n] = static_cast<uint32_t>((n * 7 + 3) % (1 << H));  // distinct
+  std::vector<float> params = random_params(h.model, 201, 0.4f, 0.8f);
+  const double margin = h.place_kappa(params);
+  ASSERT_GT(margin, kKappaMargin) << "kappa " << h.kappa;
+
+  const std::vector<float> analytic = h.analytic(params);
+  std::vector<float> p(size_t(N) * H);
+  h.model.read_bit_probs(*h.state, p.data());
+  std::vector<double> fd, fd_kl;
+  h.fd(params, &fd, &fd_kl);
+  // After the mapper: untouched by the surrogate.
+  std::vector<std::string> after;
+  for (const ParamSpec& s : h.model.specs())
+    if (s.name.starts_with("model.layers.1.") || s.name == "model.norm.weight" || s.name == "lm_head.weight" ||
+        s.name == "free.post_sampler.weight")
+      after.push_back(s.name);
+  expect_tensor_grads_match(h.model, analytic, fd, after);
+
+  const ParamSpec* post = find_param(h.model.specs(), "free.post_sampler.weight");
+  const ParamSpec* bias = find_param(h.model.specs(), "free.encoder_readout.bias");
+  const int C = h.model.config().dim, D = 1 << H;
+  std::vector<double> pass(H, 0.0);
+  for (int n = 0; n < N; ++n) {
+    const uint32_t z = h.codes[n];
+    for (int d = 0; d < D; ++d) {
+      double g = 1, dot = 0;
+      for (int b = 0; b < H; ++b) g *= ((d >> b) & 1) ? p[n * H + b] : 1.0 - p[n * H + b];
+      for (int c = 0; c < C; ++c)
+        dot += double(analytic[post->offset + int64_t(c) * D + z]) * params[post->offset + int64_t(c) * D + d];
+      for (int b = 0; b < H; ++b) pass[b] += dot * g * (double((d >> b) & 1) - p[n * H + b]);
+    }
+  }
+  double pass_norm = 0;
+  for (int b = 0; b < H; ++b) {
+    const double expected = fd[bias->offset + b] + pass[b];
+    EXPECT_NEAR(analytic[bias->offset + b], expected, kGradRelTol * std::fabs(expected) + kFdNoise)
+        << "bit " << b << ": FD (free bits) " << fd[bias->offset + b] << ", pass-through " << pass[b];
+    pass_norm += pass[b] * pass[b];
+  }
+  // Both parts matter, so dropping or doubling either fails above.
+  EXPECT_GT(std::sqrt(pass_norm), 20 * kFdNoise);
+  EXPECT_GT(norm2(fd, bias->offset, H), 20 * kFdNoise);
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV cache == full recompute
+
+void expect_decode_matches_forward(const ModelConfig& c) {
+  const int B = 3, T = 17, V = c.vocab_size;
+  Model m(cpu(), c);
+  InitConfig init;
+  init.std = 0.2f, init.post_sampler_std = 0.5f;
+  m.init_weights(21, init);
+  const auto tokens = random_tokens(size_t(B) * T, V, 22);
+  const auto codes = random_codes(size_t(B) * T, std::max(c.latent_bits, 1), 23);
+  auto s = m.make_state(B, T);
+  (void)m.forward(*s, tokens.data(), nullptr, c.is_free() ? codes.data() : nullptr, 1, 2, 0.0f);
+  std::vector<float> full(size_t(B) * T * V);
+  m.read_logits(*s, full.data());
+
+  auto d = m.make_decode_state(B, T);
+  std::vector<int32_t> tok(B);
+  std::vector<uint32_t> z(B);
+  std::vector<float> step(size_t(B) * V);
+  float worst = 0, spread = 0;
+  for (int pos = 0; pos < T; ++pos) {
+    for (int b = 0; b < B; ++b) tok[b] = tokens[size_t(b) * T + pos], z[b] = codes[size_t(b) * T + pos];
+    m.decode_step(*d, tok.data(), z.data(), pos, step.data());
+    for (int b = 0; b < B; ++b)
+      for (int v = 0; v < V; ++v) {
+        const float ref = full[(size_t(b) * T + pos) * V + v];
+        worst = std::max(worst, std::fabs(step[size_t(b) * V + v] - ref));
+        spread = std::max(spread, std::fabs(ref - full[(size_t(b) * T) * V + v]));
+      }
+    EXPECT_LT(worst, kDecodeTol) << "position " << pos;
+  }
+  EXPECT_GT(spread, 100 * kDecodeTol);  // the logits do depend on the position (a real check)
+}
+
+TEST(ModelDecode, KvCacheEqualsFullRecomputeFreeTransformerGqa) {
+  expect_decode_matches_forward(small_config(5, 4, 2));
+}
+
+TEST(ModelDecode, KvCacheEqualsFullRecomputeBaselineGqa) { expect_decode_matches_forward(small_config(0, 4, 1)); }
+
+// A code at a past position reaches later positions through the cache (keys/values of x + R).
+TEST(ModelDecode, PastCodeChangesLaterLogits) {
+  ModelConfig c = small_config(3, 4, 2);
+  const int V = c.vocab_size;
+  Model m(cpu(), c);
+  InitConfig init;
+  init.post_sampler_std = 0.5f;
+  m.init_weights(31, init);
+  const auto tokens = random_tokens(6, V, 32);
+  std::vector<float> a(V), b(V);
+  for (uint32_t first : {0u, 5u}) {
+    auto d = m.make_decode_state(1, 6);
+    for (int pos = 0; pos < 6; ++pos) {
+      const uint32_t z = pos == 0 ? first : 1u;
+      m.decode_step(*d, &tokens[pos], &z, pos, first == 0 ? a.data() : b.data());
+    }
+  }
+  EXPECT_GT(max_abs_diff(a, b), 100 * kDecodeTol);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Determinism of the encoder's samples
+
+TEST(ModelForward, SameSeedSameCodesAndLossOtherStreamOtherCodes) {
+  const int B = 2, T = 16;
+  ModelConfig c = small_config(8, 4, 2);
+  Model m(cpu(), c);
+  m.init_weights(41, InitConfig{});
+  const auto in = random_tokens(size_t(B) * T, c.vocab_size, 42);
+  const auto tg = random_tokens(size_t(B) * T, c.vocab_size, 43);
+  auto s = m.make_state(B, T);
+  auto run = [&](uint64_t seed, uint64_t stream, StepStats* st) {
+    *st = m.forward(*s, in.data(), tg.data(), nullptr, seed, stream, 0.1f);
+    std::vector<uint32_t> codes(size_t(B) * T);
+    m.read_codes(*s, codes.data());
+    return codes;
+  };
+  StepStats s1, s2, s3, s4;
+  const auto c1 = run(1, 100, &s1), c2 = run(1, 100, &s2), c3 = run(1, 101, &s3), c4 = run(2, 100, &s4);
+  EXPECT_EQ(c1, c2);
+  EXPECT_EQ(s1.loss, s2.loss);  // bit for bit
+  EXPECT_EQ(s1.ce, s2.ce);
+  EXPECT_EQ(s1.kl, s2.kl);
+  // 32 positions of 8 bits: equal codes under another stream or seed would be a 2^-256 accident.
+  EXPECT_NE(c1, c3);
+  EXPECT_NE(c1, c4);
+  EXPECT_NE(s1.ce, s3.ce);
+  for (uint32_t z : c1) EXPECT_LT(z, 1u << 8);
+}
+
+TEST(ModelForward, GivenCodesAreTheCodesUsed) {
+  const int B = 2, T = 7;
+  ModelConfig c = small_config(4, 4, 2);
+  Model m(cpu(), c);
+  m.init_weights(51, InitConfig{});
+  const auto in = random_tokens(size_t(B) * T, c.vocab_size, 52);
+  const auto given = random_codes(size_t(B) * T, 4, 53);
+  auto s = m.make_state(B, T);
+  (void)m.forward(*s, in.data(), nullptr, given.data(), 1, 1, 0.0f);
+  std::vector<uint32_t> got(given.size());
+  m.read_codes(*s, got.data());
+  EXPECT_EQ(got, given);
+}
+
+}  // namespace
+}  // namespace ftx
