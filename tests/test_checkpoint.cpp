@@ -76,7 +76,9 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
   EXPECT_EQ(a.rope_theta, b.rope_theta);
   EXPECT_EQ(a.tie_embeddings, b.tie_embeddings);
   EXPECT_EQ(a.latent_bits, b.latent_bits);
-  if (a.is_free()) EXPECT_EQ(a.inject_after, b.inject_after);
+  if (a.is_free()) {
+    EXPECT_EQ(a.inject_after, b.inject_after);
+  }
   EXPECT_EQ(a.readout_bias, b.readout_bias);
   EXPECT_EQ(a.alphabet, b.alphabet);
 }

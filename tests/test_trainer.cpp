@@ -262,7 +262,7 @@ TEST(TrainerEndToEnd, SyntheticTaskValidationCeFallsFarBelowUniform) {
   TempDir dir;
   TrainConfig tc;
   tc.preset = "tiny";
-  tc.steps = 150, tc.batch = 16, tc.lr = 3e-3f, tc.warmup = 10;
+  tc.steps = 60, tc.batch = 8, tc.lr = 3e-3f, tc.warmup = 10;
   tc.eval_every = 0, tc.checkpoint_every = 0, tc.seed = 11;
   tc.kappa_nats = static_cast<float>(bits_to_nats(0.5));
   auto t = must(Trainer::start(*backend(), tiny_free(4), tc, dir / "e.db", "e"));

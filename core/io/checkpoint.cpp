@@ -170,12 +170,11 @@ std::string extra_hint(const std::string& name, const ModelConfig& c) {
   return "is not part of the model config.json describes";
 }
 
-// Names, shapes and dtypes of `set` against `specs` (each name prefixed by `prefix`); no extras.
-Status check_tensors(const TensorSet& set, const std::vector<ParamSpec>& specs, const std::string& prefix,
-                     const ModelConfig& c) {
+// Names, shapes and dtypes of `set` against `specs`; no extras.
+Status check_tensors(const TensorSet& set, const std::vector<ParamSpec>& specs, const ModelConfig& c) {
   std::set<std::string> expected;
   for (const auto& s : specs) {
-    const std::string name = prefix + s.name;
+    const std::string& name = s.name;
     expected.insert(name);
     const SafetensorsFile* f = set.file_for(name);
     if (!f) return make_error(set.label + ": tensor " + quote_name(name) + " is missing" + missing_hint(name));
@@ -231,7 +230,7 @@ Status load_training_state(const std::string& dir, const std::vector<ParamSpec>&
   std::vector<ParamSpec> both;  // adam_m.* then adam_v.*, checked in one pass so extras are caught
   for (const char* p : {"adam_m.", "adam_v."})
     for (const auto& s : specs) both.push_back(ParamSpec{p + s.name, s.shape, s.offset, s.numel});
-  FTX_TRY(check_tensors(*set, both, "", ck->config));
+  FTX_TRY(check_tensors(*set, both, ck->config));
   auto m = alloc_arena(dir, param_count(specs));
   if (!m) return m.error();
   auto v = alloc_arena(dir, param_count(specs));
@@ -260,7 +259,7 @@ Result<CheckpointData> load_impl(const std::string& dir, bool with_training_stat
   if (!set) return set.error();
   if (ck.config.is_free() && set->file_for("free.encoder_readout.bias")) ck.config.readout_bias = true;
   const std::vector<ParamSpec> specs = param_specs(ck.config);
-  FTX_TRY(check_tensors(*set, specs, "", ck.config));
+  FTX_TRY(check_tensors(*set, specs, ck.config));
   auto params = alloc_arena(dir, param_count(specs));
   if (!params) return params.error();
   FTX_TRY(read_tensors(*set, specs, "", &*params));

@@ -38,7 +38,7 @@ void matmul_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, in
                      int OC, bool accumulate_dinp) {
   if (N <= 0 || IC <= 0) return;
   if (dinp) {
-    gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, T(0), dinp, IC);
+    gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, accumulate_dinp ? T(1) : T(0), dinp, IC);
   }
   if (dw && OC > 0) gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dw, IC);
 }
