@@ -105,7 +105,22 @@ void Model::init_weights(uint64_t seed, const InitConfig& init) {
       }
     }
   }
+  if (init.post_sampler_bitlinear && cfg_.is_free()) init_bitlinear_post_sampler(host, seed, init.post_sampler_std);
   load_params(host.data());
+}
+
+void Model::init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed, float std) const {
+  const ParamSpec* s = find_param(specs_, "free.post_sampler.weight");
+  const int64_t C = cfg_.dim, H = cfg_.latent_bits, codes = cfg_.num_codes();
+  std::vector<float> v(size_t(H) * C);  // (H, C) one direction per bit
+  for (size_t i = 0; i < v.size(); ++i) v[i] = std * philox_normal(seed, kStreamInit + 999, i);
+  float* w = host.data() + s->offset;   // (C, 2^H)
+  for (int64_t c = 0; c < C; ++c)
+    for (int64_t d = 0; d < codes; ++d) {
+      float acc = 0;
+      for (int64_t h = 0; h < H; ++h) acc += ((d >> h) & 1 ? 1.0f : -1.0f) * v[size_t(h) * C + c];
+      w[c * codes + d] = acc;
+    }
 }
 
 void Model::load_params(const float* host) { be_.upload(params_, host, n_params_ * sizeof(float)); }

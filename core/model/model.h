@@ -20,6 +20,9 @@ struct InitConfig {
   float std = 0.02f;              // normal init of every matrix
   bool scale_residual = true;     // o_proj and down_proj std / sqrt(2 L)
   float post_sampler_std = 0.02f; // free.post_sampler.weight
+  // Bit-linear post-sampler: column d = sum_h (2 U_h(d) - 1) v_h with v_h ~ N(0, std^2), so Z
+  // reaches the decoder as a sum of one direction per bit (training is free to leave that form).
+  bool post_sampler_bitlinear = false;
   float zeta_std = 1.0f;          // free.zeta (goes through RMSNorm: only its direction matters)
 };
 
@@ -80,6 +83,7 @@ class Model {
                      int T, bool causal);
   void block_backward(const BlockW& w, const BlockW& dw, BlockActs& a, const float* q_in, const float* kv_in,
                       const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal);
+  void init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed, float std) const;
   float* param(const std::string& name) const;
   float* grad(const std::string& name) const;
 

@@ -41,7 +41,8 @@ json train_to_json(const TrainConfig& t) {
               {"init_std", t.init.std},
               {"init_scale_residual", t.init.scale_residual},
               {"init_post_sampler_std", t.init.post_sampler_std},
-              {"init_zeta_std", t.init.zeta_std}};
+              {"init_zeta_std", t.init.zeta_std},
+              {"init_post_sampler_bitlinear", t.init.post_sampler_bitlinear}};
 }
 
 // Reads what train_to_json wrote; missing keys keep their defaults (older runs).
@@ -60,6 +61,7 @@ Result<TrainConfig> train_from_json(const json& j, const std::string& where) {
     get("coinflip_eps", t.coinflip_eps), get("coinflip_len", t.coinflip_len);
     get("init_std", t.init.std), get("init_scale_residual", t.init.scale_residual);
     get("init_post_sampler_std", t.init.post_sampler_std), get("init_zeta_std", t.init.zeta_std);
+    get("init_post_sampler_bitlinear", t.init.post_sampler_bitlinear);
   } catch (const std::exception& e) {
     return make_error(where + ": training config: " + e.what());
   }
