@@ -159,8 +159,8 @@ TEST(BinaryMapper, ForwardSeedAndStreamDecideTheCodes) {
 void check_backward_against_fd(int H, cpu::MapperTiles tiles) {
   const int N = 5, C = 3;
   Vec logits = random_vec(size_t(N) * H, 100 + H, -2.0, 2.0);  // (N, H)
-  const Vec dR = random_vec(size_t(N) * C, 200 + H);             // (N, C)
-  const Vec W = random_vec(size_t(C) << H, 300 + H);             // (C, 2^H)
+  const Vec dR = random_vec(size_t(N) * C, 200 + H);           // (N, C)
+  const Vec W = random_vec(size_t(C) << H, 300 + H);           // (C, 2^H)
   const Vec p = sigmoid_all(logits);
   const Vec init = random_vec(logits.size(), 400 + H);
   Vec dlogits = init;
@@ -177,15 +177,16 @@ void check_backward_against_fd(int H, cpu::MapperTiles tiles) {
     const double fd = (fp - fm) / (2.0 * kStep);
     EXPECT_NEAR(analytic, fd, kGradTol * std::max(1.0, std::abs(fd)))
         << "H " << H << " tiles " << tiles.rows << "x2^" << tiles.codes_log2 << " element " << i;
-    EXPECT_NEAR(brute[i], fd, kGradTol * std::max(1.0, std::abs(fd))) << "brute force, element " << i;
+    EXPECT_NEAR(brute[i], fd, kGradTol * std::max(1.0, std::abs(fd)))
+        << "brute force, element " << i;
   }
 }
 
 TEST(BinaryMapper, BackwardMatchesAutogradThroughG) {
   for (int H : {1, 3, 5, 8}) {
-    check_backward_against_fd(H, cpu::MapperTiles{});         // one code tile
-    check_backward_against_fd(H, cpu::MapperTiles{2, 2});     // 2 rows x 4 codes per tile
-    check_backward_against_fd(H, cpu::MapperTiles{3, 0});     // one code per tile
+    check_backward_against_fd(H, cpu::MapperTiles{});      // one code tile
+    check_backward_against_fd(H, cpu::MapperTiles{2, 2});  // 2 rows x 4 codes per tile
+    check_backward_against_fd(H, cpu::MapperTiles{3, 0});  // one code per tile
   }
 }
 
@@ -200,9 +201,11 @@ double float_backend_vs_brute(int N, int C, int H, uint64_t seed) {
     p[i] = pf[i];
   }
   // The double reference sees the float-rounded inputs, so only the float arithmetic differs.
-  const Vec brute = brute_dlogits(p, Vec(dRf.begin(), dRf.end()), Vec(Wf.begin(), Wf.end()), N, C, H);
+  const Vec brute =
+      brute_dlogits(p, Vec(dRf.begin(), dRf.end()), Vec(Wf.begin(), Wf.end()), N, C, H);
   std::vector<float> dlogits(p.size(), 0.5f);
-  make_cpu_backend()->binary_mapper_backward(dlogits.data(), dRf.data(), Wf.data(), pf.data(), N, C, H);
+  make_cpu_backend()->binary_mapper_backward(dlogits.data(), dRf.data(), Wf.data(), pf.data(), N, C,
+                                             H);
   double max_ref = 0.0, max_err = 0.0;
   for (size_t i = 0; i < brute.size(); ++i) {
     max_ref = std::max(max_ref, std::abs(brute[i]));
@@ -213,7 +216,7 @@ double float_backend_vs_brute(int N, int C, int H, uint64_t seed) {
 }
 
 TEST(BinaryMapper, FloatBackendMatchesBruteForceAtH12) {
-  // N = 150 is not a multiple of the 64-row tile; 2^12 codes make 4 code tiles of 2^10.
+  // N = 150 is not a multiple of the 128-row tile; 2^12 codes make 4 code tiles of 2^10.
   static_assert(150 % cpu::MapperTiles{}.rows != 0 && cpu::MapperTiles{}.codes_log2 < 12);
   EXPECT_LE(float_backend_vs_brute(150, 16, 12, 7), kFloatVsDoubleTol);
 }
@@ -309,8 +312,8 @@ TEST(BinaryMapper, KlBackwardIsFiniteAtCertainBits) {
 TEST(BinaryMapper, PostSamplerGatherAndScatterAdd) {
   const int N = 9, C = 3, H = 4;
   const std::vector<uint32_t> codes = {3, 15, 0, 3, 7, 3, 15, 1, 8};  // (N), with repeats
-  const Vec W = random_vec(size_t(C) << H, 700);                       // (C, 2^H)
-  const Vec dR = random_vec(size_t(N) * C, 701);                       // (N, C)
+  const Vec W = random_vec(size_t(C) << H, 700);                      // (C, 2^H)
+  const Vec dR = random_vec(size_t(N) * C, 701);                      // (N, C)
   Vec R(size_t(N) * C);
   cpu::post_sampler_forward(R.data(), codes.data(), W.data(), N, C, H);
   const Vec init = random_vec(W.size(), 702);

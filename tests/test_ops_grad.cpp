@@ -3,7 +3,8 @@
 // central differences. Shapes are small and awkward (T = 1, odd C, GQA, HS/2 odd, causal and
 // non-causal attention, queries behind a KV cache). The tests also pin the accumulate semantics
 // of kernels/backend.h: parameter gradients and rmsnorm's dx add (+=), activation gradients
-// overwrite (=).
+// overwrite (=). The OpsForward tests check the forwards themselves against textbook formulas
+// (a backward consistent with a wrong forward would pass the finite differences).
 //
 // Not here: the binary mapper and the KL (test_binary_mapper.cpp), float-vs-double agreement of
 // the fast paths (test_cpu_backend.cpp).
@@ -134,13 +135,15 @@ Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, const AttnShape& s
         double total = 0.0;
         for (int j = 0; j < visible; ++j) {
           double dotqk = 0.0;
-          for (int d = 0; d < s.HS; ++d) dotqk += qi[d] * k[((size_t(b) * s.Tk_cap + j) * s.NKV + kh) * s.HS + d];
+          for (int d = 0; d < s.HS; ++d)
+            dotqk += qi[d] * k[((size_t(b) * s.Tk_cap + j) * s.NKV + kh) * s.HS + d];
           w[j] = std::exp(dotqk / std::sqrt(double(s.HS)));
           total += w[j];
         }
         double* o = &out[((size_t(b) * s.Tq + i) * s.NH + h) * s.HS];
         for (int j = 0; j < visible; ++j) {
-          for (int d = 0; d < s.HS; ++d) o[d] += w[j] / total * v[((size_t(b) * s.Tk_cap + j) * s.NKV + kh) * s.HS + d];
+          for (int d = 0; d < s.HS; ++d)
+            o[d] += w[j] / total * v[((size_t(b) * s.Tk_cap + j) * s.NKV + kh) * s.HS + d];
         }
       }
     }
@@ -300,11 +303,15 @@ AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int q_pos0,
   return s;
 }
 
-TEST(OpsGrad, AttentionCausalGqa) { check_attention_grad(attn_shape(2, 4, 2, 5, 4, 4, 0, true), "causal"); }
+TEST(OpsGrad, AttentionCausalGqa) {
+  check_attention_grad(attn_shape(2, 4, 2, 5, 4, 4, 0, true), "causal");
+}
 TEST(OpsGrad, AttentionNonCausalGqa) {
   check_attention_grad(attn_shape(2, 4, 2, 5, 4, 4, 0, false), "non-causal");
 }
-TEST(OpsGrad, AttentionSinglePosition) { check_attention_grad(attn_shape(3, 2, 1, 3, 1, 1, 0, true), "T=1"); }
+TEST(OpsGrad, AttentionSinglePosition) {
+  check_attention_grad(attn_shape(3, 2, 1, 3, 1, 1, 0, true), "T=1");
+}
 TEST(OpsGrad, AttentionQueriesBehindCache) {
   check_attention_grad(attn_shape(1, 4, 2, 4, 2, 5, 3, true), "Tq<Tk causal");
   check_attention_grad(attn_shape(2, 2, 2, 4, 3, 5, 0, false), "Tq<Tk non-causal");
@@ -316,7 +323,8 @@ void copy_rows(Vec& dst, int dst_rows, const Vec& src, int src_rows, int src0, i
   for (int b = 0; b < B; ++b) {
     for (int r = 0; r < rows; ++r) {
       for (size_t e = 0; e < width; ++e) {
-        dst[(size_t(b) * dst_rows + r) * width + e] = src[(size_t(b) * src_rows + src0 + r) * width + e];
+        dst[(size_t(b) * dst_rows + r) * width + e] =
+            src[(size_t(b) * src_rows + src0 + r) * width + e];
       }
     }
   }
@@ -328,7 +336,8 @@ TEST(OpsGrad, AttentionDecodeMatchesFullRows) {
   const AttnShape full = attn_shape(2, 4, 2, 6, 6, 6, 0, true);
   const AttnData d = random_attn(full, 50);
   Vec out_full(d.q.size()), att_full(size_t(full.B) * full.NH * full.Tq * full.Tk);
-  cpu::attention_forward(out_full.data(), att_full.data(), d.q.data(), d.k.data(), d.v.data(), full);
+  cpu::attention_forward(out_full.data(), att_full.data(), d.q.data(), d.k.data(), d.v.data(),
+                         full);
   const size_t q_row = size_t(full.NH) * full.HS, kv_row = size_t(full.NKV) * full.HS;
   for (const auto& [q_pos0, Tq] : {std::pair{3, 2}, std::pair{5, 1}, std::pair{0, 1}}) {
     AttnShape s = attn_shape(full.B, full.NH, full.NKV, full.HS, Tq, q_pos0 + Tq, q_pos0, true);

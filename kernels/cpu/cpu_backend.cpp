@@ -58,20 +58,25 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
   // ---- elementwise / reductions ----
-  void add(float* out, const float* a, const float* b, size_t n) override { cpu::add(out, a, b, n); }
+  void add(float* out, const float* a, const float* b, size_t n) override {
+    cpu::add(out, a, b, n);
+  }
   void add_inplace(float* acc, const float* x, size_t n) override { cpu::add_inplace(acc, x, n); }
   void scale(float* x, float s, size_t n) override { cpu::scale(x, s, n); }
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
   void broadcast_rows(float* out, const float* v, int N, int C) override {
     cpu::broadcast_rows(out, v, N, C);
   }
-  void sum_rows(float* dv, const float* dout, int N, int C) override { cpu::sum_rows(dv, dout, N, C); }
+  void sum_rows(float* dv, const float* dout, int N, int C) override {
+    cpu::sum_rows(dv, dout, N, C);
+  }
 
   // ---- embedding ----
   void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C) override {
     cpu::embedding_forward(out, tok, wte, N, C);
   }
-  void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) override {
+  void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N,
+                          int C) override {
     cpu::embedding_backward(dwte, dout, tok, N, C);
   }
 
@@ -109,7 +114,8 @@ class CpuBackend final : public Backend {
     cpu::attention_forward(out, att, q, k, v, s);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
-                          const float* q, const float* k, const float* v, const AttnShape& s) override {
+                          const float* q, const float* k, const float* v,
+                          const AttnShape& s) override {
     cpu::attention_backward(dq, dk, dv, dout, att, q, k, v, s);
   }
 
@@ -117,8 +123,8 @@ class CpuBackend final : public Backend {
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
     cpu::swiglu_forward(out, gate, up, n);
   }
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
-                       size_t n) override {
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
+                       const float* up, size_t n) override {
     cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
   }
 
@@ -127,8 +133,8 @@ class CpuBackend final : public Backend {
                             int V) override {
     cpu::crossentropy_forward(losses, logits, targets, N, V);
   }
-  void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V,
-                             float scale) override {
+  void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N,
+                             int V, float scale) override {
     cpu::crossentropy_backward(dlogits, logits, targets, N, V, scale);
   }
 
@@ -137,8 +143,8 @@ class CpuBackend final : public Backend {
                              uint64_t seed, uint64_t stream) override {
     cpu::binary_mapper_forward(codes, p, logits, N, H, seed, stream);
   }
-  void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N,
-                              int C, int H) override {
+  void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p,
+                              int N, int C, int H) override {
     cpu::binary_mapper_backward(dlogits, dR, W, p, N, C, H);
   }
   void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C,
@@ -149,7 +155,9 @@ class CpuBackend final : public Backend {
                              int H) override {
     cpu::post_sampler_backward(dW, dR, codes, N, C, H);
   }
-  void kl_forward(float* kl, const float* p, int N, int H) override { cpu::kl_forward(kl, p, N, H); }
+  void kl_forward(float* kl, const float* p, int N, int H) override {
+    cpu::kl_forward(kl, p, N, H);
+  }
   void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa,
                    float scale) override {
     cpu::kl_backward(dlogits, p, kl, N, H, kappa, scale);

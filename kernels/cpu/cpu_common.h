@@ -29,14 +29,18 @@ inline int split_begin(int total, int parts, int idx) {
   return static_cast<int>(static_cast<int64_t>(total) * idx / parts);
 }
 
-// Runs body(c0, c1) on disjoint contiguous column ranges, one per thread. Column reductions done
+// Runs body(c0, c1) on disjoint contiguous column ranges, one per thread, cut at multiples of
+// 16 columns (a cache line of floats: no false sharing between threads). Column reductions done
 // this way add rows in ascending order whatever the thread count (deterministic, race free).
 template <class Body>
 void parallel_columns(int C, size_t work, Body&& body) {
-#pragma omp parallel if (go_parallel(work))
+  constexpr int kGrain = 16;
+  const int blocks = (C + kGrain - 1) / kGrain;
+#pragma omp parallel if (go_parallel(work) && blocks > 1)
   {
     const int nt = omp_get_num_threads(), t = omp_get_thread_num();
-    const int c0 = split_begin(C, nt, t), c1 = split_begin(C, nt, t + 1);
+    const int c0 = std::min(C, split_begin(blocks, nt, t) * kGrain);
+    const int c1 = std::min(C, split_begin(blocks, nt, t + 1) * kGrain);
     if (c0 < c1) body(c0, c1);
   }
 }
@@ -63,11 +67,11 @@ inline float exp_nonpos<float>(float x) {
   constexpr float kMagic = 12582912.0f;  // 1.5 * 2^23: adding it rounds to an integer
   const float xc = x < kLo ? kLo : x;
   const float t = xc * 1.44269504088896341f + kMagic;
-  const float n = t - kMagic;                                            // round(x / ln 2)
+  const float n = t - kMagic;  // round(x / ln 2)
   const int32_t ni = std::bit_cast<int32_t>(t) - std::bit_cast<int32_t>(kMagic);
-  float r = xc - n * 0.693359375f;                                       // ln 2, high part
-  r = r - n * -2.12194440e-4f;                                           // ln 2, low part
-  float p = 1.9875691500e-4f;                                            // e^r, |r| <= ln2/2
+  float r = xc - n * 0.693359375f;  // ln 2, high part
+  r = r - n * -2.12194440e-4f;      // ln 2, low part
+  float p = 1.9875691500e-4f;       // e^r, |r| <= ln2/2
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;

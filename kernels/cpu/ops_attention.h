@@ -76,8 +76,8 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
       for (int h = kh * group; h < (kh + 1) * group; ++h) {
         const AttnHead x = attn_head(s, b, h, s.Tk_cap);
         T* a = att + x.att_off;  // (Tq, Tk)
-        gemm(false, true, s.Tq, s.Tk, s.HS, scale, q + x.q_off, x.ldq, k + x.kv_off, x.ldkv, T(0), a,
-             s.Tk);
+        gemm(false, true, s.Tq, s.Tk, s.HS, scale, q + x.q_off, x.ldq, k + x.kv_off, x.ldkv, T(0),
+             a, s.Tk);
         attn_softmax_rows(a, s);
         gemm(false, false, s.Tq, s.HS, s.Tk, T(1), a, s.Tk, v + x.kv_off, x.ldkv, T(0),
              out + x.q_off, x.ldq);

@@ -34,8 +34,8 @@ void matmul_forward(T* out, const T* inp, const T* w, int N, int IC, int OC, boo
 // dinp (N, IC) = dout @ w (+= when accumulate_dinp; skipped when null);
 // dw (OC, IC) += dout^T @ inp (skipped when null).
 template <class T>
-void matmul_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, int N, int IC,
-                     int OC, bool accumulate_dinp) {
+void matmul_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, int N, int IC, int OC,
+                     bool accumulate_dinp) {
   if (N <= 0 || IC <= 0) return;
   if (dinp) {
     gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, accumulate_dinp ? T(1) : T(0), dinp, IC);
