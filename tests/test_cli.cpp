@@ -5,6 +5,7 @@
 // have the documented shape. One tiny checkpoint, trained for 3 steps, serves every test that
 // needs a model; the corrupt-checkpoint tests edit copies of it.
 #include <fcntl.h>
+#include <signal.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -60,6 +61,21 @@ std::string make_temp_dir() {
   return tmpl;
 }
 
+// This process's environment with `overrides` ("NAME=value") replacing or adding entries; built
+// before fork so the child only calls async-signal-safe functions before execve.
+std::vector<std::string> child_env(const std::vector<std::string>& overrides) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    bool replaced = false;
+    for (const std::string& o : overrides)
+      replaced |= entry.compare(0, o.find('=') + 1, o, 0, o.find('=') + 1) == 0;
+    if (!replaced) env.push_back(entry);
+  }
+  env.insert(env.end(), overrides.begin(), overrides.end());
+  return env;
+}
+
 // Runs FTX_BINARY with args; stdout and stderr go through files in `scratch`.
 Outcome ftx(const std::vector<std::string>& args, const std::string& scratch) {
   const std::string out_path = scratch + "/.stdout", err_path = scratch + "/.stderr";
@@ -68,6 +84,13 @@ Outcome ftx(const std::vector<std::string>& args, const std::string& scratch) {
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // ctest runs tests side by side on 2 shared cores: OpenMP barriers of an oversubscribed child
+  // turn a 0.2 s tiny run into seconds. One thread keeps the suite fast; results do not depend
+  // on the thread count (static schedules, data-ordered reductions: kernels/cpu/cpu_common.h).
+  std::vector<std::string> env = child_env({"OMP_NUM_THREADS=1", "NO_COLOR=1"});
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int o = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -75,8 +98,7 @@ Outcome ftx(const std::vector<std::string>& args, const std::string& scratch) {
     if (o < 0 || e < 0) ::_exit(126);
     ::dup2(o, STDOUT_FILENO);
     ::dup2(e, STDERR_FILENO);
-    ::setenv("NO_COLOR", "1", 1);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   Outcome r;
@@ -117,7 +139,11 @@ class CliTrainArgs : public ::testing::Test {
   // `ftx train` with a fresh database path plus `extra`; the database must not appear.
   void expect_refused(const std::vector<std::string>& extra, const std::vector<std::string>& needles) {
     const std::string db = dir_ + "/fresh.db";
-    std::vector<std::string> args = {"train", "--db", db, "--run", "r", "--preset", "tiny", "--steps", "2", "--quiet"};
+    std::vector<std::string> args = {"train", "--db", db, "--run", "r", "--quiet"};
+    // Defaults for what `extra` does not set (CLI11 refuses an option given twice).
+    for (const char* opt : {"--preset", "--steps"})
+      if (std::find(extra.begin(), extra.end(), opt) == extra.end())
+        args.insert(args.end(), {opt, std::string(opt) == "--preset" ? "tiny" : "2"});
     args.insert(args.end(), extra.begin(), extra.end());
     const Outcome r = ftx(args, dir_);
     SCOPED_TRACE(testing::PrintToString(extra));
@@ -143,7 +169,6 @@ TEST_F(CliTrainArgs, LatentBitsOutsideZeroToTwenty) {
 }
 
 TEST_F(CliTrainArgs, NonPositiveStepsBatchLr) {
-  // The shared arguments say --steps 2; a later --steps overrides it (CLI11 keeps the last value).
   expect_refused({"--steps", "0"}, {"--steps", "positive"});
   expect_refused({"--steps", "-3"}, {"--steps", "positive"});
   expect_refused({"--batch", "0"}, {"--batch", "positive"});
@@ -161,6 +186,27 @@ TEST_F(CliTrainArgs, ResumeOfARunInADatabaseThatDoesNotExist) {
     // Known bug: Trainer::resume opens the store with RunStore::open, which creates (and migrates)
     // the file before finding out that the run is not there.
     GTEST_SKIP() << "known bug: `ftx train --resume` on a missing database creates an empty run store at " << db;
+  }
+}
+
+// A batch no machine can hold is bad input (STYLE.md section 7: out of memory is a Result), not a
+// broken invariant: one line, exit 1, and no run row left behind. (Its ~137 TiB of activations
+// exceed the 128 TiB x86-64 user address space, so no overcommit setting lets it through.)
+TEST_F(CliTrainArgs, AbsurdBatchIsRefusedNotAborted) {
+  const std::string db = dir_ + "/big.db";
+  const Outcome r =
+      ftx({"train", "--db", db, "--run", "r", "--preset", "tiny", "--steps", "1", "--batch", "100000000", "--quiet"},
+          dir_);
+  if (r.signal == SIGABRT) {
+    // Known bug: Model/Trainer allocate with Backend::alloc, whose FT_ASSERT aborts on OOM
+    // ("cpu backend: out of memory allocating 396344000000000 bytes"), after the run row exists.
+    GTEST_SKIP() << "known bug: `ftx train --batch 100000000` aborts in Backend::alloc: " << r.err;
+  }
+  expect_one_line_error(r, {});
+  if (fs::exists(db)) {
+    auto store = RunStore::open_readonly(db);
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    EXPECT_FALSE(store->find_run("r").ok()) << "a refused run left its row behind";
   }
 }
 
@@ -384,7 +430,10 @@ TEST_F(CliWithRun, GenerateRefusesBadPrompts) {
   auto count_generations = [&] {
     auto store = RunStore::open_readonly(db_);
     EXPECT_TRUE(store.ok());
+    if (!store) return size_t(0);
     auto info = store->find_run("base");
+    EXPECT_TRUE(info.ok());
+    if (!info) return size_t(0);
     auto g = store->generations(info->id, 3);
     return g.ok() ? g->size() : size_t(0);
   };
@@ -397,7 +446,7 @@ TEST_F(CliWithRun, GenerateRefusesBadPrompts) {
   EXPECT_EQ(lower.out, "");
   expect_one_line_error(gen(std::string(200, 'K')), {"--prompt", "200"});
   expect_one_line_error(gen(std::string(66, 'K')), {"--prompt", "66"});
-  expect_one_line_error(gen(""), {"--prompt"});
+  expect_one_line_error(gen(""), {"prompt", "empty"});
   EXPECT_EQ(count_generations(), before) << "a refused generate recorded generations";
 }
 
@@ -412,11 +461,17 @@ TEST_F(CliWithRun, ExistingRunNameWithoutResumeIsRefusedAndLeftUntouched) {
     auto store = RunStore::open_readonly(db_);
     EXPECT_TRUE(store.ok());
     auto runs = store->list_runs();
+    EXPECT_TRUE(runs.ok());
+    if (!runs) return rows;
     for (const RunInfo& ri : *runs) {
       rows.push_back(ri.name + "|" + ri.status + "|" + ri.config_json);
-      for (const MetricRow& m : *store->metrics(ri.id, ""))
+      auto metrics = store->metrics(ri.id, "");
+      auto checkpoints = store->checkpoints(ri.id);
+      EXPECT_TRUE(metrics.ok() && checkpoints.ok());
+      if (!metrics || !checkpoints) continue;
+      for (const MetricRow& m : *metrics)
         rows.push_back(std::to_string(m.step) + m.key + std::to_string(m.value) + std::to_string(m.wall_time));
-      for (const CheckpointRow& c : *store->checkpoints(ri.id)) rows.push_back(c.path + c.sha256);
+      for (const CheckpointRow& c : *checkpoints) rows.push_back(c.path + c.sha256);
     }
     return rows;
   };

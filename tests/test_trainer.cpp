@@ -292,6 +292,21 @@ TEST(TrainerEndToEnd, SyntheticTaskValidationCeFallsFarBelowUniform) {
 // ---------------------------------------------------------------------------------------------
 // The ftx binary under SIGKILL and SIGINT
 
+// This process's environment with `overrides` ("NAME=value") replacing or adding entries; built
+// before fork so the child only calls async-signal-safe functions before execve.
+std::vector<std::string> child_env(const std::vector<std::string>& overrides) {
+  std::vector<std::string> env;
+  for (char** e = environ; *e; ++e) {
+    const std::string entry = *e;
+    bool replaced = false;
+    for (const std::string& o : overrides)
+      replaced |= entry.compare(0, o.find('=') + 1, o, 0, o.find('=') + 1) == 0;
+    if (!replaced) env.push_back(entry);
+  }
+  env.insert(env.end(), overrides.begin(), overrides.end());
+  return env;
+}
+
 // Starts FTX_BINARY with args, stdout to /dev/null and stderr to err_path.
 pid_t spawn_ftx(const std::vector<std::string>& args, const std::string& err_path) {
   std::vector<std::string> all = {FTX_BINARY};
@@ -299,6 +314,13 @@ pid_t spawn_ftx(const std::vector<std::string>& args, const std::string& err_pat
   std::vector<char*> argv;
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
+  // One OpenMP thread: ctest runs tests side by side on 2 shared cores, where the barriers of an
+  // oversubscribed 2-thread child cost seconds per step. The run's numbers do not depend on the
+  // thread count (static schedules, data-ordered reductions: kernels/cpu/cpu_common.h).
+  std::vector<std::string> env = child_env({"OMP_NUM_THREADS=1"});
+  std::vector<char*> envp;
+  for (auto& e : env) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const pid_t pid = ::fork();
   if (pid == 0) {
     const int out = ::open("/dev/null", O_WRONLY);
@@ -306,7 +328,7 @@ pid_t spawn_ftx(const std::vector<std::string>& args, const std::string& err_pat
     if (out < 0 || err < 0) ::_exit(126);
     ::dup2(out, STDOUT_FILENO);
     ::dup2(err, STDERR_FILENO);
-    ::execv(argv[0], argv.data());
+    ::execve(argv[0], argv.data(), envp.data());
     ::_exit(127);
   }
   return pid;
