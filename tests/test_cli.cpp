@@ -85,8 +85,8 @@ Outcome ftx(const std::vector<std::string>& args, const std::string& scratch) {
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   // ctest runs tests side by side on 2 shared cores: OpenMP barriers of an oversubscribed child
-  // turn a 0.2 s tiny run into seconds. One thread keeps the suite fast; results do not depend
-  // on the thread count (static schedules, data-ordered reductions: kernels/cpu/cpu_common.h).
+  // turn a 0.2 s tiny run into seconds, so every child runs one thread (the same for all of them:
+  // OpenBLAS sgemm rounds differently with another thread count).
   std::vector<std::string> env = child_env({"OMP_NUM_THREADS=1", "NO_COLOR=1"});
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());

@@ -315,8 +315,8 @@ pid_t spawn_ftx(const std::vector<std::string>& args, const std::string& err_pat
   for (auto& a : all) argv.push_back(a.data());
   argv.push_back(nullptr);
   // One OpenMP thread: ctest runs tests side by side on 2 shared cores, where the barriers of an
-  // oversubscribed 2-thread child cost seconds per step. The run's numbers do not depend on the
-  // thread count (static schedules, data-ordered reductions: kernels/cpu/cpu_common.h).
+  // oversubscribed 2-thread child cost seconds per step. The killed and the resuming process must
+  // use the same thread count to agree bit for bit (OpenBLAS sgemm rounds differently otherwise).
   std::vector<std::string> env = child_env({"OMP_NUM_THREADS=1"});
   std::vector<char*> envp;
   for (auto& e : env) envp.push_back(e.data());
