@@ -37,7 +37,7 @@ int run_bench(const BenchArgs& a) {
   mcfg->latent_bits = a.latent_bits;
   TrainConfig t;
   t.batch = a.batch, t.lr = 1e-3f, t.steps = a.warmup + a.steps, t.eval_every = 0, t.checkpoint_every = 0;
-  auto trainer = Trainer::start(*backend, *mcfg, t, ":memory:", "bench");
+  auto trainer = Trainer::start(*backend, *mcfg, t, make_dataset(t)->seq_len(), ":memory:", "bench");
   if (!trainer) return fail(trainer.error());
   auto data = make_dataset(t);
   std::vector<double> secs;

@@ -81,7 +81,7 @@ Status train_demo_run(const std::string& db, const DemoRun& r, int steps) {
     tc.checkpoint_every = tc.eval_every;
     auto mcfg = model_preset("small");
     mcfg->latent_bits = kDefaultLatentBits;
-    auto t = Trainer::start(*backend, *mcfg, tc, db, r.name);
+    auto t = Trainer::start(*backend, *mcfg, tc, make_dataset(tc)->seq_len(), db, r.name);
     if (!t) return t.error();
     trainer = std::move(*t);
   }

@@ -16,6 +16,8 @@
 namespace ftx::app {
 namespace {
 
+constexpr int64_t kMaxSequences = 4096;  // one call's batch of sequences through the KV cache
+
 nlohmann::json to_json(const GroupResult& g, size_t i, const std::string& alphabet) {
   const Generation& gen = g.gens[i];
   return {{"group", g.group},
@@ -55,7 +57,7 @@ void add_generate_options(CLI::App& app, GenerateArgs& a) {
   c->add_option("--independent", a.independent, "Sequences in the independent group")->capture_default_str();
   c->add_option("--fixed-groups", a.fixed_groups, "Number of fixed-Z groups")->capture_default_str();
   c->add_option("--group-size", a.group_size, "Sequences per fixed-Z group")->capture_default_str();
-  c->add_option("--seed", a.seed, "Seed of the latents and the samples")->capture_default_str();
+  c->add_option("--seed", a.seed, "Seed of the latents and the samples")->capture_default_str()->check(CLI::NonNegativeNumber);
   c->add_option("--temperature", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
   c->add_option("--top-k", a.top_k, "Sample among the k most likely tokens (0 = all)")->capture_default_str();
   c->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
@@ -65,6 +67,10 @@ void add_generate_options(CLI::App& app, GenerateArgs& a) {
 int run_generate(const GenerateArgs& a) {
   if (a.independent < 0 || a.fixed_groups < 0 || a.group_size <= 0 || a.independent + a.fixed_groups == 0)
     return fail("--independent, --fixed-groups must be >= 0 (not both 0) and --group-size positive");
+  if (int64_t{a.independent} + int64_t{a.fixed_groups} * a.group_size > kMaxSequences)
+    return fail("--independent + --fixed-groups x --group-size: at most " + std::to_string(kMaxSequences) +
+                " sequences per call");
+  if (a.prompt.empty()) return fail("--prompt: empty (the synthetic task's prompts look like \"K>\")");
   auto lm = load_run_model(a.db, a.run, a.step, a.device);
   if (!lm) return fail(lm.error());
   const ModelConfig& m = lm->model->config();

@@ -29,6 +29,7 @@ Result<ScoreInput> read_input(const std::string& path, const ModelConfig& m) {
   if (j.is_discarded()) return make_error(path + ": not valid JSON");
   if (!j.is_object() || !j.contains("tokens") || !j["tokens"].is_array())
     return make_error(path + ": expected an object with \"tokens\": [[...], ...]");
+  if (j["tokens"].empty()) return make_error(path + ": \"tokens\" is empty (nothing to score)");
   ScoreInput in;
   const bool has_codes = j.contains("codes");
   if (has_codes && (!j["codes"].is_array() || j["codes"].size() != j["tokens"].size()))

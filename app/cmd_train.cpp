@@ -61,7 +61,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   c->add_flag("--bitlinear-init,!--no-bitlinear-init", a.train.init.post_sampler_bitlinear,
               "Post-sampler columns as sums of one random direction per bit");
   c->add_option("--coinflip-eps", a.train.coinflip_eps, "Flip probability of the coin-flip task")->capture_default_str();
-  c->add_option("--seed", a.train.seed, "Seed of data, init and latents")->capture_default_str();
+  c->add_option("--seed", a.train.seed, "Seed of data, init and latents")->capture_default_str()->check(CLI::NonNegativeNumber);
   c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
   c->add_option("--run", a.run, "Run name")->required();
   c->add_flag("--resume", a.resume, "Continue the run from its latest checkpoint");
@@ -74,7 +74,10 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
 // Builds the model config from the preset and the overrides, sized for the dataset's alphabet.
 static Result<ModelConfig> model_config_from(const TrainArgs& a, const BatchSource& data) {
   auto cfg = model_preset(a.preset);
-  if (!cfg) return cfg.error();
+  if (!cfg) return make_error("--preset " + cfg.error().message);
+  if (a.latent_bits < 0 || a.latent_bits > kMaxLatentBits)
+    return make_error("--latent-bits " + std::to_string(a.latent_bits) + ": H must be in 0.." +
+                      std::to_string(kMaxLatentBits));
   if (a.layers) cfg->n_layers = *a.layers;
   if (a.dim) cfg->dim = *a.dim;
   if (a.heads) cfg->n_heads = *a.heads, cfg->n_kv_heads = *a.heads;
@@ -84,6 +87,9 @@ static Result<ModelConfig> model_config_from(const TrainArgs& a, const BatchSour
     return make_error("--dim " + std::to_string(cfg->dim) + " is not a multiple of --heads " + std::to_string(cfg->n_heads));
   if (cfg->n_heads > 0) cfg->head_dim = cfg->dim / cfg->n_heads;
   cfg->latent_bits = a.latent_bits;
+  if (cfg->is_free() && cfg->n_layers < 2)
+    return make_error("--layers " + std::to_string(cfg->n_layers) +
+                      ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
   cfg->inject_after = cfg->n_layers / 2;
   cfg->alphabet = data.alphabet();
   cfg->vocab_size = static_cast<int>(data.alphabet().size());
@@ -99,7 +105,10 @@ int run_train(TrainArgs& a) {
   if (a.kappa_bits) a.train.kappa_nats = static_cast<float>(bits_to_nats(*a.kappa_bits));
   if (a.kappa_nats) a.train.kappa_nats = *a.kappa_nats;
   if (a.kappa_start_bits) a.train.kappa_start_nats = static_cast<float>(bits_to_nats(*a.kappa_start_bits));
-  if (a.kappa_bits && *a.kappa_bits < 0) return fail("--kappa-bits must be >= 0, got " + std::to_string(*a.kappa_bits));
+  if (a.kappa_bits && !(*a.kappa_bits >= 0)) return fail("--kappa-bits must be >= 0, got " + std::to_string(*a.kappa_bits));
+  if (a.kappa_nats && !(*a.kappa_nats >= 0)) return fail("--kappa-nats must be >= 0, got " + std::to_string(*a.kappa_nats));
+  if (a.kappa_start_bits && !(*a.kappa_start_bits >= 0))
+    return fail("--kappa-start-bits must be >= 0, got " + std::to_string(*a.kappa_start_bits));
   a.train.preset = a.preset;
   a.train.steps = a.steps;
   if (auto s = a.train.validate(); !s) return fail(s.error());
@@ -109,11 +118,13 @@ int run_train(TrainArgs& a) {
     auto t = Trainer::resume(*backend, a.db, a.run, a.steps_given ? std::optional<int>(a.steps) : std::nullopt);
     if (!t) return fail(t.error());
     trainer = std::move(*t);
+    if (trainer->thread_count_changed())
+      std::fprintf(stderr, "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
   } else {
     auto probe = make_dataset(a.train);
     auto mcfg = model_config_from(a, *probe);
     if (!mcfg) return fail(mcfg.error());
-    auto t = Trainer::start(*backend, *mcfg, a.train, a.db, a.run);
+    auto t = Trainer::start(*backend, *mcfg, a.train, probe->seq_len(), a.db, a.run);
     if (!t) return fail(t.error());
     trainer = std::move(*t);
   }

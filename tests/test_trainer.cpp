@@ -136,7 +136,7 @@ TEST(TrainerResume, StoppedAndResumedRunContinuesTheSameCurve) {
   const std::atomic<bool> never{false};
   std::vector<float> pa;
   {
-    auto a = must(Trainer::start(*backend(), mc, tc, dir / "a.db", "a"));
+    auto a = must(Trainer::start(*backend(), mc, tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
     ASSERT_TRUE(a);
     SyntheticDataset data(tc.seed);
     Status st = a->run(data, never, {});
@@ -144,7 +144,7 @@ TEST(TrainerResume, StoppedAndResumedRunContinuesTheSameCurve) {
     pa = params_of(*a);
   }
   {
-    auto b = must(Trainer::start(*backend(), mc, tc, dir / "b.db", "b"));
+    auto b = must(Trainer::start(*backend(), mc, tc, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
     ASSERT_TRUE(b);
     SyntheticDataset data(tc.seed);
     std::atomic<bool> stop{false};
@@ -180,7 +180,7 @@ TEST(TrainerResume, ResumeWithMoreStepsContinuesTheSameCurve) {
   const std::atomic<bool> never{false};
   std::vector<float> pa;
   {
-    auto a = must(Trainer::start(*backend(), mc, tc, dir / "a.db", "a"));
+    auto a = must(Trainer::start(*backend(), mc, tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
     ASSERT_TRUE(a);
     SyntheticDataset data(tc.seed);
     ASSERT_TRUE(a->run(data, never, {}).ok());
@@ -189,7 +189,7 @@ TEST(TrainerResume, ResumeWithMoreStepsContinuesTheSameCurve) {
   {
     TrainConfig six = tc;
     six.steps = 6;
-    auto b = must(Trainer::start(*backend(), mc, six, dir / "b.db", "b"));
+    auto b = must(Trainer::start(*backend(), mc, six, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
     ASSERT_TRUE(b);
     SyntheticDataset data(tc.seed);
     ASSERT_TRUE(b->run(data, never, {}).ok());
@@ -218,7 +218,7 @@ TEST(TrainerStop, StopFlagCheckpointsAndReturnsStopped) {
   TempDir dir;
   TrainConfig tc = short_run(50);
   tc.checkpoint_every = 0;  // only the final (here: the stop) checkpoint
-  auto t = must(Trainer::start(*backend(), tiny_free(3), tc, dir / "s.db", "s"));
+  auto t = must(Trainer::start(*backend(), tiny_free(3), tc, SyntheticDataset::kSeqLen, dir / "s.db", "s"));
   ASSERT_TRUE(t);
   SyntheticDataset data(tc.seed);
   std::atomic<bool> stop{false};
@@ -265,7 +265,7 @@ TEST(TrainerEndToEnd, SyntheticTaskValidationCeFallsFarBelowUniform) {
   tc.steps = 60, tc.batch = 8, tc.lr = 3e-3f, tc.warmup = 10;
   tc.eval_every = 0, tc.checkpoint_every = 0, tc.seed = 11;
   tc.kappa_nats = static_cast<float>(bits_to_nats(0.5));
-  auto t = must(Trainer::start(*backend(), tiny_free(4), tc, dir / "e.db", "e"));
+  auto t = must(Trainer::start(*backend(), tiny_free(4), tc, SyntheticDataset::kSeqLen, dir / "e.db", "e"));
   ASSERT_TRUE(t);
   SyntheticDataset data(tc.seed);
   const std::atomic<bool> never{false};

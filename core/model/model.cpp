@@ -198,9 +198,15 @@ static size_t carve_state(ModelState& s, const ModelConfig& m, float* base) {
   return c.used();
 }
 
+int64_t Model::state_bytes(const ModelConfig& cfg, int B, int T) {
+  ModelState s(nullptr);
+  s.B = B, s.T = T, s.free = cfg.is_free();
+  return static_cast<int64_t>(carve_state(s, cfg, nullptr) * sizeof(float));
+}
+
 std::unique_ptr<ModelState> Model::make_state(int B, int T) {
   FT_ASSERT(B > 0 && T > 0 && T <= cfg_.max_seq_len, "bad state shape B=%d T=%d", B, T);
-  auto s = std::make_unique<ModelState>(be_);
+  auto s = std::make_unique<ModelState>(&be_);
   s->B = B, s->T = T, s->free = cfg_.is_free();
   s->arena_floats = carve_state(*s, cfg_, nullptr);
   s->arena = static_cast<float*>(be_.alloc(s->arena_floats * sizeof(float)));

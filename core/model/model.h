@@ -54,6 +54,8 @@ class Model {
   void zero_grad();
 
   std::unique_ptr<ModelState> make_state(int B, int T);
+  // Bytes make_state(B, T) allocates (for memory checks before anything is allocated).
+  static int64_t state_bytes(const ModelConfig& cfg, int B, int T);
   // Runs the whole model on inputs (B, T) (host int32). targets (B, T) may be null: no CE then.
   // Latent: when codes (B, T) (host) are given they are used as Z (prior, fixed or edited codes);
   // otherwise Z is sampled from the encoder with Philox (seed, stream). The encoder always runs

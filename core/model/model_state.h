@@ -30,11 +30,13 @@ struct BlockActs {
 // All activations and scratch for one (B, T): one allocation, carved into named buffers.
 class ModelState {
  public:
-  explicit ModelState(Backend& be) : be(be) {}
-  ~ModelState() { be.release(arena); }
+  explicit ModelState(Backend* be) : be(be) {}  // be == nullptr: only measures a layout
+  ~ModelState() {
+    if (be) be->release(arena);
+  }
   ModelState(const ModelState&) = delete;
   ModelState& operator=(const ModelState&) = delete;
-  Backend& be;
+  Backend* be;
   int B = 0, T = 0;
   float* arena = nullptr;
   size_t arena_floats = 0;

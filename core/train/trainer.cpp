@@ -4,7 +4,10 @@
 #include <cmath>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include <nlohmann/json.hpp>
+#include <omp.h>
 
 #include "core/io/checkpoint.h"
 #include "core/io/config_json.h"
@@ -69,6 +72,23 @@ Result<TrainConfig> train_from_json(const json& j, const std::string& where) {
   return t;
 }
 
+// Training holds parameters, gradients and two AdamW moments, plus activations for the batch and
+// a validation batch of at most 64 sequences. Refuse before allocating what the machine lacks.
+Status check_memory(const ModelConfig& m, const TrainConfig& t, int seq_len) {
+  const double params = static_cast<double>(param_count(param_specs(m)));
+  const int T = seq_len - 1;
+  const double need = 16.0 * params + static_cast<double>(Model::state_bytes(m, t.batch, T)) +
+                      static_cast<double>(Model::state_bytes(m, std::min(t.batch, 64), T));
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (need > 0.9 * have) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "training needs %.1f GiB (weights, optimizer, activations for --batch %d), more than the %.1f GiB of memory here: lower --batch or the model size",
+                  need / (1 << 30), t.batch, have / (1 << 30));
+    return make_error(buf);
+  }
+  return {};
+}
+
 std::string run_config_json(const ModelConfig& m, const TrainConfig& t) {
   return json{{"model", config_to_json(m)}, {"train", train_to_json(t)}}.dump();
 }
@@ -98,9 +118,10 @@ Trainer::~Trainer() {
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& mcfg, const TrainConfig& tcfg,
-                                                const std::string& db_path, const std::string& run) {
+                                                int seq_len, const std::string& db_path, const std::string& run) {
   FTX_TRY(mcfg.validate());
   FTX_TRY(tcfg.validate());
+  FTX_TRY(check_memory(mcfg, tcfg, seq_len));
   auto store = RunStore::open(db_path);
   if (!store) return store.error();
   auto id = store->create_run(run, run_config_json(mcfg, tcfg));
@@ -113,6 +134,7 @@ Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& 
 
 Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string& db_path, const std::string& run,
                                                  std::optional<int> steps) {
+  if (!std::filesystem::exists(db_path)) return make_error(db_path + ": no such run store (run '" + run + "' cannot be resumed)");
   auto store = RunStore::open(db_path);
   if (!store) return store.error();
   auto info = store->find_run(run);
@@ -139,7 +161,10 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
   be.upload(t->adam_v_, ck->adam_v.data(), bytes);
   // The curve continues from the checkpoint: rows a killed process wrote past it are recomputed.
   FTX_TRY(t->store_.delete_metrics_after(info->id, t->step_));
-  FTX_TRY(t->store_.add_event(info->id, t->step_, "resumed", json{{"checkpoint", dir}}.dump()));
+  const int threads = ck->trainer.value("threads", 0);
+  t->thread_change_ = threads > 0 && threads != omp_get_max_threads();
+  FTX_TRY(t->store_.add_event(info->id, t->step_, "resumed",
+                              json{{"checkpoint", dir}, {"threads_before", threads}, {"threads", omp_get_max_threads()}}.dump()));
   return t;
 }
 
@@ -199,6 +224,7 @@ Status Trainer::save_checkpoint() {
                     {"data_position", data_position_},
                     {"rng", {{"generator", "philox4x32-10"}, {"seed", tcfg_.seed}, {"latent_stream_next", step_}}},
                     {"run", run_},
+                    {"threads", omp_get_max_threads()},
                     {"train", train_to_json(tcfg_)}};
   const std::string dir = checkpoint_dir(db_path_, run_, step_);
   FTX_TRY(ftx::save_checkpoint(dir, ck));

@@ -1,7 +1,9 @@
 // Trainer: one training run from a fresh start or a checkpoint, writing every metric, event and
 // checkpoint to the run store (DESIGN.md sections 2 and 5). Deterministic: the latent bits of step
 // s are Philox(seed, kStreamLatent + s), the data are a pure function of (seed, position), and the
-// CPU ops use static OpenMP schedules, so a resumed run continues the uninterrupted curve exactly.
+// CPU ops use static OpenMP schedules, so a resumed run continues the uninterrupted curve exactly
+// when it runs with the same number of threads (OpenBLAS splits its sums by thread, so another
+// thread count rounds differently; trainer.json records the count and resume reports a change).
 //
 // Deliberately not here: argument parsing and printing (app/), dataset choice (app/ wires a
 // BatchSource in), threads (the caller decides where run() executes; stop is an atomic flag).
@@ -44,9 +46,10 @@ std::string checkpoint_dir(const std::string& db_path, const std::string& run, i
 
 class Trainer {
  public:
-  // A new run: fails when the run name exists. model_cfg and train_cfg must validate.
+  // A new run: fails when the run name exists, when the configs do not validate, or when the
+  // model and activations for sequences of seq_len tokens would not fit in memory.
   static Result<std::unique_ptr<Trainer>> start(Backend& be, const ModelConfig& model_cfg, const TrainConfig& train_cfg,
-                                                const std::string& db_path, const std::string& run);
+                                                int seq_len, const std::string& db_path, const std::string& run);
   // Continue a run from its latest checkpoint; its stored configs are used (steps may be raised).
   static Result<std::unique_ptr<Trainer>> resume(Backend& be, const std::string& db_path, const std::string& run,
                                                  std::optional<int> steps);
@@ -65,6 +68,9 @@ class Trainer {
   RunStore& store() { return store_; }
   int64_t run_id() const { return run_id_; }
   int64_t data_position() const { return data_position_; }
+  // True when a resumed run now uses another thread count than its checkpoint's (the curve then
+  // continues within rounding, not bit for bit).
+  bool thread_count_changed() const { return thread_change_; }
 
  private:
   Trainer(Backend& be, RunStore store, const ModelConfig& mcfg, const TrainConfig& tcfg, std::string db,
@@ -83,6 +89,7 @@ class Trainer {
   int64_t run_id_ = 0;
   int step_ = 0;
   int last_checkpoint_step_ = -1;
+  bool thread_change_ = false;
   int64_t data_position_ = 0;
   float* adam_m_ = nullptr;  // (num_params)
   float* adam_v_ = nullptr;  // (num_params)
