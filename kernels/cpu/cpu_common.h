@@ -19,8 +19,9 @@
 
 namespace ftx::cpu {
 
-// Below this many scalar operations a parallel region costs more than it saves.
-constexpr size_t kParallelMinWork = 1 << 15;
+// Below this many scalar operations (tens of microseconds of work) a parallel region costs more
+// than it saves, more so on a busy machine where a barrier may wait for a descheduled thread.
+constexpr size_t kParallelMinWork = 1 << 17;
 
 inline bool go_parallel(size_t work) { return work >= kParallelMinWork; }
 
