@@ -19,6 +19,7 @@
 #include "kernels/backend.h"
 #include "kernels/cpu/ops_binary_mapper.h"
 #include "kernels/philox.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -36,13 +37,7 @@ constexpr double kFloatVsDoubleTol = 2e-5;
 // Frequencies from N Bernoulli draws: allow 5 standard deviations (false alarm ~6e-7 per check).
 constexpr double kSigmas = 5.0;
 
-Vec random_vec(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
+using test::random_vec;
 
 double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
@@ -168,13 +163,8 @@ void check_backward_against_fd(int H, cpu::MapperTiles tiles) {
   const Vec brute = brute_dlogits(p, dR, W, N, C, H);
   for (size_t i = 0; i < logits.size(); ++i) {
     const double analytic = dlogits[i] - init[i];  // += semantics
-    const double keep = logits[i];
-    logits[i] = keep + kStep;
-    const double fp = mapper_functional(logits, dR, W, N, C, H);
-    logits[i] = keep - kStep;
-    const double fm = mapper_functional(logits, dR, W, N, C, H);
-    logits[i] = keep;
-    const double fd = (fp - fm) / (2.0 * kStep);
+    const double fd =
+        test::central_difference(logits[i], kStep, [&] { return mapper_functional(logits, dR, W, N, C, H); });
     EXPECT_NEAR(analytic, fd, kGradTol * std::max(1.0, std::abs(fd)))
         << "H " << H << " tiles " << tiles.rows << "x2^" << tiles.codes_log2 << " element " << i;
     EXPECT_NEAR(brute[i], fd, kGradTol * std::max(1.0, std::abs(fd)))
@@ -286,13 +276,9 @@ TEST(BinaryMapper, KlBackwardAppliesFreeBitsPerRow) {
     if (kl[i / H] <= kappa) {
       EXPECT_EQ(dlogits[i], init[i]) << "row under kappa must be untouched, element " << i;
     }
-    const double keep = logits[i];
-    logits[i] = keep + kStep;
-    const double fp = free_bits_loss(logits, N, H, kappa, scale);
-    logits[i] = keep - kStep;
-    const double fm = free_bits_loss(logits, N, H, kappa, scale);
-    logits[i] = keep;
-    EXPECT_NEAR(dlogits[i] - init[i], (fp - fm) / (2.0 * kStep), kGradTol) << "element " << i;
+    const double fd =
+        test::central_difference(logits[i], kStep, [&] { return free_bits_loss(logits, N, H, kappa, scale); });
+    EXPECT_NEAR(dlogits[i] - init[i], fd, kGradTol) << "element " << i;
   }
 }
 

@@ -22,6 +22,7 @@
 #include "core/io/config_json.h"
 #include "core/io/safetensors.h"
 #include "core/model/params.h"
+#include "tests/test_util.h"
 
 namespace ftx {
 namespace {
@@ -87,21 +88,13 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
 class Checkpoint : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::path(::testing::TempDir()) / "ftx_ck_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    root_ = tmpl;
+    root_ = test::make_temp_dir("ftx_ck_");
+    ASSERT_FALSE(root_.empty());
   }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(root_, ec);
-  }
+  void TearDown() override { test::remove_tree(root_); }
   std::string path(const std::string& name) const { return root_ + "/" + name; }
 
-  static void write_text(const std::string& p, const std::string& text) {
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out << text;
-    ASSERT_TRUE(out.good());
-  }
+  static void write_text(const std::string& p, const std::string& text) { ASSERT_TRUE(test::write_file(p, text)); }
   static json read_json(const std::string& p) {
     std::ifstream in(p);
     return json::parse(in);
@@ -295,11 +288,7 @@ TEST_F(Checkpoint, UnsupportedDtypeRejected) {
   ASSERT_TRUE(save_checkpoint(dir, ck).ok());
   // Rewrite the F32 tensor model.norm.weight [16] as I32 [16] in place: same byte size.
   const std::string file = dir + "/model.safetensors";
-  std::string bytes;
-  {
-    std::ifstream in(file, std::ios::binary);
-    bytes.assign(std::istreambuf_iterator<char>(in), {});
-  }
+  std::string bytes = test::read_file(file);
   const std::string needle = R"("model.norm.weight":{"data_offsets":)";
   const size_t at = bytes.find(needle);
   ASSERT_NE(at, std::string::npos);
@@ -456,29 +445,11 @@ TEST_F(Checkpoint, DiskFullDuringSaveKeepsPreviousCheckpoint) {
   ASSERT_TRUE(save_checkpoint(dir, previous).ok());
   const CheckpointData next = make_checkpoint(tiny_config(3), 200, true);
   ASSERT_GT(next.params.size() * 4, 8192u);
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    struct rlimit lim {8192, 8192};
-    ::signal(SIGXFSZ, SIG_IGN);
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-    Status st = save_checkpoint(dir, next);
-    const std::string msg = st.ok() ? std::string("OK") : st.error().message;
-    (void)!::write(fds[1], msg.data(), msg.size());
-    ::_exit(st.ok() ? 1 : 0);
-  }
-  ::close(fds[1]);
-  std::string msg;
-  char buf[512];
-  for (ssize_t got; (got = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, size_t(got));
-  ::close(fds[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "save must fail under RLIMIT_FSIZE; got: " << msg;
+  const test::LimitedRun child = test::run_with_file_size_limit(8192, [&] { return save_checkpoint(dir, next); });
+  ASSERT_TRUE(child.reaped);
+  ASSERT_TRUE(WIFEXITED(child.status));
+  const std::string& msg = child.msg;
+  EXPECT_EQ(WEXITSTATUS(child.status), 0) << "save must fail under RLIMIT_FSIZE; got: " << msg;
   EXPECT_NE(msg.find("model.safetensors"), std::string::npos) << msg;
   EXPECT_NE(msg.find("File too large"), std::string::npos) << msg;
   EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
@@ -694,8 +665,8 @@ TEST_F(CheckpointConfig, RangesAndUnsupportedFeatures) {
 }
 
 TEST_F(CheckpointConfig, ConfigFileErrorsNamePath) {
-  std::string tmpl = (fs::path(::testing::TempDir()) / "ftx_cfg_XXXXXX").string();
-  ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
+  const std::string tmpl = test::make_temp_dir("ftx_cfg_");
+  ASSERT_FALSE(tmpl.empty());
   const std::string file = tmpl + "/config.json";
   std::ofstream(file) << R"({"vocab_size": 29, "vocab_size": 30})";
   auto dup = load_checkpoint_config(tmpl);
@@ -707,8 +678,7 @@ TEST_F(CheckpointConfig, ConfigFileErrorsNamePath) {
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.error().message.find("invalid JSON"), std::string::npos) << bad.error().message;
   EXPECT_EQ(bad.error().message.find('\n'), std::string::npos);
-  std::error_code ec;
-  fs::remove_all(tmpl, ec);
+  test::remove_tree(tmpl);
 }
 
 }  // namespace

@@ -26,6 +26,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/store/run_store.h"
+#include "tests/test_util.h"
 
 namespace ftx {
 namespace {
@@ -37,78 +38,20 @@ using nlohmann::json;
 // printed in full by nlohmann::json from the same fp32 losses; only summation order differs.
 constexpr double kCeTol = 1e-9;
 
-struct Outcome {
-  int code = -1;  // exit status; -1 when killed by a signal
-  int signal = 0;
-  std::string out, err;
-};
+using test::Outcome;
+using test::read_file;
 
-std::string slurp(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+// Writes a fixture file the test needs.
+void write_file(const std::string& path, const std::string& bytes) { EXPECT_TRUE(test::write_file(path, bytes)) << path; }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream f(path, std::ios::binary | std::ios::trunc);
-  f << bytes;
-}
-
-std::string make_temp_dir() {
-  std::string tmpl = (fs::temp_directory_path() / "ftx_test_cli_XXXXXX").string();
-  EXPECT_NE(::mkdtemp(tmpl.data()), nullptr);
-  return tmpl;
-}
-
-// This process's environment with `overrides` ("NAME=value") replacing or adding entries; built
-// before fork so the child only calls async-signal-safe functions before execve.
-std::vector<std::string> child_env(const std::vector<std::string>& overrides) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry = *e;
-    bool replaced = false;
-    for (const std::string& o : overrides)
-      replaced |= entry.compare(0, o.find('=') + 1, o, 0, o.find('=') + 1) == 0;
-    if (!replaced) env.push_back(entry);
-  }
-  env.insert(env.end(), overrides.begin(), overrides.end());
-  return env;
-}
+std::string make_temp_dir() { return test::make_temp_dir("ftx_test_cli_"); }
 
 // Runs FTX_BINARY with args; stdout and stderr go through files in `scratch`.
+// ctest runs tests side by side on 2 shared cores: OpenMP barriers of an oversubscribed child
+// turn a 0.2 s tiny run into seconds, so every child runs one thread (the same for all of them:
+// OpenBLAS sgemm rounds differently with another thread count).
 Outcome ftx(const std::vector<std::string>& args, const std::string& scratch) {
-  const std::string out_path = scratch + "/.stdout", err_path = scratch + "/.stderr";
-  std::vector<std::string> all = {FTX_BINARY};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // ctest runs tests side by side on 2 shared cores: OpenMP barriers of an oversubscribed child
-  // turn a 0.2 s tiny run into seconds, so every child runs one thread (the same for all of them:
-  // OpenBLAS sgemm rounds differently with another thread count).
-  std::vector<std::string> env = child_env({"OMP_NUM_THREADS=1", "NO_COLOR=1"});
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int o = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int e = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (o < 0 || e < 0) ::_exit(126);
-    ::dup2(o, STDOUT_FILENO);
-    ::dup2(e, STDERR_FILENO);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  Outcome r;
-  int status = 0;
-  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
-  if (WIFEXITED(status)) r.code = WEXITSTATUS(status);
-  if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
-  r.out = slurp(out_path);
-  r.err = slurp(err_path);
-  return r;
+  return test::run_child(test::ftx_argv(args), {"OMP_NUM_THREADS=1", "NO_COLOR=1"}, scratch);
 }
 
 std::string describe(const Outcome& r) {
@@ -131,11 +74,11 @@ void expect_one_line_error(const Outcome& r, const std::vector<std::string>& nee
 
 class CliTrainArgs : public ::testing::Test {
  protected:
-  void SetUp() override { dir_ = make_temp_dir(); }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
+  void SetUp() override {
+    dir_ = make_temp_dir();
+    ASSERT_FALSE(dir_.empty());
   }
+  void TearDown() override { test::remove_tree(dir_); }
   // `ftx train` with a fresh database path plus `extra`; the database must not appear.
   void expect_refused(const std::vector<std::string>& extra, const std::vector<std::string>& needles) {
     const std::string db = dir_ + "/fresh.db";
@@ -209,7 +152,7 @@ TEST_F(CliTrainArgs, UnwritableDatabasePath) {
                         {db});
   expect_one_line_error(ftx({"runs", "--db", db}, dir_), {db});
   expect_one_line_error(ftx({"metrics", "--db", db, "--run", "r"}, dir_), {db});
-  EXPECT_EQ(slurp(dir_ + "/afile"), "a regular file, not a directory\n");
+  EXPECT_EQ(read_file(dir_ + "/afile"), "a regular file, not a directory\n");
 }
 
 TEST_F(CliTrainArgs, CorruptDatabaseFile) {
@@ -225,7 +168,7 @@ TEST_F(CliTrainArgs, CorruptDatabaseFile) {
            {"metrics", "--db", db, "--run", "r"}}) {
     SCOPED_TRACE(args[0]);
     expect_one_line_error(ftx(args, dir_), {db, "not a database"});
-    EXPECT_EQ(slurp(db), garbage) << "the corrupt file was modified";
+    EXPECT_EQ(read_file(db), garbage) << "the corrupt file was modified";
   }
   EXPECT_FALSE(fs::exists(dir_ + "/garbage.checkpoints"));
 }
@@ -237,6 +180,7 @@ class CliWithRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     dir_ = make_temp_dir();
+    ASSERT_FALSE(dir_.empty());
     db_ = dir_ + "/runs.db";
     const Outcome r = ftx({"train", "--preset", "tiny", "--latent-bits", "3", "--steps", "3", "--batch", "4",
                            "--eval-every", "0", "--checkpoint-every", "0", "--db", db_, "--run", "base", "--quiet"},
@@ -245,17 +189,14 @@ class CliWithRun : public ::testing::Test {
     ckpt_ = dir_ + "/runs.checkpoints/base/step-000003";
     ASSERT_TRUE(fs::exists(ckpt_ + "/model.safetensors")) << r.out;
   }
-  static void TearDownTestSuite() {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  static void TearDownTestSuite() { test::remove_tree(dir_); }
 
   // A copy of the checkpoint (config.json + model.safetensors) whose weights file `edit` rewrites.
   static std::string corrupt_copy(const std::string& name, const std::function<void(std::string&)>& edit) {
     const std::string d = dir_ + "/" + name;
     fs::create_directories(d);
     fs::copy_file(ckpt_ + "/config.json", d + "/config.json", fs::copy_options::overwrite_existing);
-    std::string st = slurp(ckpt_ + "/model.safetensors");
+    std::string st = read_file(ckpt_ + "/model.safetensors");
     edit(st);
     write_file(d + "/model.safetensors", st);
     return d;
@@ -468,13 +409,13 @@ TEST_F(CliWithRun, ExistingRunNameWithoutResumeIsRefusedAndLeftUntouched) {
     return rows;
   };
   const auto before = snapshot();
-  const std::string weights = slurp(ckpt_ + "/model.safetensors");
+  const std::string weights = read_file(ckpt_ + "/model.safetensors");
   const Outcome r = ftx({"train", "--db", db_, "--run", "base", "--preset", "tiny", "--latent-bits", "2", "--steps",
                          "2", "--quiet"},
                         dir_);
   expect_one_line_error(r, {"base", "already exists"});
   EXPECT_EQ(snapshot(), before);
-  EXPECT_EQ(slurp(ckpt_ + "/model.safetensors"), weights);
+  EXPECT_EQ(read_file(ckpt_ + "/model.safetensors"), weights);
 }
 
 TEST_F(CliWithRun, RunsAndMetricsCsvListWhatWasTrained) {

@@ -28,6 +28,7 @@
 #include "kernels/cpu/ops_rmsnorm.h"
 #include "kernels/cpu/ops_rope.h"
 #include "kernels/cpu/ops_swiglu.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -43,10 +44,8 @@ constexpr float kGuardValue = -12345.678f;
 
 // Uniform values already rounded to float, so the float and double runs see the same inputs.
 Vec random_vec(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(n);
-  for (double& x : v) x = static_cast<float>(dist(gen));
+  Vec v = test::random_vec(n, seed, lo, hi);
+  for (double& x : v) x = static_cast<float>(x);
   return v;
 }
 

@@ -27,6 +27,7 @@
 #include "kernels/cpu/ops_rmsnorm.h"
 #include "kernels/cpu/ops_rope.h"
 #include "kernels/cpu/ops_swiglu.h"
+#include "tests/test_util.h"
 
 namespace {
 
@@ -42,13 +43,7 @@ constexpr double kGradTol = 1e-6;
 // Values that must be overwritten by an op that assigns (=).
 constexpr double kGarbage = 1e30;
 
-Vec random_vec(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
-  std::mt19937_64 gen(seed);
-  std::uniform_real_distribution<double> dist(lo, hi);
-  Vec v(n);
-  for (double& x : v) x = dist(gen);
-  return v;
-}
+using test::random_vec;
 
 double dot(const Vec& a, const Vec& b) {
   double s = 0.0;
@@ -69,13 +64,7 @@ void expect_grad(const std::string& what, Vec& x, const Vec& analytic,
   double worst = 0.0;
   size_t worst_i = 0;
   for (size_t i = 0; i < x.size(); ++i) {
-    const double keep = x[i];
-    x[i] = keep + kStep;
-    const double fp = f();
-    x[i] = keep - kStep;
-    const double fm = f();
-    x[i] = keep;
-    const double fd = (fp - fm) / (2.0 * kStep);
+    const double fd = test::central_difference(x[i], kStep, f);
     const double err = std::abs(fd - analytic[i]) / std::max(1.0, std::abs(fd));
     if (!(err <= worst)) {  // also catches NaN
       worst = err;

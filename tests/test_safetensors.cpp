@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "core/io/safetensors.h"
+#include "tests/test_util.h"
 
 namespace ftx {
 namespace {
@@ -28,20 +29,14 @@ namespace fs = std::filesystem;
 class Safetensors : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string tmpl = (fs::path(::testing::TempDir()) / "ftx_st_XXXXXX").string();
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr);
-    dir_ = tmpl;
+    dir_ = test::make_temp_dir("ftx_st_");
+    ASSERT_FALSE(dir_.empty());
   }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void TearDown() override { test::remove_tree(dir_); }
   std::string file(const std::string& name) const { return dir_ + "/" + name; }
 
   static void write_bytes(const std::string& path, const std::string& bytes) {
-    std::ofstream out(path, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    ASSERT_TRUE(out.good());
+    ASSERT_TRUE(test::write_file(path, bytes));
   }
 
   // Writes `bytes` to a file, opens it, and expects an error naming the file and containing `word`.
@@ -169,29 +164,12 @@ TEST_F(Safetensors, WriterRejectsBadInputAndNamesPath) {
 TEST_F(Safetensors, WriterReportsEfbigAndRemovesPartialFile) {
   const std::string path = file("big.safetensors");
   std::vector<float> big(64 * 1024, 1.0f);  // 256 KiB > the 16 KiB limit below
-  int fds[2];
-  ASSERT_EQ(::pipe(fds), 0);
-  const pid_t pid = ::fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    ::close(fds[0]);
-    struct rlimit lim {16 * 1024, 16 * 1024};
-    ::signal(SIGXFSZ, SIG_IGN);
-    ::setrlimit(RLIMIT_FSIZE, &lim);
-    Status st = write_safetensors(path, {{"big", {64, 1024}, big.data()}});
-    const std::string msg = st.ok() ? std::string("OK") : st.error().message;
-    (void)!::write(fds[1], msg.data(), msg.size());
-    ::_exit(st.ok() ? 1 : 0);
-  }
-  ::close(fds[1]);
-  std::string msg;
-  char buf[512];
-  for (ssize_t got; (got = ::read(fds[0], buf, sizeof buf)) > 0;) msg.append(buf, size_t(got));
-  ::close(fds[0]);
-  int status = 0;
-  ASSERT_EQ(::waitpid(pid, &status, 0), pid);
-  ASSERT_TRUE(WIFEXITED(status));
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "save under RLIMIT_FSIZE must fail, got: " << msg;
+  const test::LimitedRun child = test::run_with_file_size_limit(
+      16 * 1024, [&] { return write_safetensors(path, {{"big", {64, 1024}, big.data()}}); });
+  ASSERT_TRUE(child.reaped);
+  ASSERT_TRUE(WIFEXITED(child.status));
+  const std::string& msg = child.msg;
+  EXPECT_EQ(WEXITSTATUS(child.status), 0) << "save under RLIMIT_FSIZE must fail, got: " << msg;
   EXPECT_NE(msg.find(path), std::string::npos) << msg;
   EXPECT_NE(msg.find("write failed"), std::string::npos) << msg;
   EXPECT_FALSE(fs::exists(path)) << "partial file left behind";

@@ -28,6 +28,7 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "datasets/synthetic.h"
+#include "tests/test_util.h"
 
 namespace ftx {
 namespace {
@@ -42,22 +43,9 @@ constexpr double kLearnedCe = 1.5;
 // Polling a child process: give up after this long (the 2 CI cores are shared).
 constexpr double kChildTimeoutS = 240.0;
 
-class TempDir {
- public:
-  TempDir() {
-    std::string tmpl = (fs::temp_directory_path() / "ftx_test_trainer_XXXXXX").string();
-    char* p = ::mkdtemp(tmpl.data());
-    EXPECT_NE(p, nullptr);
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  std::string operator/(const std::string& leaf) const { return (fs::path(path_) / leaf).string(); }
-
- private:
-  std::string path_;
+// A fresh temp directory per test, removed at the end of its scope.
+struct TempDir : test::TempDir {
+  TempDir() : test::TempDir("ftx_test_trainer_") {}
 };
 
 std::unique_ptr<Backend>& backend() {
@@ -292,65 +280,21 @@ TEST(TrainerEndToEnd, SyntheticTaskValidationCeFallsFarBelowUniform) {
 // ---------------------------------------------------------------------------------------------
 // The ftx binary under SIGKILL and SIGINT
 
-// This process's environment with `overrides` ("NAME=value") replacing or adding entries; built
-// before fork so the child only calls async-signal-safe functions before execve.
-std::vector<std::string> child_env(const std::vector<std::string>& overrides) {
-  std::vector<std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string entry = *e;
-    bool replaced = false;
-    for (const std::string& o : overrides)
-      replaced |= entry.compare(0, o.find('=') + 1, o, 0, o.find('=') + 1) == 0;
-    if (!replaced) env.push_back(entry);
-  }
-  env.insert(env.end(), overrides.begin(), overrides.end());
-  return env;
-}
-
 // Starts FTX_BINARY with args, stdout to /dev/null and stderr to err_path.
+// One OpenMP thread: ctest runs tests side by side on 2 shared cores, where the barriers of an
+// oversubscribed 2-thread child cost seconds per step. The killed and the resuming process must
+// use the same thread count to agree bit for bit (OpenBLAS sgemm rounds differently otherwise).
 pid_t spawn_ftx(const std::vector<std::string>& args, const std::string& err_path) {
-  std::vector<std::string> all = {FTX_BINARY};
-  all.insert(all.end(), args.begin(), args.end());
-  std::vector<char*> argv;
-  for (auto& a : all) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  // One OpenMP thread: ctest runs tests side by side on 2 shared cores, where the barriers of an
-  // oversubscribed 2-thread child cost seconds per step. The killed and the resuming process must
-  // use the same thread count to agree bit for bit (OpenBLAS sgemm rounds differently otherwise).
-  std::vector<std::string> env = child_env({"OMP_NUM_THREADS=1"});
-  std::vector<char*> envp;
-  for (auto& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    const int out = ::open("/dev/null", O_WRONLY);
-    const int err = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    if (out < 0 || err < 0) ::_exit(126);
-    ::dup2(out, STDOUT_FILENO);
-    ::dup2(err, STDERR_FILENO);
-    ::execve(argv[0], argv.data(), envp.data());
-    ::_exit(127);
-  }
-  return pid;
+  return test::spawn(test::ftx_argv(args), {"OMP_NUM_THREADS=1"}, "/dev/null", err_path);
 }
 
 int wait_exit(pid_t pid, int* signal_out = nullptr) {
-  int status = 0;
-  EXPECT_EQ(::waitpid(pid, &status, 0), pid);
-  if (signal_out) *signal_out = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  const test::ExitStatus s = test::wait_child(pid);
+  if (signal_out) *signal_out = s.signal;
+  return s.code;
 }
 
-std::string slurp(const std::string& path) {
-  std::string s;
-  if (FILE* f = std::fopen(path.c_str(), "rb")) {
-    char buf[4096];
-    size_t n;
-    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) s.append(buf, n);
-    std::fclose(f);
-  }
-  return s;
-}
+using test::read_file;
 
 struct Progress {
   std::vector<MetricRow> metrics;
@@ -406,7 +350,7 @@ TEST(TrainerCrash, KillDashNineLeavesAConsistentStoreAndResumeFinishes) {
   bool alive = true;
   const Progress before = wait_for(
       pid, db, "k", [](const Progress& p) { return p.checkpoints >= 2 && p.metrics.size() >= 8; }, &alive);
-  ASSERT_TRUE(alive) << "ftx train exited early: " << slurp(dir / "train.err");
+  ASSERT_TRUE(alive) << "ftx train exited early: " << read_file(dir / "train.err");
   ::kill(pid, SIGKILL);
   int sig = 0;
   wait_exit(pid, &sig);
@@ -439,7 +383,7 @@ TEST(TrainerCrash, KillDashNineLeavesAConsistentStoreAndResumeFinishes) {
   resume.insert(resume.end(), common.begin(), common.end());
   const pid_t rp = spawn_ftx(resume, dir / "resume.err");
   ASSERT_GT(rp, 0);
-  EXPECT_EQ(wait_exit(rp), 0) << slurp(dir / "resume.err");
+  EXPECT_EQ(wait_exit(rp), 0) << read_file(dir / "resume.err");
 
   auto store = RunStore::open_readonly(db);
   ASSERT_TRUE(store.ok());
@@ -472,10 +416,10 @@ TEST(TrainerCrash, CtrlCOnTheCliCheckpointsAndExits130) {
   ASSERT_GT(pid, 0);
   bool alive = true;
   (void)wait_for(pid, db, "c", [](const Progress& p) { return !p.metrics.empty(); }, &alive);
-  ASSERT_TRUE(alive) << slurp(dir / "c.err");
+  ASSERT_TRUE(alive) << read_file(dir / "c.err");
   ::kill(pid, SIGINT);
-  EXPECT_EQ(wait_exit(pid), 130) << slurp(dir / "c.err");
-  EXPECT_EQ(slurp(dir / "c.err"), "");
+  EXPECT_EQ(wait_exit(pid), 130) << read_file(dir / "c.err");
+  EXPECT_EQ(read_file(dir / "c.err"), "");
   auto store = RunStore::open_readonly(db);
   ASSERT_TRUE(store.ok());
   auto info = store->find_run("c");

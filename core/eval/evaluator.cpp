@@ -101,7 +101,8 @@ std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>
   return groups;
 }
 
-Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, float kappa) {
+Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, float kappa,
+                 std::vector<GroupResult>* samples) {
   Metrics out;
   const bool free = model.config().is_free();
   ValStats post = validation_pass(model, data, cfg.val_sequences, false, cfg.seed, kappa);
@@ -128,6 +129,7 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
                                          static_cast<int32_t>(alphabet.find('>'))};
     auto groups = figure4_groups(model, prompt, cfg.group_size, 1, cfg.group_size, derive_seed(cfg.seed, 21, uint64_t(p)),
                                  sc, alphabet);
+    if (p == 0 && samples) *samples = groups;
     for (const auto& g : groups) {
       valid.push_back(g.valid);
       (g.fixed ? agree_fixed : agree_indep).push_back(g.agreement);

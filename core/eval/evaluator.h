@@ -40,6 +40,8 @@ std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>
                                         int fixed_groups, int group_size, uint64_t seed, const SampleConfig& cfg,
                                         const std::string& alphabet);
 
-Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, float kappa);
+// When `samples` is given, it receives the groups of the first prompt (for the run store).
+Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, float kappa,
+                 std::vector<GroupResult>* samples = nullptr);
 
 }  // namespace ftx

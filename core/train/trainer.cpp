@@ -235,12 +235,31 @@ Status Trainer::save_checkpoint() {
   return store_.add_event(run_id_, step_, "checkpoint", json{{"path", dir}}.dump());
 }
 
+// The evaluation's first prompt, one independent and one fixed-Z group, kept with their codes so
+// that a viewer can show how generations change as training goes.
+Status Trainer::record_generations(const std::vector<GroupResult>& groups, const std::string& alphabet) {
+  for (const GroupResult& g : groups)
+    for (size_t i = 0; i < g.gens.size(); ++i) {
+      GenerationRow row;
+      row.run_id = run_id_, row.step = step_, row.group_id = g.group;
+      row.policy = g.fixed ? "fixed" : "independent";
+      row.seed = g.latent_seeds[i];
+      row.codes = g.gens[i].codes;
+      for (int32_t t : g.gens[i].tokens) row.text += alphabet.at(static_cast<size_t>(t));
+      row.prompt = row.text.substr(0, 2);
+      FTX_TRY(store_.add_generation(row));
+    }
+  return {};
+}
+
 Status Trainer::eval_and_record(BatchSource& data, const TrainerCallbacks& cb) {
   EvalConfig ec;
   ec.synthetic = tcfg_.dataset == "synthetic";
   ec.seed = tcfg_.seed * 7919 + step_;
-  EvalReport rep{step_, evaluate(*model_, data, ec, tcfg_.kappa_at(step_))};
+  std::vector<GroupResult> samples;
+  EvalReport rep{step_, evaluate(*model_, data, ec, tcfg_.kappa_at(step_), &samples)};
   for (const auto& [k, v] : rep.metrics) store_.add_metric(run_id_, step_, k, v);
+  FTX_TRY(record_generations(samples, data.alphabet()));
   if (cb.on_eval) cb.on_eval(rep);
   return store_.flush();
 }

@@ -79,6 +79,7 @@ class Trainer {
   void ensure_state(const BatchSource& data);
   Status save_checkpoint();
   Status eval_and_record(BatchSource& data, const TrainerCallbacks& cb);
+  Status record_generations(const std::vector<GroupResult>& groups, const std::string& alphabet);
 
   Backend& be_;
   RunStore store_;

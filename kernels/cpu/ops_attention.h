@@ -62,6 +62,17 @@ inline AttnHead attn_head(const AttnShape& s, int b, int h, int Tk_rows) {
                   (size_t(b) * s.NH + h) * s.Tq * s.Tk, s.NH * s.HS, s.NKV * s.HS};
 }
 
+// Calls body(b, kh) for every batch row b and kv head kh, in parallel over both: the query heads
+// of one GQA group share a task, so the body may accumulate dk/dv across the group without races.
+template <class Body>
+inline void attn_for_each_kv_head(const AttnShape& s, Body&& body) {
+  const size_t work = size_t(s.B) * s.NH * s.Tq * s.Tk * s.HS;
+#pragma omp parallel for collapse(2) schedule(static) if (go_parallel(work))
+  for (int b = 0; b < s.B; ++b) {
+    for (int kh = 0; kh < s.NKV; ++kh) body(b, kh);
+  }
+}
+
 // out (B, Tq, NH, HS), att (B, NH, Tq, Tk); q (B, Tq, NH, HS); k, v (B, Tk_cap, NKV, HS)
 template <class T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const AttnShape& s) {
@@ -69,21 +80,17 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
             "attention: NH %d NKV %d Tk %d Tk_cap %d", s.NH, s.NKV, s.Tk, s.Tk_cap);
   const int group = s.NH / s.NKV;
   const T scale = T(1) / std::sqrt(T(s.HS));
-  const size_t work = size_t(s.B) * s.NH * s.Tq * s.Tk * s.HS;
-#pragma omp parallel for collapse(2) schedule(static) if (go_parallel(work))
-  for (int b = 0; b < s.B; ++b) {
-    for (int kh = 0; kh < s.NKV; ++kh) {
-      for (int h = kh * group; h < (kh + 1) * group; ++h) {
-        const AttnHead x = attn_head(s, b, h, s.Tk_cap);
-        T* a = att + x.att_off;  // (Tq, Tk)
-        gemm(false, true, s.Tq, s.Tk, s.HS, scale, q + x.q_off, x.ldq, k + x.kv_off, x.ldkv, T(0),
-             a, s.Tk);
-        attn_softmax_rows(a, s);
-        gemm(false, false, s.Tq, s.HS, s.Tk, T(1), a, s.Tk, v + x.kv_off, x.ldkv, T(0),
-             out + x.q_off, x.ldq);
-      }
+  attn_for_each_kv_head(s, [&](int b, int kh) {
+    for (int h = kh * group; h < (kh + 1) * group; ++h) {
+      const AttnHead x = attn_head(s, b, h, s.Tk_cap);
+      T* a = att + x.att_off;  // (Tq, Tk)
+      gemm(false, true, s.Tq, s.Tk, s.HS, scale, q + x.q_off, x.ldq, k + x.kv_off, x.ldkv, T(0), a,
+           s.Tk);
+      attn_softmax_rows(a, s);
+      gemm(false, false, s.Tq, s.HS, s.Tk, T(1), a, s.Tk, v + x.kv_off, x.ldkv, T(0),
+           out + x.q_off, x.ldq);
     }
-  }
+  });
 }
 
 // In place: dp (Tq, Tk) becomes dS = P * (dP - rowsum(P * dP)), zero on masked keys.
@@ -110,28 +117,24 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
             "attention backward: NH %d NKV %d Tk %d Tk_cap %d", s.NH, s.NKV, s.Tk, s.Tk_cap);
   const int group = s.NH / s.NKV;
   const T scale = T(1) / std::sqrt(T(s.HS));
-  const size_t work = size_t(s.B) * s.NH * s.Tq * s.Tk * s.HS;
-#pragma omp parallel for collapse(2) schedule(static) if (go_parallel(work))
-  for (int b = 0; b < s.B; ++b) {
-    for (int kh = 0; kh < s.NKV; ++kh) {
-      T* ds = thread_scratch<T, 0>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
-      for (int h = kh * group; h < (kh + 1) * group; ++h) {
-        const AttnHead x = attn_head(s, b, h, s.Tk);
-        const T* a = att + x.att_off;
-        const T beta = h == kh * group ? T(0) : T(1);  // first head of the group overwrites dk, dv
-        // dV += P^T dO;  dP = dO V^T;  dS = softmax backward;  dQ = scale dS K;  dK += scale dS^T Q
-        gemm(true, false, s.Tk, s.HS, s.Tq, T(1), a, s.Tk, dout + x.q_off, x.ldq, beta,
-             dv + x.kv_off, x.ldkv);
-        gemm(false, true, s.Tq, s.Tk, s.HS, T(1), dout + x.q_off, x.ldq, v + x.kv_off, x.ldkv, T(0),
-             ds, s.Tk);
-        attn_softmax_backward_rows(ds, a, s);
-        gemm(false, false, s.Tq, s.HS, s.Tk, scale, ds, s.Tk, k + x.kv_off, x.ldkv, T(0),
-             dq + x.q_off, x.ldq);
-        gemm(true, false, s.Tk, s.HS, s.Tq, scale, ds, s.Tk, q + x.q_off, x.ldq, beta,
-             dk + x.kv_off, x.ldkv);
-      }
+  attn_for_each_kv_head(s, [&](int b, int kh) {
+    T* ds = thread_scratch<T, 0>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
+    for (int h = kh * group; h < (kh + 1) * group; ++h) {
+      const AttnHead x = attn_head(s, b, h, s.Tk);
+      const T* a = att + x.att_off;
+      const T beta = h == kh * group ? T(0) : T(1);  // first head of the group overwrites dk, dv
+      // dV += P^T dO;  dP = dO V^T;  dS = softmax backward;  dQ = scale dS K;  dK += scale dS^T Q
+      gemm(true, false, s.Tk, s.HS, s.Tq, T(1), a, s.Tk, dout + x.q_off, x.ldq, beta,
+           dv + x.kv_off, x.ldkv);
+      gemm(false, true, s.Tq, s.Tk, s.HS, T(1), dout + x.q_off, x.ldq, v + x.kv_off, x.ldkv, T(0),
+           ds, s.Tk);
+      attn_softmax_backward_rows(ds, a, s);
+      gemm(false, false, s.Tq, s.HS, s.Tk, scale, ds, s.Tk, k + x.kv_off, x.ldkv, T(0),
+           dq + x.q_off, x.ldq);
+      gemm(true, false, s.Tk, s.HS, s.Tq, scale, ds, s.Tk, q + x.q_off, x.ldq, beta,
+           dk + x.kv_off, x.ldkv);
     }
-  }
+  });
 }
 
 }  // namespace ftx::cpu

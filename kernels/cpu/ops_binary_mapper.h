@@ -142,11 +142,12 @@ void binary_mapper_backward(T* dlogits, const T* dR, const T* W, const T* p, int
   }
 }
 
-// R (N, C): R[n,:] = W[:, codes[n]]; W (C, 2^H). Both post-sampler ops walk the rows once per
-// block of 16 columns: the block's 16 rows of W stay in cache while the codes jump around in
-// them (4x to 9x faster than one row of R at a time at H = 8..16).
-template <class T>
-void post_sampler_forward(T* R, const uint32_t* codes, const T* W, int N, int C, int H) {
+// The walk both post-sampler ops share: check every code < D = 2^H, then call body(n, cb, ce, D)
+// for every row n of each block [cb, ce) of at most 16 columns. Walking the rows once per block
+// keeps the block's 16 rows of W in cache while the codes jump around in them (4x to 9x faster
+// than one row of R at a time at H = 8..16). Threads own disjoint column ranges.
+template <class Body>
+inline void post_sampler_blocks(const uint32_t* codes, int N, int C, int H, Body&& body) {
   constexpr int kBlock = 16;
   const size_t D = size_t(1) << H;
   for (int n = 0; n < N; ++n) {
@@ -155,12 +156,18 @@ void post_sampler_forward(T* R, const uint32_t* codes, const T* W, int N, int C,
   parallel_columns(C, size_t(N) * C * 4, [&](int c0, int c1) {
     for (int cb = c0; cb < c1; cb += kBlock) {
       const int ce = std::min(c1, cb + kBlock);
-      for (int n = 0; n < N; ++n) {
-        const T* col = W + codes[n];
-        T* r = R + size_t(n) * C;
-        for (int c = cb; c < ce; ++c) r[c] = col[size_t(c) * D];
-      }
+      for (int n = 0; n < N; ++n) body(n, cb, ce, D);
     }
+  });
+}
+
+// R (N, C): R[n,:] = W[:, codes[n]]; W (C, 2^H).
+template <class T>
+void post_sampler_forward(T* R, const uint32_t* codes, const T* W, int N, int C, int H) {
+  post_sampler_blocks(codes, N, C, H, [&](int n, int cb, int ce, size_t D) {
+    const T* col = W + codes[n];
+    T* r = R + size_t(n) * C;
+    for (int c = cb; c < ce; ++c) r[c] = col[size_t(c) * D];
   });
 }
 
@@ -168,20 +175,10 @@ void post_sampler_forward(T* R, const uint32_t* codes, const T* W, int N, int C,
 // of dR are added in ascending order.
 template <class T>
 void post_sampler_backward(T* dW, const T* dR, const uint32_t* codes, int N, int C, int H) {
-  constexpr int kBlock = 16;
-  const size_t D = size_t(1) << H;
-  for (int n = 0; n < N; ++n) {
-    FT_ASSERT(codes[n] < D, "post sampler: code %u >= 2^%d at row %d", codes[n], H, n);
-  }
-  parallel_columns(C, size_t(N) * C * 4, [&](int c0, int c1) {
-    for (int cb = c0; cb < c1; cb += kBlock) {
-      const int ce = std::min(c1, cb + kBlock);
-      for (int n = 0; n < N; ++n) {
-        const T* r = dR + size_t(n) * C;
-        T* col = dW + codes[n];
-        for (int c = cb; c < ce; ++c) col[size_t(c) * D] += r[c];
-      }
-    }
+  post_sampler_blocks(codes, N, C, H, [&](int n, int cb, int ce, size_t D) {
+    const T* r = dR + size_t(n) * C;
+    T* col = dW + codes[n];
+    for (int c = cb; c < ce; ++c) col[size_t(c) * D] += r[c];
   });
 }
 
