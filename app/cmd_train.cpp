@@ -59,7 +59,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   c->add_option("--grad-clip", a.train.grad_clip, "Clip the global gradient norm (0 = off)")->capture_default_str();
   c->add_option("--post-sampler-std", a.train.init.post_sampler_std, "Init std of the post-sampler")->capture_default_str();
   c->add_flag("--bitlinear-init,!--no-bitlinear-init", a.train.init.post_sampler_bitlinear,
-              "Post-sampler columns as sums of one random direction per bit");
+              "Post-sampler columns as sums of one random direction per bit (default on)");
   c->add_option("--coinflip-eps", a.train.coinflip_eps, "Flip probability of the coin-flip task")->capture_default_str();
   c->add_option("--seed", a.train.seed, "Seed of data, init and latents")->capture_default_str()->check(CLI::NonNegativeNumber);
   c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();

@@ -85,14 +85,10 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
 }
 
 // A fresh checkpoint root per test under testing::TempDir(), removed afterwards.
-class Checkpoint : public ::testing::Test {
+class Checkpoint : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    root_ = test::make_temp_dir("ftx_ck_");
-    ASSERT_FALSE(root_.empty());
-  }
-  void TearDown() override { test::remove_tree(root_); }
-  std::string path(const std::string& name) const { return root_ + "/" + name; }
+  Checkpoint() : TempDirTest("ftx_ck_") {}
+  std::string path(const std::string& name) const { return in_dir(name); }
 
   static void write_text(const std::string& p, const std::string& text) { ASSERT_TRUE(test::write_file(p, text)); }
   static json read_json(const std::string& p) {
@@ -126,17 +122,16 @@ class Checkpoint : public ::testing::Test {
     EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   }
 
-  // Names in root_ that look like leftovers of a save (temp or aside directories).
+  // Names in dir_ that look like leftovers of a save (temp or aside directories).
   std::vector<std::string> leftovers() const {
     std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(root_)) {
+    for (const auto& e : fs::directory_iterator(dir_)) {
       const std::string n = e.path().filename().string();
       if (n.find(".tmp-") != std::string::npos || n.find(".old-") != std::string::npos) out.push_back(n);
     }
     return out;
   }
 
-  std::string root_;
 };
 
 // ---- round trips ------------------------------------------------------------------------------

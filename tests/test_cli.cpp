@@ -44,8 +44,6 @@ using test::read_file;
 // Writes a fixture file the test needs.
 void write_file(const std::string& path, const std::string& bytes) { EXPECT_TRUE(test::write_file(path, bytes)) << path; }
 
-std::string make_temp_dir() { return test::make_temp_dir("ftx_test_cli_"); }
-
 // Runs FTX_BINARY with args; stdout and stderr go through files in `scratch`.
 // ctest runs tests side by side on 2 shared cores: OpenMP barriers of an oversubscribed child
 // turn a 0.2 s tiny run into seconds, so every child runs one thread (the same for all of them:
@@ -72,13 +70,9 @@ void expect_one_line_error(const Outcome& r, const std::vector<std::string>& nee
 // ---------------------------------------------------------------------------------------------
 // Bad training arguments: refused before anything is written.
 
-class CliTrainArgs : public ::testing::Test {
+class CliTrainArgs : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = make_temp_dir();
-    ASSERT_FALSE(dir_.empty());
-  }
-  void TearDown() override { test::remove_tree(dir_); }
+  CliTrainArgs() : TempDirTest("ftx_test_cli_") {}
   // `ftx train` with a fresh database path plus `extra`; the database must not appear.
   void expect_refused(const std::vector<std::string>& extra, const std::vector<std::string>& needles) {
     const std::string db = dir_ + "/fresh.db";
@@ -94,7 +88,6 @@ class CliTrainArgs : public ::testing::Test {
     EXPECT_FALSE(fs::exists(db)) << "a database was created for a refused command";
     EXPECT_FALSE(fs::exists(dir_ + "/fresh.checkpoints"));
   }
-  std::string dir_;
 };
 
 TEST_F(CliTrainArgs, UnknownDataset) { expect_refused({"--dataset", "imagenet"}, {"--dataset", "imagenet", "unknown"}); }
@@ -179,7 +172,7 @@ TEST_F(CliTrainArgs, CorruptDatabaseFile) {
 class CliWithRun : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    dir_ = make_temp_dir();
+    dir_ = test::make_temp_dir("ftx_test_cli_");
     ASSERT_FALSE(dir_.empty());
     db_ = dir_ + "/runs.db";
     const Outcome r = ftx({"train", "--preset", "tiny", "--latent-bits", "3", "--steps", "3", "--batch", "4",

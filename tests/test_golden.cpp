@@ -178,12 +178,31 @@ struct GoldenRun {
     be->download(g.data(), model->grads(), g.size() * sizeof(float));
     return g;
   }
+  // The gradients of the last forward alone: zero_grad, then backward.
+  std::vector<float> fresh_grads() {
+    model->zero_grad();
+    model->backward(*state);
+    return grads();
+  }
   std::vector<float> logits() {
     std::vector<float> v(size_t{kB} * kT * kV);
     model->read_logits(*state, v.data());
     return v;
   }
 };
+
+// The golden checkpoint `which` ("free" or "baseline") run forward on the golden inputs; nullptr
+// after a failure when it does not load as that kind of model.
+std::unique_ptr<GoldenRun> run_golden(const std::string& which, const Expected& e) {
+  const Loaded l = load(which);
+  if (l.config.is_free() != (which == "free")) {
+    ADD_FAILURE() << which << ": loaded with is_free() = " << l.config.is_free();
+    return nullptr;
+  }
+  auto run = std::make_unique<GoldenRun>(l.config, l.params);
+  run->forward(e);
+  return run;
+}
 
 // Every gradient tensor against "<prefix>grad.<name>"; returns the worst normalised error.
 double expect_grads(const std::string& prefix, const Model& m, const std::vector<float>& g, const Expected& e) {
@@ -232,32 +251,30 @@ TEST(Golden, CheckpointsLoadWithTheExpectedShape) {
 TEST(Golden, FreeTransformerForwardMatchesPyTorch) {
   const Expected e;
   ASSERT_TRUE(e.ok());
-  const Loaded l = load("free");
-  ASSERT_TRUE(l.config.is_free());
-  GoldenRun run(l.config, l.params);
-  run.forward(e);
+  const auto run = run_golden("free", e);
+  ASSERT_NE(run, nullptr);
 
   std::vector<uint32_t> codes(kB * kT);
-  run.model->read_codes(*run.state, codes.data());
+  run->model->read_codes(*run->state, codes.data());
   const auto want_codes = e.ints("codes");
   for (int i = 0; i < kB * kT; ++i) EXPECT_EQ(codes[i], static_cast<uint32_t>(want_codes[i])) << "code " << i;
 
-  const auto logits = run.logits();
+  const auto logits = run->logits();
   std::vector<float> p(kB * kT * kH), kl(kB * kT);
-  run.model->read_bit_probs(*run.state, p.data());
-  run.model->read_kl(*run.state, kl.data());
+  run->model->read_bit_probs(*run->state, p.data());
+  run->model->read_kl(*run->state, kl.data());
   const double rl = expect_close("free logits", logits.data(), e.get("free.logits"), logits.size(), kRelTol);
   const double rp = expect_close("free bit probabilities p", p.data(), e.get("free.p"), p.size(), kRelTol);
   const double rk = expect_close("free KL per position", kl.data(), e.get("free.kl"), kl.size(), kRelTol);
   std::printf("[free forward] normalised errors: logits %.3g, p %.3g, kl %.3g\n", rl, rp, rk);
 
-  expect_scalar("free ce", run.stats.ce, e.scalar("free.ce"), kScalarRelTol);
-  expect_scalar("free kl (mean KL_t)", run.stats.kl, e.scalar("free.kl_mean"), kScalarRelTol);
-  expect_scalar("free kl_excess (mean max(0, KL_t - kappa))", run.stats.kl_excess, e.scalar("free.kl_excess"),
+  expect_scalar("free ce", run->stats.ce, e.scalar("free.ce"), kScalarRelTol);
+  expect_scalar("free kl (mean KL_t)", run->stats.kl, e.scalar("free.kl_mean"), kScalarRelTol);
+  expect_scalar("free kl_excess (mean max(0, KL_t - kappa))", run->stats.kl_excess, e.scalar("free.kl_excess"),
                 kScalarRelTol);
-  expect_scalar("free loss", run.stats.loss, e.scalar("free.loss"), kScalarRelTol);
-  std::printf("[free forward] ce %.7f (PyTorch %.7f), loss %.7f (PyTorch %.7f)\n", run.stats.ce,
-              e.scalar("free.ce"), run.stats.loss, e.scalar("free.loss"));
+  expect_scalar("free loss", run->stats.loss, e.scalar("free.loss"), kScalarRelTol);
+  std::printf("[free forward] ce %.7f (PyTorch %.7f), loss %.7f (PyTorch %.7f)\n", run->stats.ce,
+              e.scalar("free.ce"), run->stats.loss, e.scalar("free.loss"));
 
   // The fixture's kappa splits the positions: both sides of max(0, KL - kappa) are exercised.
   const double kappa = e.scalar("kappa");
@@ -270,31 +287,23 @@ TEST(Golden, FreeTransformerForwardMatchesPyTorch) {
 TEST(Golden, FreeTransformerGradientsMatchPyTorch) {
   const Expected e;
   ASSERT_TRUE(e.ok());
-  const Loaded l = load("free");
-  ASSERT_TRUE(l.config.is_free());
-  GoldenRun run(l.config, l.params);
-  run.forward(e);
-  run.model->zero_grad();
-  run.model->backward(*run.state);
-  expect_grads("free.", *run.model, run.grads(), e);
+  const auto run = run_golden("free", e);
+  ASSERT_NE(run, nullptr);
+  expect_grads("free.", *run->model, run->fresh_grads(), e);
 }
 
 TEST(Golden, BaselineMatchesPyTorch) {
   const Expected e;
   ASSERT_TRUE(e.ok());
-  const Loaded l = load("baseline");
-  ASSERT_FALSE(l.config.is_free());
-  GoldenRun run(l.config, l.params);
-  run.forward(e);
-  const auto logits = run.logits();
+  const auto run = run_golden("baseline", e);
+  ASSERT_NE(run, nullptr);
+  const auto logits = run->logits();
   const double rl = expect_close("baseline logits", logits.data(), e.get("baseline.logits"), logits.size(), kRelTol);
   std::printf("[baseline forward] normalised error: logits %.3g\n", rl);
-  expect_scalar("baseline ce", run.stats.ce, e.scalar("baseline.ce"), kScalarRelTol);
-  expect_scalar("baseline loss (= ce)", run.stats.loss, e.scalar("baseline.ce"), kScalarRelTol);
-  EXPECT_EQ(run.stats.kl, 0.0);
-  run.model->zero_grad();
-  run.model->backward(*run.state);
-  expect_grads("baseline.", *run.model, run.grads(), e);
+  expect_scalar("baseline ce", run->stats.ce, e.scalar("baseline.ce"), kScalarRelTol);
+  expect_scalar("baseline loss (= ce)", run->stats.loss, e.scalar("baseline.ce"), kScalarRelTol);
+  EXPECT_EQ(run->stats.kl, 0.0);
+  expect_grads("baseline.", *run->model, run->fresh_grads(), e);
 }
 
 TEST(Golden, ZeroPostSamplerGivesTheBaselineLogits) {
@@ -323,21 +332,18 @@ TEST(Golden, ZeroPostSamplerGivesTheBaselineLogits) {
 TEST(Golden, GradientsAccumulateAndRepeatedForwardIsStable) {
   const Expected e;
   ASSERT_TRUE(e.ok());
-  const Loaded l = load("free");
-  GoldenRun run(l.config, l.params);
-  run.forward(e);
-  run.model->zero_grad();
-  run.model->backward(*run.state);
-  const auto g1 = run.grads();
-  const double loss1 = run.stats.loss;
+  const auto run = run_golden("free", e);
+  ASSERT_NE(run, nullptr);
+  const auto g1 = run->fresh_grads();
+  const double loss1 = run->stats.loss;
   // A second forward on the same state must not see stale activations or scratch.
-  run.forward(e);
-  expect_scalar("loss of a repeated forward", run.stats.loss, loss1, kSameOpsRelTol);
-  run.model->backward(*run.state);
-  const auto g2 = run.grads();
+  run->forward(e);
+  expect_scalar("loss of a repeated forward", run->stats.loss, loss1, kSameOpsRelTol);
+  run->model->backward(*run->state);
+  const auto g2 = run->grads();
   std::vector<float> twice(g1.size());
   for (size_t i = 0; i < g1.size(); ++i) twice[i] = 2.0f * g1[i];
-  for (const ParamSpec& s : run.model->specs())
+  for (const ParamSpec& s : run->model->specs())
     expect_close("second backward accumulates into " + s.name, g2.data() + s.offset,
                  std::vector<float>(twice.begin() + s.offset, twice.begin() + s.offset + s.numel),
                  static_cast<size_t>(s.numel), kSameOpsRelTol);

@@ -288,6 +288,22 @@ void expect_tensor_grads_match(const Model& m, const std::vector<float>& analyti
   }
 }
 
+// Places kappa so that at least two positions' KL_t lie on each side of it.
+void place_kappa_between_positions(FdHarness& h, const std::vector<float>& params) {
+  (void)h.place_kappa(params);
+  const std::vector<float> kl = h.kl_per_position(params);
+  const auto above = std::count_if(kl.begin(), kl.end(), [&](float x) { return x > h.kappa; });
+  ASSERT_GE(above, 2);
+  ASSERT_LE(above, static_cast<long>(kl.size()) - 2);
+}
+
+// h.fd, which is a derivative only if no perturbation moved a KL_t across kappa.
+void fd_on_one_side(FdHarness& h, const std::vector<float>& params, std::vector<double>* fd,
+                    std::vector<double>* fd_kl) {
+  h.fd(params, fd, fd_kl);
+  ASSERT_EQ(h.side_flips, 0) << "a perturbation moved some KL_t across kappa: the FD is not a derivative";
+}
+
 std::vector<std::string> all_names(const Model& m) {
   std::vector<std::string> n;
   for (const ParamSpec& s : m.specs()) n.push_back(s.name);
@@ -306,16 +322,11 @@ TEST(ModelBackward, MatchesFiniteDifferencesForEveryTensor) {
   const int D = 1 << 3;
   for (int64_t c = 0; c < post->shape[0]; ++c)
     for (int d = 1; d < D; ++d) params[post->offset + c * D + d] = params[post->offset + c * D];
-  (void)h.place_kappa(params);
-  const std::vector<float> kl = h.kl_per_position(params);
-  const auto above = std::count_if(kl.begin(), kl.end(), [&](float x) { return x > h.kappa; });
-  ASSERT_GE(above, 2);
-  ASSERT_LE(above, static_cast<long>(kl.size()) - 2);
+  ASSERT_NO_FATAL_FAILURE(place_kappa_between_positions(h, params));
 
   const std::vector<float> analytic = h.analytic(params);
   std::vector<double> fd, fd_kl;
-  h.fd(params, &fd, &fd_kl);
-  ASSERT_EQ(h.side_flips, 0) << "a perturbation moved some KL_t across kappa: the FD is not a derivative";
+  ASSERT_NO_FATAL_FAILURE(fd_on_one_side(h, params, &fd, &fd_kl));
   expect_tensor_grads_match(h.model, analytic, fd, all_names(h.model));
 
   // Sensitivity of the encoder path: the free-bits term carries a share of layer 0's and the
@@ -338,18 +349,13 @@ TEST(ModelBackward, PassThroughGradientReachesTheEncoder) {
   FdHarness h(fd_config(H, true), B, T, 200);
   for (int n = 0; n < N; ++n) h.codes[n] = static_cast<uint32_t>((n * 7 + 3) % (1 << H));  // distinct
   std::vector<float> params = random_params(h.model, 201, 0.4f, 0.8f);
-  (void)h.place_kappa(params);
-  const std::vector<float> kl = h.kl_per_position(params);
-  const auto above = std::count_if(kl.begin(), kl.end(), [&](float x) { return x > h.kappa; });
-  ASSERT_GE(above, 2);
-  ASSERT_LE(above, static_cast<long>(kl.size()) - 2);
+  ASSERT_NO_FATAL_FAILURE(place_kappa_between_positions(h, params));
 
   const std::vector<float> analytic = h.analytic(params);
   std::vector<float> p(size_t(N) * H);
   h.model.read_bit_probs(*h.state, p.data());
   std::vector<double> fd, fd_kl;
-  h.fd(params, &fd, &fd_kl);
-  ASSERT_EQ(h.side_flips, 0) << "a perturbation moved some KL_t across kappa: the FD is not a derivative";
+  ASSERT_NO_FATAL_FAILURE(fd_on_one_side(h, params, &fd, &fd_kl));
   // After the mapper: untouched by the surrogate.
   std::vector<std::string> after;
   for (const ParamSpec& s : h.model.specs())

@@ -26,14 +26,10 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh directory per test under testing::TempDir(), removed afterwards.
-class Safetensors : public ::testing::Test {
+class Safetensors : public test::TempDirTest {
  protected:
-  void SetUp() override {
-    dir_ = test::make_temp_dir("ftx_st_");
-    ASSERT_FALSE(dir_.empty());
-  }
-  void TearDown() override { test::remove_tree(dir_); }
-  std::string file(const std::string& name) const { return dir_ + "/" + name; }
+  Safetensors() : TempDirTest("ftx_st_") {}
+  std::string file(const std::string& name) const { return in_dir(name); }
 
   static void write_bytes(const std::string& path, const std::string& bytes) {
     ASSERT_TRUE(test::write_file(path, bytes));
@@ -50,8 +46,6 @@ class Safetensors : public ::testing::Test {
     EXPECT_NE(msg.find(word), std::string::npos) << "expected '" << word << "' in: " << msg;
     EXPECT_EQ(msg.find('\n'), std::string::npos) << "error must be one line: " << msg;
   }
-
-  std::string dir_;
 };
 
 // [u64 LE length][header][data], exactly as the format's README lays it out. No padding.

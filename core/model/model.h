@@ -22,7 +22,7 @@ struct InitConfig {
   float post_sampler_std = 0.02f; // free.post_sampler.weight
   // Bit-linear post-sampler: column d = sum_h (2 U_h(d) - 1) v_h with v_h ~ N(0, std^2), so Z
   // reaches the decoder as a sum of one direction per bit (training is free to leave that form).
-  bool post_sampler_bitlinear = false;
+  bool post_sampler_bitlinear = true;
   float zeta_std = 1.0f;          // free.zeta (goes through RMSNorm: only its direction matters)
 };
 

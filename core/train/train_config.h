@@ -19,7 +19,7 @@ struct TrainConfig {
   std::string preset = "small";
   int steps = 3000;
   int batch = 64;
-  float lr = 3e-3f;
+  float lr = 1e-3f;
   float min_lr_frac = 0.1f;     // cosine decays to lr * min_lr_frac at the last step
   int warmup = 100;             // linear warm-up steps
   float weight_decay = 0.1f;    // AdamW, matrices only
