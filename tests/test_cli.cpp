@@ -42,7 +42,9 @@ using test::Outcome;
 using test::read_file;
 
 // Writes a fixture file the test needs.
-void write_file(const std::string& path, const std::string& bytes) { EXPECT_TRUE(test::write_file(path, bytes)) << path; }
+void write_file(const std::string& path, const std::string& bytes) {
+  EXPECT_TRUE(test::write_file(path, bytes)) << path;
+}
 
 // Runs FTX_BINARY with args; stdout and stderr go through files in `scratch`.
 // ctest runs tests side by side on 2 shared cores: OpenMP barriers of an oversubscribed child
