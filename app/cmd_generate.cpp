@@ -46,6 +46,22 @@ void record(const GenerateArgs& a, int step, const std::vector<GroupResult>& gro
     }
 }
 
+// The sequence length the run was trained on, from its configuration in the store.
+Result<int> training_seq_len(const std::string& db, const std::string& run) {
+  auto store = RunStore::open_readonly(db);
+  if (!store) return store.error();
+  auto info = store->find_run(run);
+  if (!info) return info.error();
+  auto cfg = nlohmann::json::parse(info->config_json, nullptr, false);
+  TrainConfig t;
+  if (!cfg.is_discarded() && cfg.contains("train")) {
+    const auto& j = cfg["train"];
+    t.dataset = j.value("dataset", t.dataset);
+    t.coinflip_len = j.value("coinflip_len", t.coinflip_len);
+  }
+  return make_dataset(t)->seq_len();
+}
+
 }  // namespace
 
 void add_generate_options(CLI::App& app, GenerateArgs& a) {
@@ -78,7 +94,10 @@ int run_generate(const GenerateArgs& a) {
   if (!prompt) return fail(prompt.error());
   SampleConfig sc;
   sc.temperature = a.temperature, sc.top_k = a.top_k;
-  const int length = 66;  // the synthetic task's sequence: prompt "K>" + 64 body characters
+  // Sequences as long as the run's training sequences (66 for the synthetic task).
+  auto length_or = training_seq_len(a.db, a.run);
+  if (!length_or) return fail(length_or.error());
+  const int length = *length_or;
   sc.max_new_tokens = length - static_cast<int>(prompt->size());
   if (sc.max_new_tokens <= 0)
     return fail("--prompt: " + std::to_string(prompt->size()) + " characters leave nothing to generate in a " +

@@ -1,5 +1,6 @@
 #include "app/figure4_print.h"
 
+#include <cmath>
 #include <cstdio>
 
 #include "app/common.h"
@@ -31,7 +32,8 @@ std::string group_title(const GroupResult& g, int size) {
 void print_group(const GroupResult& g, const std::string& alphabet) {
   const int n = static_cast<int>(g.gens.size());
   std::printf("\n%s\n", style(group_title(g, n), "1;36").c_str());
-  std::printf("  valid %.2f   agreement %.2f   noise agreement %.2f\n", g.valid, g.agreement, g.noise_agreement);
+  if (!std::isnan(g.valid))  // synthetic-task metrics; other tasks have none
+    std::printf("  valid %.2f   agreement %.2f   noise agreement %.2f\n", g.valid, g.agreement, g.noise_agreement);
   for (const auto& gen : g.gens) {
     const std::string text = decode_chars(gen.tokens, alphabet);
     auto split = split_generation(text);
