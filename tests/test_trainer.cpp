@@ -245,6 +245,37 @@ TEST(TrainerStop, StopFlagCheckpointsAndReturnsStopped) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ((*loss)[i].step, i + 1);
 }
 
+// trainer.json is a file a user can edit or damage: resume refuses bad positions with one line
+// naming the file, before anything reaches the dataset (whose seek asserts on negatives).
+TEST(TrainerResume, DamagedTrainerJsonIsRefusedWithItsPath) {
+  TempDir dir;
+  TrainConfig tc = short_run(3);
+  tc.checkpoint_every = 0;
+  auto t = must(Trainer::start(*backend(), tiny_free(3), tc, SyntheticDataset::kSeqLen, dir / "d.db", "d"));
+  ASSERT_TRUE(t);
+  SyntheticDataset data(tc.seed);
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE(t->run(data, stop, {}).ok());
+  t.reset();
+  const std::string file = checkpoint_dir(dir / "d.db", "d", 3) + "/trainer.json";
+  const std::string good = test::read_file(file);
+  for (const char* bad : {R"("step": -5)", R"("step": "three")", R"("data_position": -1)"}) {
+    std::string text = good;
+    const std::string key = std::string(bad).substr(0, std::string(bad).find(':'));
+    const size_t at = text.find(key);
+    ASSERT_NE(at, std::string::npos) << key;
+    const size_t end = text.find_first_of(",}", at);
+    text.replace(at, end - at, bad);
+    test::write_file(file, text);
+    auto r = Trainer::resume(*backend(), dir / "d.db", "d", 6);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_NE(r.error().message.find("trainer.json"), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find('\n'), std::string::npos) << r.error().message;
+  }
+  test::write_file(file, "[1, 2]");
+  EXPECT_FALSE(Trainer::resume(*backend(), dir / "d.db", "d", 6).ok());
+}
+
 // A short run on the synthetic task learns it. The duration is recorded, not asserted.
 TEST(TrainerEndToEnd, SyntheticTaskValidationCeFallsFarBelowUniform) {
   TempDir dir;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 
 #include <unistd.h>
 
@@ -89,6 +90,33 @@ Status check_memory(const ModelConfig& m, const TrainConfig& t, int seq_len) {
   return {};
 }
 
+// Where a checkpoint stands: step, data position, thread count. trainer.json is a file a user can
+// edit or damage, so every field is checked before it reaches the dataset or the loop.
+struct TrainerPosition {
+  int step = 0;
+  int64_t data_position = 0;
+  int threads = 0;
+};
+
+Result<TrainerPosition> read_position(const json& j, const std::string& where) {
+  TrainerPosition p;
+  if (!j.is_object()) return make_error(where + ": expected a JSON object");
+  auto get_int = [&](const char* key, int64_t lo, int64_t hi, int64_t& out) -> Status {
+    if (!j.contains(key)) return make_error(where + ": missing \"" + key + "\"");
+    if (!j[key].is_number_integer() || j[key].get<int64_t>() < lo || j[key].get<int64_t>() > hi)
+      return make_error(where + ": \"" + key + "\" must be an integer in " + std::to_string(lo) + ".." +
+                        std::to_string(hi) + ", got " + j[key].dump());
+    out = j[key].get<int64_t>();
+    return {};
+  };
+  int64_t step = 0, threads = 0;
+  FTX_TRY(get_int("step", 0, std::numeric_limits<int>::max(), step));
+  FTX_TRY(get_int("data_position", 0, std::numeric_limits<int64_t>::max() / 2, p.data_position));
+  if (j.contains("threads")) FTX_TRY(get_int("threads", 1, 1 << 16, threads));
+  p.step = static_cast<int>(step), p.threads = static_cast<int>(threads);
+  return p;
+}
+
 std::string run_config_json(const ModelConfig& m, const TrainConfig& t) {
   return json{{"model", config_to_json(m)}, {"train", train_to_json(t)}}.dump();
 }
@@ -146,14 +174,16 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
   auto ck = load_checkpoint(dir, true);
   if (!ck) return ck.error();
   if (!ck->has_training_state) return make_error(dir + ": no training state (optimizer moments) to resume from");
+  auto pos = read_position(ck->trainer, dir + "/trainer.json");
+  if (!pos) return pos.error();
   auto tcfg = train_from_json(ck->trainer.value("train", json::object()), dir + "/trainer.json");
   if (!tcfg) return tcfg.error();
   if (steps) tcfg->steps = *steps;
   FTX_TRY(tcfg->validate());
   std::unique_ptr<Trainer> t(new Trainer(be, std::move(*store), ck->config, *tcfg, db_path, run));
   t->run_id_ = info->id;
-  t->step_ = ck->trainer.value("step", 0);
-  t->data_position_ = ck->trainer.value("data_position", int64_t{0});
+  t->step_ = pos->step;
+  t->data_position_ = pos->data_position;
   t->last_checkpoint_step_ = t->step_;
   t->model_->load_params(ck->params.data());
   const size_t bytes = t->model_->num_params() * sizeof(float);
@@ -161,7 +191,7 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
   be.upload(t->adam_v_, ck->adam_v.data(), bytes);
   // The curve continues from the checkpoint: rows a killed process wrote past it are recomputed.
   FTX_TRY(t->store_.delete_metrics_after(info->id, t->step_));
-  const int threads = ck->trainer.value("threads", 0);
+  const int threads = pos->threads;
   t->thread_change_ = threads > 0 && threads != omp_get_max_threads();
   FTX_TRY(t->store_.add_event(info->id, t->step_, "resumed",
                               json{{"checkpoint", dir}, {"threads_before", threads}, {"threads", omp_get_max_threads()}}.dump()));
