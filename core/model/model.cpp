@@ -300,8 +300,7 @@ StepStats Model::forward(ModelState& s, const int32_t* inputs, const int32_t* ta
       be_.rmsnorm_forward(s.enc_ln, s.enc_rstd, s.enc_out, param("free.encoder_norm.weight"), N, C, eps);
       be_.matmul_forward(s.bit_logits, s.enc_ln, param("free.encoder_readout.weight"), N, C, H, false);
       if (cfg_.readout_bias) {
-        // bias as a rank-1 matmul: bit_logits += ones (N,1) @ bias^T would need a ones buffer;
-        // broadcast into scratch and add instead.
+        // bit_logits += bias on every row (d_bits is free scratch until backward)
         be_.broadcast_rows(s.d_bits, param("free.encoder_readout.bias"), N, H);
         be_.add_inplace(s.bit_logits, s.d_bits, size_t(N) * H);
       }
