@@ -53,13 +53,10 @@ Result<int> training_seq_len(const std::string& db, const std::string& run) {
   auto info = store->find_run(run);
   if (!info) return info.error();
   auto cfg = nlohmann::json::parse(info->config_json, nullptr, false);
-  TrainConfig t;
-  if (!cfg.is_discarded() && cfg.contains("train")) {
-    const auto& j = cfg["train"];
-    t.dataset = j.value("dataset", t.dataset);
-    t.coinflip_len = j.value("coinflip_len", t.coinflip_len);
-  }
-  return make_dataset(t)->seq_len();
+  if (cfg.is_discarded() || !cfg.is_object()) return make_error(db + ": run '" + run + "' has no readable configuration");
+  auto t = train_config_from_json(cfg.value("train", nlohmann::json::object()), db + ": run '" + run + "'");
+  if (!t) return t.error();
+  return make_dataset(*t)->seq_len();
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "core/io/config_json.h"
 #include "core/store/run_store.h"
+#include "core/train/train_config.h"
 
 namespace ftx::app {
 namespace {
@@ -46,11 +48,10 @@ int run_runs(const StoreArgs& a) {
     std::string preset = "?";
     int H = 0;
     double kappa_bits = std::nan("");
-    if (!cfg.is_discarded() && cfg.is_object()) {
-      const auto& t = cfg.value("train", nlohmann::json::object());
-      preset = t.value("preset", std::string("?"));
-      kappa_bits = t.value("kappa_nats", 0.0) / std::log(2.0);
-      H = cfg.value("model", nlohmann::json::object()).value("free_transformer", nlohmann::json::object()).value("latent_bits", 0);
+    if (!cfg.is_discarded() && cfg.is_object()) {  // a row we cannot read still gets listed
+      if (auto t = train_config_from_json(cfg.value("train", nlohmann::json::object()), a.db); t)
+        preset = t->preset, kappa_bits = nats_to_bits(t->kappa_nats);
+      if (auto m = config_from_json(cfg.value("model", nlohmann::json::object()), a.db); m) H = m->latent_bits;
     }
     int64_t step = 0;
     const double ce = last_value(*store, r.id, "train/ce", &step);

@@ -7,6 +7,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/store/run_store.h"
+#include "core/train/trainer.h"
 #include "datasets/coinflip.h"
 #include "datasets/synthetic.h"
 
@@ -68,7 +69,7 @@ Result<LoadedModel> load_run_model(const std::string& db, const std::string& run
       return make_error("run '" + run + "' has no checkpoint at step " + std::to_string(*step) + " (have: " + have + ")");
     }
   }
-  auto lm = load_model_dir(pick->path, device);
+  auto lm = load_model_dir(resolve_checkpoint_path(db, pick->path), device);
   if (!lm) return lm.error();
   lm->step = static_cast<int>(pick->step);
   return lm;

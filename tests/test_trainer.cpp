@@ -231,7 +231,8 @@ TEST(TrainerStop, StopFlagCheckpointsAndReturnsStopped) {
   ASSERT_TRUE(rows.ok());
   ASSERT_EQ(rows->size(), 1u);
   EXPECT_EQ((*rows)[0].step, 3);
-  auto ck = load_checkpoint((*rows)[0].path, true);
+  EXPECT_FALSE(std::filesystem::path((*rows)[0].path).is_absolute());  // stored relative to the db
+  auto ck = load_checkpoint(resolve_checkpoint_path(dir / "s.db", (*rows)[0].path), true);
   ASSERT_TRUE(ck.ok()) << ck.error().message;
   EXPECT_EQ(ck->trainer.value("step", -1), 3);
   auto events = store->events(info->id);
@@ -463,7 +464,7 @@ TEST(TrainerCrash, CtrlCOnTheCliCheckpointsAndExits130) {
   ASSERT_TRUE(loss.ok());
   ASSERT_FALSE(loss->empty());
   EXPECT_EQ((*ck)[0].step, loss->back().step);  // checkpointed where it stopped
-  EXPECT_TRUE(load_checkpoint((*ck)[0].path, true).ok());
+  EXPECT_TRUE(load_checkpoint(resolve_checkpoint_path(db, (*ck)[0].path), true).ok());
 }
 
 }  // namespace

@@ -22,4 +22,15 @@ class BatchSource {
   virtual void seek(int64_t position) = 0;
 };
 
+// Splits sequences (B, S) into model inputs (B, S-1) = tokens [0, S-1) and targets (B, S-1) =
+// tokens [1, S) of each row.
+inline void split_inputs_targets(const int32_t* seqs, int B, int S, int32_t* inputs, int32_t* targets) {
+  const int T = S - 1;
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < T; ++t) {
+      inputs[int64_t{b} * T + t] = seqs[int64_t{b} * S + t];
+      targets[int64_t{b} * T + t] = seqs[int64_t{b} * S + t + 1];
+    }
+}
+
 }  // namespace ftx

@@ -52,8 +52,7 @@ ValStats validation_pass(Model& model, const BatchSource& data, int n_seq, bool 
   int batches = 0;
   for (int first = 0; first + B <= n_seq; first += B, ++batches) {
     data.validation(tok.data(), first, B);
-    for (int b = 0; b < B; ++b)
-      for (int t = 0; t < T; ++t) in[size_t(b) * T + t] = tok[size_t(b) * S + t], tg[size_t(b) * T + t] = tok[size_t(b) * S + t + 1];
+    split_inputs_targets(tok.data(), B, S, in.data(), tg.data());
     if (prior)
       for (int b = 0; b < B; ++b) {
         auto c = uniform_codes(derive_seed(seed, 1, uint64_t(first + b)), T, H);

@@ -1,6 +1,7 @@
 #include "core/train/train_config.h"
 
 #include <cmath>
+#include <exception>
 
 namespace ftx {
 
@@ -39,6 +40,58 @@ float TrainConfig::lr_at(int step) const {
   const double progress = std::min(1.0, static_cast<double>(step - warmup) / span);
   const double cosine = 0.5 * (1.0 + std::cos(3.14159265358979 * progress));
   return static_cast<float>(lr * (min_lr_frac + (1.0 - min_lr_frac) * cosine));
+}
+
+nlohmann::json train_config_to_json(const TrainConfig& t) {
+  return nlohmann::json{{"dataset", t.dataset},
+              {"preset", t.preset},
+              {"steps", t.steps},
+              {"batch", t.batch},
+              {"lr", t.lr},
+              {"min_lr_frac", t.min_lr_frac},
+              {"warmup", t.warmup},
+              {"weight_decay", t.weight_decay},
+              {"beta1", t.beta1},
+              {"beta2", t.beta2},
+              {"adam_eps", t.adam_eps},
+              {"grad_clip", t.grad_clip},
+              {"kappa_nats", t.kappa_nats},
+              {"kappa_start_nats", t.kappa_start_nats},
+              {"kappa_anneal_steps", t.kappa_anneal_steps},
+              {"seed", t.seed},
+              {"eval_every", t.eval_every},
+              {"checkpoint_every", t.checkpoint_every},
+              {"coinflip_eps", t.coinflip_eps},
+              {"coinflip_len", t.coinflip_len},
+              {"init_std", t.init.std},
+              {"init_scale_residual", t.init.scale_residual},
+              {"init_post_sampler_std", t.init.post_sampler_std},
+              {"init_zeta_std", t.init.zeta_std},
+              {"init_post_sampler_bitlinear", t.init.post_sampler_bitlinear}};
+}
+
+// Reads what train_config_to_json wrote; missing keys keep their defaults (older runs).
+Result<TrainConfig> train_config_from_json(const nlohmann::json& j, const std::string& where) {
+  TrainConfig t;
+  try {
+    auto get = [&](const char* key, auto& field) {
+      if (j.contains(key)) field = j.at(key).get<std::decay_t<decltype(field)>>();
+    };
+    get("dataset", t.dataset), get("preset", t.preset), get("steps", t.steps), get("batch", t.batch);
+    get("lr", t.lr), get("min_lr_frac", t.min_lr_frac), get("warmup", t.warmup);
+    get("weight_decay", t.weight_decay), get("beta1", t.beta1), get("beta2", t.beta2);
+    get("adam_eps", t.adam_eps), get("grad_clip", t.grad_clip), get("kappa_nats", t.kappa_nats);
+    get("kappa_start_nats", t.kappa_start_nats), get("kappa_anneal_steps", t.kappa_anneal_steps);
+    get("seed", t.seed), get("eval_every", t.eval_every), get("checkpoint_every", t.checkpoint_every);
+    get("coinflip_eps", t.coinflip_eps), get("coinflip_len", t.coinflip_len);
+    get("init_std", t.init.std), get("init_scale_residual", t.init.scale_residual);
+    get("init_post_sampler_std", t.init.post_sampler_std), get("init_zeta_std", t.init.zeta_std);
+    get("init_post_sampler_bitlinear", t.init.post_sampler_bitlinear);
+  } catch (const std::exception& e) {
+    return make_error(where + ": training config: " + e.what());
+  }
+  FTX_TRY(t.validate());
+  return t;
 }
 
 }  // namespace ftx

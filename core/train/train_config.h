@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "core/model/model.h"
 #include "core/util/result.h"
 
@@ -39,6 +41,11 @@ struct TrainConfig {
   float kappa_at(int step) const;  // the schedule
   float lr_at(int step) const;     // warm-up then cosine
 };
+
+// The "train" object of run rows and trainer.json. Reading is tolerant of missing keys (older
+// runs keep the defaults) and strict about types and values (validate()); `where` names the file.
+nlohmann::json train_config_to_json(const TrainConfig& t);
+Result<TrainConfig> train_config_from_json(const nlohmann::json& j, const std::string& where);
 
 inline double bits_to_nats(double bits) { return bits * std::log(2.0); }
 inline double nats_to_bits(double nats) { return nats / std::log(2.0); }

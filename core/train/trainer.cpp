@@ -21,75 +21,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using nlohmann::json;
 
-json train_to_json(const TrainConfig& t) {
-  return json{{"dataset", t.dataset},
-              {"preset", t.preset},
-              {"steps", t.steps},
-              {"batch", t.batch},
-              {"lr", t.lr},
-              {"min_lr_frac", t.min_lr_frac},
-              {"warmup", t.warmup},
-              {"weight_decay", t.weight_decay},
-              {"beta1", t.beta1},
-              {"beta2", t.beta2},
-              {"adam_eps", t.adam_eps},
-              {"grad_clip", t.grad_clip},
-              {"kappa_nats", t.kappa_nats},
-              {"kappa_start_nats", t.kappa_start_nats},
-              {"kappa_anneal_steps", t.kappa_anneal_steps},
-              {"seed", t.seed},
-              {"eval_every", t.eval_every},
-              {"checkpoint_every", t.checkpoint_every},
-              {"coinflip_eps", t.coinflip_eps},
-              {"coinflip_len", t.coinflip_len},
-              {"init_std", t.init.std},
-              {"init_scale_residual", t.init.scale_residual},
-              {"init_post_sampler_std", t.init.post_sampler_std},
-              {"init_zeta_std", t.init.zeta_std},
-              {"init_post_sampler_bitlinear", t.init.post_sampler_bitlinear}};
-}
-
-// Reads what train_to_json wrote; missing keys keep their defaults (older runs).
-Result<TrainConfig> train_from_json(const json& j, const std::string& where) {
-  TrainConfig t;
-  try {
-    auto get = [&](const char* key, auto& field) {
-      if (j.contains(key)) field = j.at(key).get<std::decay_t<decltype(field)>>();
-    };
-    get("dataset", t.dataset), get("preset", t.preset), get("steps", t.steps), get("batch", t.batch);
-    get("lr", t.lr), get("min_lr_frac", t.min_lr_frac), get("warmup", t.warmup);
-    get("weight_decay", t.weight_decay), get("beta1", t.beta1), get("beta2", t.beta2);
-    get("adam_eps", t.adam_eps), get("grad_clip", t.grad_clip), get("kappa_nats", t.kappa_nats);
-    get("kappa_start_nats", t.kappa_start_nats), get("kappa_anneal_steps", t.kappa_anneal_steps);
-    get("seed", t.seed), get("eval_every", t.eval_every), get("checkpoint_every", t.checkpoint_every);
-    get("coinflip_eps", t.coinflip_eps), get("coinflip_len", t.coinflip_len);
-    get("init_std", t.init.std), get("init_scale_residual", t.init.scale_residual);
-    get("init_post_sampler_std", t.init.post_sampler_std), get("init_zeta_std", t.init.zeta_std);
-    get("init_post_sampler_bitlinear", t.init.post_sampler_bitlinear);
-  } catch (const std::exception& e) {
-    return make_error(where + ": training config: " + e.what());
-  }
-  FTX_TRY(t.validate());
-  return t;
-}
-
-// Training holds parameters, gradients and two AdamW moments, plus activations for the batch and
-// a validation batch of at most 64 sequences. Refuse before allocating what the machine lacks.
-Status check_memory(const ModelConfig& m, const TrainConfig& t, int seq_len) {
-  const double params = static_cast<double>(param_count(param_specs(m)));
-  const int T = seq_len - 1;
-  const double need = 16.0 * params + static_cast<double>(Model::state_bytes(m, t.batch, T)) +
-                      static_cast<double>(Model::state_bytes(m, std::min(t.batch, 64), T));
-  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  if (need > 0.9 * have) {
-    char buf[256];
-    std::snprintf(buf, sizeof buf, "training needs %.1f GiB (weights, optimizer, activations for --batch %d), more than the %.1f GiB of memory here: lower --batch or the model size",
-                  need / (1 << 30), t.batch, have / (1 << 30));
-    return make_error(buf);
-  }
-  return {};
-}
-
 // Where a checkpoint stands: step, data position, thread count. trainer.json is a file a user can
 // edit or damage, so every field is checked before it reaches the dataset or the loop.
 struct TrainerPosition {
@@ -117,18 +48,42 @@ Result<TrainerPosition> read_position(const json& j, const std::string& where) {
   return p;
 }
 
+// Training holds parameters, gradients and two AdamW moments, plus activations for the batch and
+// a validation batch of at most 64 sequences. Refuse before allocating what the machine lacks.
+Status check_memory(const ModelConfig& m, const TrainConfig& t, int seq_len) {
+  const double params = static_cast<double>(param_count(param_specs(m)));
+  const int T = seq_len - 1;
+  const double need = 16.0 * params + static_cast<double>(Model::state_bytes(m, t.batch, T)) +
+                      static_cast<double>(Model::state_bytes(m, std::min(t.batch, 64), T));
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  if (need > 0.9 * have) {
+    char buf[256];
+    std::snprintf(buf, sizeof buf, "training needs %.1f GiB (weights, optimizer, activations for --batch %d), more than the %.1f GiB of memory here: lower --batch or the model size",
+                  need / (1 << 30), t.batch, have / (1 << 30));
+    return make_error(buf);
+  }
+  return {};
+}
+
 std::string run_config_json(const ModelConfig& m, const TrainConfig& t) {
-  return json{{"model", config_to_json(m)}, {"train", train_to_json(t)}}.dump();
+  return json{{"model", config_to_json(m)}, {"train", train_config_to_json(t)}}.dump();
 }
 
 }  // namespace
 
-std::string checkpoint_dir(const std::string& db_path, const std::string& run, int step) {
-  std::filesystem::path db(db_path);
-  std::filesystem::path root = db.parent_path() / (db.stem().string() + ".checkpoints");
+std::string checkpoint_rel_path(const std::string& db_path, const std::string& run, int step) {
   char leaf[32];
   std::snprintf(leaf, sizeof leaf, "step-%06d", step);
-  return (root / run / leaf).string();
+  return (std::filesystem::path(std::filesystem::path(db_path).stem().string() + ".checkpoints") / run / leaf).string();
+}
+
+std::string resolve_checkpoint_path(const std::string& db_path, const std::string& stored) {
+  const std::filesystem::path p(stored);
+  return p.is_absolute() ? stored : (std::filesystem::path(db_path).parent_path() / p).string();
+}
+
+std::string checkpoint_dir(const std::string& db_path, const std::string& run, int step) {
+  return resolve_checkpoint_path(db_path, checkpoint_rel_path(db_path, run, step));
 }
 
 Trainer::Trainer(Backend& be, RunStore store, const ModelConfig& mcfg, const TrainConfig& tcfg, std::string db,
@@ -170,13 +125,13 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
   auto rows = store->checkpoints(info->id);
   if (!rows) return rows.error();
   if (rows->empty()) return make_error("run '" + run + "' in " + db_path + " has no checkpoint to resume from");
-  const std::string dir = rows->back().path;
+  const std::string dir = resolve_checkpoint_path(db_path, rows->back().path);
   auto ck = load_checkpoint(dir, true);
   if (!ck) return ck.error();
   if (!ck->has_training_state) return make_error(dir + ": no training state (optimizer moments) to resume from");
   auto pos = read_position(ck->trainer, dir + "/trainer.json");
   if (!pos) return pos.error();
-  auto tcfg = train_from_json(ck->trainer.value("train", json::object()), dir + "/trainer.json");
+  auto tcfg = train_config_from_json(ck->trainer.value("train", json::object()), dir + "/trainer.json");
   if (!tcfg) return tcfg.error();
   if (steps) tcfg->steps = *steps;
   FTX_TRY(tcfg->validate());
@@ -203,11 +158,7 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   batch_.resize(size_t(B) * S), inputs_.resize(size_t(B) * T), targets_.resize(size_t(B) * T);
   data.next(batch_.data(), B);
   data_position_ = data.position();
-  for (int b = 0; b < B; ++b)
-    for (int t = 0; t < T; ++t) {
-      inputs_[size_t(b) * T + t] = batch_[size_t(b) * S + t];
-      targets_[size_t(b) * T + t] = batch_[size_t(b) * S + t + 1];
-    }
+  split_inputs_targets(batch_.data(), B, S, inputs_.data(), targets_.data());
   const float kappa = tcfg_.kappa_at(step_);
   model_->zero_grad();
   rep.stats = model_->forward(*state_, inputs_.data(), targets_.data(), nullptr, tcfg_.seed,
@@ -255,13 +206,13 @@ Status Trainer::save_checkpoint() {
                     {"rng", {{"generator", "philox4x32-10"}, {"seed", tcfg_.seed}, {"latent_stream_next", step_}}},
                     {"run", run_},
                     {"threads", omp_get_max_threads()},
-                    {"train", train_to_json(tcfg_)}};
+                    {"train", train_config_to_json(tcfg_)}};
   const std::string dir = checkpoint_dir(db_path_, run_, step_);
   FTX_TRY(ftx::save_checkpoint(dir, ck));
   auto digest = sha256_file(dir + "/model.safetensors");
   if (!digest) return digest.error();
   FTX_TRY(store_.flush());
-  FTX_TRY(store_.add_checkpoint(run_id_, step_, dir, *digest));
+  FTX_TRY(store_.add_checkpoint(run_id_, step_, checkpoint_rel_path(db_path_, run_, step_), *digest));
   return store_.add_event(run_id_, step_, "checkpoint", json{{"path", dir}}.dump());
 }
 

@@ -41,7 +41,12 @@ struct TrainerCallbacks {
   std::function<void(int step, const std::string& path)> on_checkpoint;
 };
 
-// Where a run's checkpoints live: "<db without extension>.checkpoints/<run>/step-<N>".
+// Where a run's checkpoints live: "<db without extension>.checkpoints/<run>/step-<N>" beside the
+// database. The store records that path relative to the database's folder (so a workspace can be
+// moved or opened from another working directory); resolve_checkpoint_path turns a stored path
+// back into one to open (absolute paths, e.g. from older rows, are kept as they are).
+std::string checkpoint_rel_path(const std::string& db_path, const std::string& run, int step);
+std::string resolve_checkpoint_path(const std::string& db_path, const std::string& stored);
 std::string checkpoint_dir(const std::string& db_path, const std::string& run, int step);
 
 class Trainer {
