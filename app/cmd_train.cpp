@@ -74,7 +74,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
 // Builds the model config from the preset and the overrides, sized for the dataset's alphabet.
 static Result<ModelConfig> model_config_from(const TrainArgs& a, const BatchSource& data) {
   auto cfg = model_preset(a.preset);
-  if (!cfg) return make_error("--preset " + cfg.error().message);
+  if (!cfg) return make_error("--" + cfg.error().message);  // "--preset 'x': unknown ..."
   if (a.latent_bits < 0 || a.latent_bits > kMaxLatentBits)
     return make_error("--latent-bits " + std::to_string(a.latent_bits) + ": H must be in 0.." +
                       std::to_string(kMaxLatentBits));
