@@ -53,25 +53,11 @@ Result<LoadedModel> load_run_model(const std::string& db, const std::string& run
                                    const std::string& device) {
   auto store = RunStore::open_readonly(db);
   if (!store) return store.error();
-  auto info = store->find_run(run);
-  if (!info) return info.error();
-  auto rows = store->checkpoints(info->id);
-  if (!rows) return rows.error();
-  if (rows->empty()) return make_error("run '" + run + "' in " + db + " has no checkpoint yet");
-  const CheckpointRow* pick = &rows->back();
-  if (step) {
-    pick = nullptr;
-    for (const auto& r : *rows)
-      if (r.step == *step) pick = &r;
-    if (!pick) {
-      std::string have;
-      for (const auto& r : *rows) have += (have.empty() ? "" : ", ") + std::to_string(r.step);
-      return make_error("run '" + run + "' has no checkpoint at step " + std::to_string(*step) + " (have: " + have + ")");
-    }
-  }
-  auto lm = load_model_dir(resolve_checkpoint_path(db, pick->path), device);
+  auto ref = find_run_checkpoint(*store, run, step);
+  if (!ref) return ref.error();
+  auto lm = load_model_dir(ref->dir, device);
   if (!lm) return lm.error();
-  lm->step = static_cast<int>(pick->step);
+  lm->step = ref->step;
   return lm;
 }
 

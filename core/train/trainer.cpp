@@ -86,6 +86,26 @@ std::string checkpoint_dir(const std::string& db_path, const std::string& run, i
   return resolve_checkpoint_path(db_path, checkpoint_rel_path(db_path, run, step));
 }
 
+Result<CheckpointRef> find_run_checkpoint(RunStore& store, const std::string& run, std::optional<int> step) {
+  auto info = store.find_run(run);
+  if (!info) return info.error();
+  auto rows = store.checkpoints(info->id);
+  if (!rows) return rows.error();
+  if (rows->empty()) return make_error("run '" + run + "' in " + store.path() + " has no checkpoint yet");
+  const CheckpointRow* pick = &rows->back();
+  if (step) {
+    pick = nullptr;
+    for (const auto& r : *rows)
+      if (r.step == *step) pick = &r;
+    if (!pick) {
+      std::string have;
+      for (const auto& r : *rows) have += (have.empty() ? "" : ", ") + std::to_string(r.step);
+      return make_error("run '" + run + "' has no checkpoint at step " + std::to_string(*step) + " (have: " + have + ")");
+    }
+  }
+  return CheckpointRef{resolve_checkpoint_path(store.path(), pick->path), static_cast<int>(pick->step)};
+}
+
 Trainer::Trainer(Backend& be, RunStore store, const ModelConfig& mcfg, const TrainConfig& tcfg, std::string db,
                  std::string run)
     : be_(be), store_(std::move(store)), tcfg_(tcfg), db_path_(std::move(db)), run_(std::move(run)) {
@@ -122,10 +142,9 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
   if (!store) return store.error();
   auto info = store->find_run(run);
   if (!info) return info.error();
-  auto rows = store->checkpoints(info->id);
-  if (!rows) return rows.error();
-  if (rows->empty()) return make_error("run '" + run + "' in " + db_path + " has no checkpoint to resume from");
-  const std::string dir = resolve_checkpoint_path(db_path, rows->back().path);
+  auto ref = find_run_checkpoint(*store, run, std::nullopt);
+  if (!ref) return ref.error();
+  const std::string dir = ref->dir;
   auto ck = load_checkpoint(dir, true);
   if (!ck) return ck.error();
   if (!ck->has_training_state) return make_error(dir + ": no training state (optimizer moments) to resume from");

@@ -49,6 +49,14 @@ std::string checkpoint_rel_path(const std::string& db_path, const std::string& r
 std::string resolve_checkpoint_path(const std::string& db_path, const std::string& stored);
 std::string checkpoint_dir(const std::string& db_path, const std::string& run, int step);
 
+// The checkpoint directory of `run` recorded in `store` at `step` (the latest when absent),
+// resolved for opening; one-line errors for a missing run or checkpoint.
+struct CheckpointRef {
+  std::string dir;
+  int step = 0;
+};
+Result<CheckpointRef> find_run_checkpoint(RunStore& store, const std::string& run, std::optional<int> step);
+
 class Trainer {
  public:
   // A new run: fails when the run name exists, when the configs do not validate, or when the
