@@ -42,10 +42,11 @@ struct ValStats {
   double ce = 0, kl = 0;
 };
 
-ValStats validation_pass(Model& model, const BatchSource& data, int n_seq, bool prior, uint64_t seed, float kappa) {
-  const int S = data.seq_len(), T = S - 1, B = std::min(n_seq, 64);
+// `state` holds activations for (B, T) with B <= n_seq, T = seq_len - 1; batches of B sequences.
+ValStats validation_pass(Model& model, ModelState& state, const BatchSource& data, int n_seq, bool prior,
+                         uint64_t seed, float kappa) {
+  const int S = data.seq_len(), T = S - 1, B = state.B;
   const int H = model.config().latent_bits;
-  auto state = model.make_state(B, T);
   std::vector<int32_t> tok(size_t(B) * S), in(size_t(B) * T), tg(size_t(B) * T);
   std::vector<uint32_t> codes(size_t(B) * T);
   ValStats v;
@@ -58,7 +59,7 @@ ValStats validation_pass(Model& model, const BatchSource& data, int n_seq, bool 
         auto c = uniform_codes(derive_seed(seed, 1, uint64_t(first + b)), T, H);
         std::copy(c.begin(), c.end(), codes.begin() + size_t(b) * T);
       }
-    StepStats st = model.forward(*state, in.data(), tg.data(), prior && H > 0 ? codes.data() : nullptr, seed,
+    StepStats st = model.forward(state, in.data(), tg.data(), prior && H > 0 ? codes.data() : nullptr, seed,
                                  kStreamEval + 2 + uint64_t(first), kappa);
     v.ce += st.ce, v.kl += st.kl;
   }
@@ -104,10 +105,11 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
                  std::vector<GroupResult>* samples) {
   Metrics out;
   const bool free = model.config().is_free();
-  ValStats post = validation_pass(model, data, cfg.val_sequences, false, cfg.seed, kappa);
+  auto state = model.make_state(std::min(cfg.val_sequences, 64), data.seq_len() - 1);  // one for both passes
+  ValStats post = validation_pass(model, *state, data, cfg.val_sequences, false, cfg.seed, kappa);
   out.emplace_back("val/ce_posterior", post.ce);
   if (free) {
-    ValStats prior = validation_pass(model, data, cfg.val_sequences, true, cfg.seed, kappa);
+    ValStats prior = validation_pass(model, *state, data, cfg.val_sequences, true, cfg.seed, kappa);
     out.emplace_back("val/ce_prior", prior.ce);
     out.emplace_back("val/kl", post.kl);
     out.emplace_back("val/elbo", post.ce + post.kl);  // per-token bound on -log p (nats)
