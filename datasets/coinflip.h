@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/data/batch_source.h"
+#include "core/eval/coinflip_exact.h"
 #include "core/util/result.h"
 #include "kernels/philox.h"
 
@@ -53,12 +54,5 @@ class CoinflipDataset final : public BatchSource {
   uint64_t seed_;
   int64_t position_ = 0;
 };
-
-// P(X_{t+1} = 1 | Z = z) = (1 - eps) z + eps (1 - z).
-double coinflip_conditional_next(int z, double eps);
-// P(X_{t+1} = 1 | X_1..X_t): the posterior over Z from the counts of ones and zeros, mixed over
-// the conditional above; computed in log space so long histories do not underflow. NaN when the
-// history is impossible under both values of Z (eps 0 or 1 with contradicting bits).
-double coinflip_posterior_next(const std::vector<int>& bits_so_far, double eps);
 
 }  // namespace ftx

@@ -2,6 +2,8 @@
 // token sequences; its position (sequences consumed) is all the state resume needs.
 #pragma once
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +23,12 @@ class BatchSource {
   virtual int64_t position() const = 0;  // sequences consumed so far
   virtual void seek(int64_t position) = 0;
 };
+
+struct TrainConfig;
+// Datasets by name, given by the application (datasets/ sits beside core/, not below it): the
+// TrainConfig's dataset with its arguments; null for an unknown name (TrainConfig::validate
+// rejects those first).
+using DatasetFactory = std::function<std::unique_ptr<BatchSource>(const TrainConfig&)>;
 
 // Splits sequences (B, S) into model inputs (B, S-1) = tokens [0, S-1) and targets (B, S-1) =
 // tokens [1, S) of each row.

@@ -1,0 +1,105 @@
+// Explorer: the computations behind the studio's Generations, Latent and Lessons views, on a
+// model loaded from a run's checkpoint. Everything a view shows is computed here and handed over
+// as plain structs (views only draw them: STYLE.md section 8). Deterministic: the same request
+// (seeds included) gives the same result.
+//
+// Deliberately not here: threads (the studio calls these on its worker), drawing, caching of
+// several models (the caller keeps the ExplorerModel it loaded).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/data/batch_source.h"
+#include "core/model/model.h"
+#include "core/train/train_config.h"
+#include "core/util/result.h"
+
+namespace ftx {
+
+// A run's model at one checkpoint, ready for inference.
+struct ExplorerModel {
+  std::string run;
+  int step = 0;
+  TrainConfig train;     // the run's stored training config (dataset, kappa, ...)
+  std::string alphabet;  // token id = index
+  int seq_len = 0;       // the dataset's tokens per sequence (prompt + body)
+  std::unique_ptr<Model> model;
+};
+// Loads `run` from the store at `db_path` at checkpoint `step` (the latest when absent); the
+// run's dataset (through `datasets`) gives the alphabet and sequence length. One-line errors
+// naming the file for a missing database, run or checkpoint, or a damaged checkpoint.
+Result<ExplorerModel> load_explorer_model(Backend& be, const DatasetFactory& datasets, const std::string& db_path,
+                                          const std::string& run, std::optional<int> step);
+
+// ---- Generations (Figure 4) ----
+struct GroupRow {
+  std::string text;             // prompt + generated
+  std::vector<uint32_t> codes;  // (T,) one code per input position
+  uint64_t latent_seed = 0, sample_seed = 0;
+  bool valid = false;           // synthetic task: a valid sequence
+  std::vector<int> starts;      // possible target starts in the body (valid rows)
+};
+struct GroupView {
+  int group = 0;      // 0 = independent
+  bool fixed = false; // one Z for the whole group
+  std::vector<GroupRow> rows;
+  double valid = 0, agreement = 0, noise_agreement = 0;  // NaN when undefined
+};
+struct Figure4Request {
+  std::string prompt;     // e.g. "K>"; every character must be in the alphabet
+  int fixed_groups = 3;
+  int group_size = 8;
+  uint64_t seed = 1;      // latent and sample seeds derive from it
+  float temperature = 1.0f;
+};
+// One independent group and `fixed_groups` fixed-Z groups for the prompt.
+Result<std::vector<GroupView>> explore_figure4(ExplorerModel& m, const Figure4Request& req);
+// Freeze Z: the same groups with every row's codes kept and only the tokens resampled (seed).
+Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::string& prompt,
+                                              const std::vector<GroupView>& groups, uint64_t sample_seed,
+                                              float temperature);
+
+// ---- Latent ----
+struct LatentInspection {
+  std::string text;              // the inspected sequence (prompt + body)
+  int T = 0, H = 0;              // positions (text.size() - 1), latent bits
+  std::vector<float> bit_probs;  // (T, H) encoder's P(bit h of Z_t = 1)
+  std::vector<float> kl;         // (T) nats
+  std::vector<uint32_t> codes;   // (T) sampled from the encoder (seed)
+  double kappa_nats = 0;         // the run's free bits
+  std::string regenerated;       // generated from the prompt with these codes (sample seed)
+  uint64_t sample_seed = 0;
+};
+// Runs the encoder on `text` (prompt + at most seq_len-1 more characters; every character in the
+// alphabet), samples codes with `seed`, and regenerates from the first `prompt_len` characters
+// with those codes. Error for a model without a latent (H = 0), or a text outside the vocabulary.
+Result<LatentInspection> inspect_latent(ExplorerModel& m, const std::string& text, int prompt_len, uint64_t seed);
+// The generation from the same prompt and the same token seed with some bits flipped:
+// flips = (position, bit) pairs (the Edited policy).
+Result<std::string> regenerate_edited(ExplorerModel& m, const LatentInspection& base, int prompt_len,
+                                      const std::vector<std::pair<int, int>>& flips);
+
+// ---- Lessons ----
+// The coin-flip lesson for one sequence of the coin-flip task (PAPER.md section 1): per position t
+// (the prediction of X_{t+1} after t observed bits), the exact posterior P(X_{t+1}=1 | X_1..X_t),
+// the exact conditional given the true Z, and the models' predictions.
+struct CoinflipLesson {
+  int z = 0;                          // the sequence's latent coin
+  std::vector<int> bits;              // (T) X_1..X_T
+  std::vector<double> exact_posterior;  // (T) P(X_{t+1}=1 | X_1..X_t), t = 0..T-1
+  std::vector<double> exact_given_z;    // (T)
+  std::vector<double> baseline;       // (T) the baseline model's P(next = '1'), empty without one
+  std::vector<double> free_z;         // (T) the Free Transformer's, Z from its encoder, empty without one
+};
+// A sequence drawn like the task's: Z ~ B(0.5), then T bits each flipped with probability eps.
+CoinflipLesson coinflip_example(uint64_t seed, int T, double eps);
+// Fills the exact curves and the models' predictions of `lesson` (its z and bits set). baseline /
+// free_model may be null (their curves stay empty); both must be coin-flip runs of length >= T.
+Status coinflip_lesson(CoinflipLesson& lesson, double eps, ExplorerModel* baseline, ExplorerModel* free_model,
+                       uint64_t seed);
+
+}  // namespace ftx
