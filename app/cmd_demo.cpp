@@ -16,7 +16,7 @@
 #include "app/common.h"
 #include "app/figure4_print.h"
 #include "core/train/trainer.h"
-#include "datasets/chars.h"
+#include "core/io/chars.h"
 
 namespace ftx::app {
 namespace {

@@ -11,7 +11,7 @@
 #include "core/eval/evaluator.h"
 #include "core/eval/synth_metrics.h"
 #include "core/store/run_store.h"
-#include "datasets/chars.h"
+#include "core/io/chars.h"
 
 namespace ftx::app {
 namespace {

@@ -21,11 +21,6 @@ int fail(const std::string& message) {
   return 1;
 }
 
-std::unique_ptr<BatchSource> make_dataset(const TrainConfig& t) {
-  if (t.dataset == "coinflip") return std::make_unique<CoinflipDataset>(t.coinflip_len, t.coinflip_eps, t.seed);
-  return std::make_unique<SyntheticDataset>(t.seed);
-}
-
 std::unique_ptr<Backend> make_backend(const std::string& device, Error* err) {
   if (device == "cpu") return make_cpu_backend();
   if (device == "cuda") {

@@ -9,13 +9,13 @@
 #include "core/model/model.h"
 #include "core/train/train_config.h"
 #include "core/util/result.h"
+#include "datasets/registry.h"
 
 namespace ftx::app {
 
 int fail(const Error& e);                 // prints the error, returns 1
 int fail(const std::string& message);
 
-std::unique_ptr<BatchSource> make_dataset(const TrainConfig& t);
 std::unique_ptr<Backend> make_backend(const std::string& device, Error* err);
 
 // A loaded model with its checkpoint directory and step.

@@ -5,7 +5,7 @@
 
 #include "app/common.h"
 #include "core/eval/synth_metrics.h"
-#include "datasets/chars.h"
+#include "core/io/chars.h"
 
 namespace ftx::app {
 

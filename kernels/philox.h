@@ -59,4 +59,10 @@ enum PhiloxStream : uint64_t {
   kStreamEval = 6ull << 40,
 };
 
+// Distinct 64-bit seeds from one base seed (Philox as a hash), e.g. one per sequence of a group.
+inline uint64_t derive_seed(uint64_t seed, uint64_t a, uint64_t b) {
+  Philox4 r = philox_block(seed, kStreamEval + a, b);
+  return (uint64_t(r.v[0]) << 32) | r.v[1];
+}
+
 }  // namespace ftx

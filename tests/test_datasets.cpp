@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/model/config.h"
-#include "datasets/chars.h"
+#include "core/io/chars.h"
 #include "datasets/coinflip.h"
 #include "datasets/synthetic.h"
 

@@ -14,28 +14,7 @@ std::string tokens_to_text(const std::vector<int32_t>& toks, const std::string& 
   return s;
 }
 
-// Distinct 64-bit seeds from one base seed (Philox as a hash).
-uint64_t derive_seed(uint64_t seed, uint64_t a, uint64_t b) {
-  Philox4 r = philox_block(seed, kStreamEval + a, b);
-  return (uint64_t(r.v[0]) << 32) | r.v[1];
-}
 
-void score_group(GroupResult& g, const std::string& alphabet) {
-  std::vector<std::string> bodies;
-  char letter = 0;
-  for (const Generation& gen : g.gens) {
-    auto split = split_generation(tokens_to_text(gen.tokens, alphabet));
-    if (!split) continue;  // not a synthetic-task prompt: no group metrics
-    letter = split->letter;
-    bodies.push_back(split->body);
-  }
-  if (bodies.empty()) {
-    g.valid = g.agreement = g.noise_agreement = std::nan("");
-    return;
-  }
-  GroupMetrics m = group_metrics(bodies, letter);
-  g.valid = m.valid, g.agreement = m.agreement, g.noise_agreement = m.noise_agreement;
-}
 
 // Validation CE with the given codes (nullptr: sampled from the encoder) over held-out data.
 struct ValStats {
@@ -68,6 +47,23 @@ ValStats validation_pass(Model& model, ModelState& state, const BatchSource& dat
 }
 
 }  // namespace
+
+void score_group(GroupResult& g, const std::string& alphabet) {
+  std::vector<std::string> bodies;
+  char letter = 0;
+  for (const Generation& gen : g.gens) {
+    auto split = split_generation(tokens_to_text(gen.tokens, alphabet));
+    if (!split) continue;  // not a synthetic-task prompt: no group metrics
+    letter = split->letter;
+    bodies.push_back(split->body);
+  }
+  if (bodies.empty()) {
+    g.valid = g.agreement = g.noise_agreement = std::nan("");
+    return;
+  }
+  GroupMetrics m = group_metrics(bodies, letter);
+  g.valid = m.valid, g.agreement = m.agreement, g.noise_agreement = m.noise_agreement;
+}
 
 std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>& prompt, int independent,
                                         int fixed_groups, int group_size, uint64_t seed, const SampleConfig& cfg,

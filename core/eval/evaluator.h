@@ -36,6 +36,9 @@ struct GroupResult {
   std::vector<uint64_t> latent_seeds;  // the Z seed of each sequence (the group's for fixed groups)
   double valid = 0, agreement = 0, noise_agreement = 0;
 };
+// Fills g.valid / agreement / noise_agreement from its generations (NaN when the prompt is not a
+// synthetic-task prompt).
+void score_group(GroupResult& g, const std::string& alphabet);
 std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>& prompt, int independent,
                                         int fixed_groups, int group_size, uint64_t seed, const SampleConfig& cfg,
                                         const std::string& alphabet);

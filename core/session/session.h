@@ -23,6 +23,8 @@
 
 namespace ftx {
 
+class Trainer;
+
 struct TrainRequest {
   std::string db_path, run;
   ModelConfig model;  // vocab and max_seq_len filled by the session from the dataset
@@ -68,7 +70,7 @@ class Session {
  private:
   void worker_loop();
   void run_one(TrainRequest& req);
-  bool before_step();  // blocks while paused; false when the run must stop
+  bool wait_for_step(Trainer& tr, SessionSnapshot& s);  // false when the run must stop
   void publish(const SessionSnapshot& s);
 
   DatasetFactory datasets_;

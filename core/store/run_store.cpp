@@ -421,6 +421,29 @@ Status RunStore::set_notes(int64_t run_id, const std::string& notes) {
   return {};
 }
 
+Status RunStore::rename_run(int64_t run_id, const std::string& new_name) {
+  if (new_name.empty()) return make_error(path_ + ": a run name cannot be empty");
+  auto taken = find_run(new_name);
+  if (taken) return make_error(path_ + ": a run named '" + new_name + "' already exists");
+  FTX_TRY(run(db_, path_, "UPDATE runs SET name = ? WHERE id = ?", "rename run", new_name, run_id));
+  if (sqlite3_changes(db_) == 0) return make_error(path_ + ": no run with id " + std::to_string(run_id));
+  return {};
+}
+
+Status RunStore::delete_run(int64_t run_id) {
+  std::erase_if(pending_, [&](const PendingMetric& m) { return m.run_id == run_id; });
+  FTX_TRY(exec(db_, path_, "BEGIN IMMEDIATE", "begin delete"));
+  // ON DELETE CASCADE removes the run's rows in every table.
+  Status st = run(db_, path_, "DELETE FROM runs WHERE id = ?", "delete run", run_id);
+  const bool found = st.ok() && sqlite3_changes(db_) > 0;
+  if (!st.ok() || !found) {
+    (void)exec(db_, path_, "ROLLBACK", "roll back delete");
+    if (!st.ok()) return st;
+    return make_error(path_ + ": no run with id " + std::to_string(run_id));
+  }
+  return exec(db_, path_, "COMMIT", "commit delete");
+}
+
 // ---- metrics ---------------------------------------------------------------------------------
 
 void RunStore::add_metric(int64_t run_id, int64_t step, const std::string& key, double value) {
@@ -471,6 +494,19 @@ Result<std::vector<std::string>> RunStore::metric_keys(int64_t run_id) {
   FTX_TRY(query(db_, path_, "SELECT DISTINCT key FROM metrics WHERE run_id = ? ORDER BY key", "read metric keys",
                 [&](sqlite3_stmt* s) { keys.push_back(col_text(s, 0)); }, run_id));
   return keys;
+}
+
+Result<std::vector<std::pair<int64_t, MetricRow>>> RunStore::metrics_since(int64_t after, int64_t limit,
+                                                                          int64_t* last) {
+  std::vector<std::pair<int64_t, MetricRow>> rows;
+  auto read = [&](sqlite3_stmt* s) {
+    rows.emplace_back(col_int(s, 0), MetricRow{col_int(s, 2), col_text(s, 3), col_double(s, 4), col_double(s, 5)});
+    *last = col_int(s, 1);
+  };
+  FTX_TRY(query(db_, path_,
+                "SELECT run_id, rowid, step, key, value, wall_time FROM metrics WHERE rowid > ? ORDER BY rowid LIMIT ?",
+                "tail metrics", read, after, limit));
+  return rows;
 }
 
 Status RunStore::delete_metrics_after(int64_t run_id, int64_t step) {

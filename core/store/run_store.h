@@ -8,11 +8,13 @@
 // throws or aborts, and rows committed earlier stay.
 // Deliberately not here: no ORM, no query language for the views (they get rows), no thread
 // safety inside one RunStore (one object per thread; readers open their own connection), no
-// deletion of runs (a run is history; a resumed run trims its own metrics).
+// deletion of a run's history behind its back (delete_run removes a whole run at a user's request;
+// a resumed run trims only its own metrics).
 #pragma once
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/util/result.h"
@@ -92,6 +94,10 @@ class RunStore {
   Result<std::vector<RunInfo>> list_runs();  // ordered by id
   Status set_status(int64_t run_id, const std::string& status);  // running/paused/done/stopped/failed
   Status set_notes(int64_t run_id, const std::string& notes);
+  Status rename_run(int64_t run_id, const std::string& new_name);  // error if the name is taken
+  // Deletes the run and every row that belongs to it (metrics, events, checkpoint rows,
+  // generations, benchmarks) in one transaction. Checkpoint files are the caller's to remove.
+  Status delete_run(int64_t run_id);
 
   // Buffered in memory until flush(), which writes every buffered row in ONE transaction. On a
   // failed flush the rows stay buffered and the next flush retries them.
@@ -100,6 +106,9 @@ class RunStore {
   size_t pending_metrics() const { return pending_.size(); }
   Result<std::vector<MetricRow>> metrics(int64_t run_id, const std::string& key_or_empty);  // by key, step
   Result<std::vector<std::string>> metric_keys(int64_t run_id);                              // sorted
+  // Tailing for live views: every run's rows stored after rowid `after` (0: from the start), in
+  // rowid order, at most `limit`; *last receives the last rowid read (unchanged when none).
+  Result<std::vector<std::pair<int64_t, MetricRow>>> metrics_since(int64_t after, int64_t limit, int64_t* last);
   // Resume: drops stored and buffered metrics with step > `step` so the curve continues exactly.
   // Events, generations and benchmarks past the step stay (they are history, not a curve).
   Status delete_metrics_after(int64_t run_id, int64_t step);

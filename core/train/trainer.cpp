@@ -209,6 +209,15 @@ StepReport Trainer::step_once(BatchSource& data) {
   return rep;
 }
 
+Status Trainer::set_kappa(float kappa_nats) {
+  TrainConfig next = tcfg_;
+  next.kappa_nats = kappa_nats, next.kappa_start_nats = -1, next.kappa_anneal_steps = 0;
+  FTX_TRY(next.validate());
+  const float before = tcfg_.kappa_at(step_);
+  tcfg_ = next;
+  return store_.add_event(run_id_, step_, "kappa", json{{"from_nats", before}, {"to_nats", kappa_nats}}.dump());
+}
+
 Status Trainer::save_checkpoint() {
   if (step_ == last_checkpoint_step_) return {};
   last_checkpoint_step_ = step_;
@@ -277,7 +286,7 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
   const int first_step = step_;
   bool stopped = false;
   while (step_ < tcfg_.steps) {
-    if (stop.load()) {
+    if (stop.load() || (cb.before_step && !cb.before_step())) {
       stopped = true;
       break;
     }

@@ -39,6 +39,9 @@ struct TrainerCallbacks {
   std::function<void(const StepReport&)> on_step;
   std::function<void(const EvalReport&)> on_eval;
   std::function<void(int step, const std::string& path)> on_checkpoint;
+  // Called before every step; may block (a paused session) and returns false to stop the run
+  // like `stop` does (checkpoint, status "stopped").
+  std::function<bool()> before_step;
 };
 
 // Where a run's checkpoints live: "<db without extension>.checkpoints/<run>/step-<N>" beside the
@@ -73,6 +76,10 @@ class Trainer {
   // One optimizer step, nothing recorded (benchmarks, the studio's step-once). Fills stats,
   // grad_norm, lr, kappa and step of the report.
   StepReport step_once(BatchSource& data);
+  // Changes the free-bits threshold from the next step on (the studio's live kappa; a schedule
+  // is replaced by the constant), recorded as a "kappa" event with the old and new value.
+  Status set_kappa(float kappa_nats);
+  Status flush() { return store_.flush(); }  // buffered metrics, e.g. before a pause
 
   const ModelConfig& model_config() const { return model_->config(); }
   const TrainConfig& train_config() const { return tcfg_; }

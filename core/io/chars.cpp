@@ -1,6 +1,6 @@
 // Character tokenizer: a 256-entry lookup table per call (alphabets are tiny, texts short).
 // Not here: caching tables across calls, UTF-8 (a byte is a character).
-#include "datasets/chars.h"
+#include "core/io/chars.h"
 
 #include <array>
 #include <cstdio>

@@ -1,0 +1,238 @@
+#include "core/explore/explorer.h"
+
+#include <cmath>
+
+#include "core/eval/coinflip_exact.h"
+#include "core/eval/synth_metrics.h"
+#include "core/io/checkpoint.h"
+#include "core/io/chars.h"
+#include "core/sample/sampler.h"
+#include "core/store/run_store.h"
+#include "core/train/trainer.h"
+#include "kernels/philox.h"
+
+namespace ftx {
+namespace {
+
+// Seed lanes of derive_seed for the explorer (distinct from the evaluator's 10..21).
+enum : uint64_t { kLaneFreeze = 40, kLaneLatentSample = 41 };
+
+Result<TrainConfig> stored_train_config(RunStore& store, const std::string& run) {
+  auto info = store.find_run(run);
+  if (!info) return info.error();
+  nlohmann::json j = nlohmann::json::parse(info->config_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return make_error(store.path() + ": run '" + run + "' has an unreadable config");
+  return train_config_from_json(j.value("train", nlohmann::json::object()), store.path() + " (run '" + run + "')");
+}
+
+// Rows of a generated group with the synthetic task's per-row validity and the group metrics.
+GroupView to_group_view(const GroupResult& g, const std::string& alphabet, bool synthetic) {
+  GroupView v;
+  v.group = g.group, v.fixed = g.fixed;
+  v.valid = g.valid, v.agreement = g.agreement, v.noise_agreement = g.noise_agreement;
+  for (size_t i = 0; i < g.gens.size(); ++i) {
+    GroupRow row;
+    row.text = decode_chars(g.gens[i].tokens, alphabet);
+    row.codes = g.gens[i].codes;
+    row.latent_seed = i < g.latent_seeds.size() ? g.latent_seeds[i] : 0;
+    row.sample_seed = g.gens[i].sample_seed;
+    row.valid = true;
+    if (synthetic) {
+      auto split = split_generation(row.text);
+      SynthAnalysis a = split ? analyze_body(split->body, split->letter) : SynthAnalysis{};
+      row.valid = a.valid, row.starts = a.starts;
+    }
+    v.rows.push_back(std::move(row));
+  }
+  return v;
+}
+
+Result<std::vector<int32_t>> encode_prompt(const ExplorerModel& m, const std::string& prompt) {
+  if (prompt.empty()) return make_error("the prompt is empty");
+  if (static_cast<int>(prompt.size()) >= m.seq_len)
+    return make_error("the prompt has " + std::to_string(prompt.size()) + " characters; this run's sequences have " +
+                      std::to_string(m.seq_len));
+  return encode_chars(prompt, m.alphabet, "prompt");
+}
+
+SampleConfig sample_config(const ExplorerModel& m, size_t prompt_len, float temperature) {
+  SampleConfig sc;
+  sc.temperature = temperature;
+  sc.max_new_tokens = m.seq_len - static_cast<int>(prompt_len);
+  return sc;
+}
+
+}  // namespace
+
+Result<ExplorerModel> load_explorer_model(Backend& be, const DatasetFactory& datasets, const std::string& db_path,
+                                          const std::string& run, std::optional<int> step) {
+  auto store = RunStore::open_readonly(db_path);
+  if (!store) return store.error();
+  auto ref = find_run_checkpoint(*store, run, step);
+  if (!ref) return ref.error();
+  auto train = stored_train_config(*store, run);
+  if (!train) return train.error();
+  auto data = datasets(*train);
+  if (!data) return make_error("run '" + run + "': dataset '" + train->dataset + "' is not known to this build");
+  auto ck = load_checkpoint(ref->dir, false);
+  if (!ck) return ck.error();
+  ExplorerModel m;
+  m.run = run, m.step = ref->step, m.train = *train;
+  m.alphabet = data->alphabet(), m.seq_len = data->seq_len();
+  if (m.seq_len - 1 > ck->config.max_seq_len)
+    return make_error(ref->dir + ": the model's context " + std::to_string(ck->config.max_seq_len) +
+                      " is shorter than the run's sequences");
+  m.model = std::make_unique<Model>(be, ck->config);
+  m.model->load_params(ck->params.data());
+  return m;
+}
+
+Result<std::vector<GroupView>> explore_figure4(ExplorerModel& m, const Figure4Request& req) {
+  auto prompt = encode_prompt(m, req.prompt);
+  if (!prompt) return prompt.error();
+  if (req.fixed_groups < 0 || req.fixed_groups > 16 || req.group_size < 1 || req.group_size > 64)
+    return make_error("groups: 0..16 fixed groups of 1..64 sequences");
+  const SampleConfig sc = sample_config(m, prompt->size(), req.temperature);
+  FTX_TRY(sc.validate());
+  auto groups = figure4_groups(*m.model, *prompt, req.group_size, req.fixed_groups, req.group_size, req.seed, sc, m.alphabet);
+  std::vector<GroupView> out;
+  for (const GroupResult& g : groups) out.push_back(to_group_view(g, m.alphabet, m.train.dataset == "synthetic"));
+  return out;
+}
+
+Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::string& prompt_text,
+                                              const std::vector<GroupView>& groups, uint64_t sample_seed,
+                                              float temperature) {
+  auto prompt = encode_prompt(m, prompt_text);
+  if (!prompt) return prompt.error();
+  const SampleConfig sc = sample_config(m, prompt->size(), temperature);
+  std::vector<SequenceSpec> specs;
+  for (const GroupView& g : groups)
+    for (const GroupRow& r : g.rows)
+      specs.push_back({LatentPolicy::fixed(r.codes), derive_seed(sample_seed, kLaneFreeze, specs.size())});
+  FTX_TRY(check_generation_request(m.model->config(), static_cast<int>(prompt->size()), sc, specs));
+  std::vector<Generation> gens = generate(*m.model, *prompt, specs, sc);
+  std::vector<GroupView> out;
+  size_t k = 0;
+  for (const GroupView& g : groups) {
+    GroupResult r;
+    r.group = g.group, r.fixed = g.fixed;
+    for (const GroupRow& row : g.rows) {
+      r.gens.push_back(std::move(gens[k++]));
+      r.latent_seeds.push_back(row.latent_seed);
+    }
+    score_group(r, m.alphabet);
+    out.push_back(to_group_view(r, m.alphabet, m.train.dataset == "synthetic"));
+  }
+  return out;
+}
+
+Result<LatentInspection> inspect_latent(ExplorerModel& m, const std::string& text, int prompt_len, uint64_t seed) {
+  const ModelConfig& cfg = m.model->config();
+  if (!cfg.is_free()) return make_error("run '" + m.run + "' has no latent (H = 0): pick a Free Transformer run");
+  if (text.size() < 2 || static_cast<int>(text.size()) > m.seq_len)
+    return make_error("the sequence must have 2.." + std::to_string(m.seq_len) + " characters, got " +
+                      std::to_string(text.size()));
+  if (prompt_len < 1 || prompt_len >= static_cast<int>(text.size())) return make_error("bad prompt length");
+  auto tokens = encode_chars(text, m.alphabet, "sequence");
+  if (!tokens) return tokens.error();
+  LatentInspection li;
+  li.text = text, li.T = static_cast<int>(text.size()) - 1, li.H = cfg.latent_bits;
+  li.kappa_nats = m.train.kappa_at(m.step);
+  auto state = m.model->make_state(1, li.T);
+  (void)m.model->forward(*state, tokens->data(), tokens->data() + 1, nullptr, seed, kStreamEval, float(li.kappa_nats));
+  li.bit_probs.resize(size_t(li.T) * li.H), li.kl.resize(li.T), li.codes.resize(li.T);
+  m.model->read_bit_probs(*state, li.bit_probs.data());
+  m.model->read_kl(*state, li.kl.data());
+  m.model->read_codes(*state, li.codes.data());
+  li.sample_seed = derive_seed(seed, kLaneLatentSample, 0);
+  auto regen = regenerate_edited(m, li, prompt_len, {});
+  if (!regen) return regen.error();
+  li.regenerated = *regen;
+  return li;
+}
+
+Result<std::string> regenerate_edited(ExplorerModel& m, const LatentInspection& base, int prompt_len,
+                                      const std::vector<std::pair<int, int>>& flips) {
+  auto prompt = encode_prompt(m, base.text.substr(0, static_cast<size_t>(prompt_len)));
+  if (!prompt) return prompt.error();
+  for (auto [t, h] : flips)
+    if (t < 0 || t >= base.T || h < 0 || h >= base.H)
+      return make_error("bit flip (" + std::to_string(t) + ", " + std::to_string(h) + ") is outside the latent");
+  const SampleConfig sc = sample_config(m, prompt->size(), 1.0f);
+  // The inspected sequence may be shorter than the generation: later positions draw from the prior.
+  const int n_in = m.seq_len - 1;
+  std::vector<uint32_t> codes = uniform_codes(base.sample_seed, n_in, base.H);
+  std::copy(base.codes.begin(), base.codes.begin() + std::min<size_t>(base.codes.size(), n_in), codes.begin());
+  std::vector<SequenceSpec> specs{{LatentPolicy::edited(std::move(codes), flips), base.sample_seed}};
+  FTX_TRY(check_generation_request(m.model->config(), static_cast<int>(prompt->size()), sc, specs));
+  return decode_chars(generate(*m.model, *prompt, specs, sc)[0].tokens, m.alphabet);
+}
+
+CoinflipLesson coinflip_example(uint64_t seed, int T, double eps) {
+  CoinflipLesson l;
+  Philox4 head = philox_block(seed, kStreamEval + 50, 0);
+  l.z = static_cast<int>(head.v[0] >> 31);
+  const auto threshold = static_cast<uint64_t>(eps * 4294967296.0);
+  for (int t = 0; t < T; ++t) {
+    Philox4 r = philox_block(seed, kStreamEval + 51, static_cast<uint64_t>(t));
+    l.bits.push_back(r.v[0] < threshold ? 1 - l.z : l.z);
+  }
+  return l;
+}
+
+namespace {
+
+// P(next token = '1') at every position of the coin-flip sequence ">bits", one forward with the
+// encoder's codes (a Free Transformer) or none (the baseline).
+Result<std::vector<double>> coinflip_predictions(ExplorerModel& m, const std::vector<int>& bits, uint64_t seed) {
+  if (m.train.dataset != "coinflip") return make_error("run '" + m.run + "' was not trained on the coin-flip task");
+  const int T = static_cast<int>(bits.size());
+  if (T + 1 > m.seq_len) return make_error("run '" + m.run + "' has sequences of " + std::to_string(m.seq_len - 1) + " bits");
+  std::string text = m.alphabet.substr(0, 1);
+  for (int b : bits) text += b ? '1' : '0';
+  auto tok = encode_chars(text, m.alphabet, "coin-flip sequence");
+  if (!tok) return tok.error();
+  const int V = m.model->config().vocab_size;
+  const int one = static_cast<int>(m.alphabet.find('1'));
+  auto state = m.model->make_state(1, T);
+  (void)m.model->forward(*state, tok->data(), tok->data() + 1, nullptr, seed, kStreamEval, 0.0f);
+  std::vector<float> logits(size_t(T) * V);
+  m.model->read_logits(*state, logits.data());
+  std::vector<double> p(T);
+  for (int t = 0; t < T; ++t) {
+    const float* l = logits.data() + size_t(t) * V;
+    double mx = l[0], sum = 0;
+    for (int v = 1; v < V; ++v) mx = std::max<double>(mx, l[v]);
+    for (int v = 0; v < V; ++v) sum += std::exp(l[v] - mx);
+    p[t] = std::exp(l[one] - mx) / sum;
+  }
+  return p;
+}
+
+}  // namespace
+
+Status coinflip_lesson(CoinflipLesson& lesson, double eps, ExplorerModel* baseline, ExplorerModel* free_model,
+                       uint64_t seed) {
+  const int T = static_cast<int>(lesson.bits.size());
+  lesson.exact_posterior.assign(T, 0), lesson.exact_given_z.assign(T, coinflip_conditional_next(lesson.z, eps));
+  std::vector<int> past;
+  for (int t = 0; t < T; ++t) {
+    lesson.exact_posterior[t] = coinflip_posterior_next(past, eps);
+    past.push_back(lesson.bits[t]);
+  }
+  lesson.baseline.clear(), lesson.free_z.clear();
+  if (baseline) {
+    auto p = coinflip_predictions(*baseline, lesson.bits, seed);
+    if (!p) return p.error();
+    lesson.baseline = std::move(*p);
+  }
+  if (free_model) {
+    auto p = coinflip_predictions(*free_model, lesson.bits, seed);
+    if (!p) return p.error();
+    lesson.free_z = std::move(*p);
+  }
+  return {};
+}
+
+}  // namespace ftx
