@@ -509,6 +509,17 @@ Result<std::vector<std::pair<int64_t, MetricRow>>> RunStore::metrics_since(int64
   return rows;
 }
 
+Result<std::vector<std::pair<int64_t, EventRow>>> RunStore::events_since(int64_t after, int64_t* last) {
+  std::vector<std::pair<int64_t, EventRow>> rows;
+  auto read = [&](sqlite3_stmt* s) {
+    rows.emplace_back(col_int(s, 0), EventRow{col_int(s, 2), col_text(s, 3), col_text(s, 4)});
+    *last = col_int(s, 1);
+  };
+  FTX_TRY(query(db_, path_, "SELECT run_id, rowid, step, kind, payload_json FROM events WHERE rowid > ? ORDER BY rowid",
+                "tail events", read, after));
+  return rows;
+}
+
 Status RunStore::delete_metrics_after(int64_t run_id, int64_t step) {
   std::erase_if(pending_, [&](const PendingMetric& m) { return m.run_id == run_id && m.step > step; });
   return run(db_, path_, "DELETE FROM metrics WHERE run_id = ? AND step > ?",

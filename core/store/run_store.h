@@ -115,6 +115,8 @@ class RunStore {
 
   Status add_event(int64_t run_id, int64_t step, const std::string& kind, const std::string& payload_json);
   Result<std::vector<EventRow>> events(int64_t run_id);  // in insertion order
+  // Every run's events after rowid `after`, in rowid order; *last receives the last rowid read.
+  Result<std::vector<std::pair<int64_t, EventRow>>> events_since(int64_t after, int64_t* last);
   Status add_checkpoint(int64_t run_id, int64_t step, const std::string& path, const std::string& sha256);
   Result<std::vector<CheckpointRow>> checkpoints(int64_t run_id);  // ordered by step
   Status add_generation(const GenerationRow& g);

@@ -1,0 +1,76 @@
+// CurvesView: the Curves dock. A 2x3 grid of Qt Charts (cross-entropy, KL with the kappa line,
+// loss, learning rate, tokens/s, synthetic-task agreement) overlaying several runs, one colour per
+// run and one line style per metric key; optional debiased EMA smoothing (raw drawn faint under
+// it), log y, rubber-band / wheel / drag / arrow-key zoom and pan, a hover read-out, PNG and CSV
+// export. Reads a MetricCache the owner fills; refresh() redraws only what changed and hands Qt
+// Charts at most 4 * 1000 + 2 points per series (min/max downsampling of the visible x-range).
+// Deliberately not here: reading the store (the owner tails it into the cache and calls
+// refresh()), run selection (set_runs), OpenGL series (they drop dash patterns, which the kappa
+// line and the key styles need, and the downsampled point counts do not need them).
+#pragma once
+#include <QColor>
+#include <QString>
+#include <QWidget>
+#include <cstdint>
+#include <memory>
+#include <utility>
+#include <vector>
+
+class QCheckBox;
+class QLabel;
+class QSlider;
+class QVBoxLayout;
+
+namespace ftx {
+
+class MetricCache;
+class CurvePanel;
+
+struct CurveRun {
+  int64_t id = 0;
+  QString name;
+  QColor color;
+};
+
+class CurvesView : public QWidget {
+  Q_OBJECT
+
+ public:
+  // `cache` must outlive the view; it is only read, in refresh() and the exports.
+  explicit CurvesView(const MetricCache* cache, QWidget* parent = nullptr);
+  ~CurvesView() override;
+
+  // The runs to overlay, in drawing order (later on top). Zoom states are kept.
+  void set_runs(const std::vector<CurveRun>& runs);
+  // Steps where kappa was changed live and the new kappa in nats (the unit of the `kappa` key),
+  // drawn as dots on the KL chart in the run's colour. Replaces the run's earlier list.
+  void set_events(int64_t run_id, const std::vector<std::pair<int64_t, double>>& kappa_changes);
+  // Re-reads the cache. Cheap when nothing changed; a chart at auto range follows new data, a
+  // zoomed chart keeps its range and re-downsamples only series whose data changed.
+  void refresh();
+  bool save_png(const QString& path);  // the charts and the run legend, as shown
+  bool save_csv(const QString& path);  // run,key,step,value: every cached series of the shown runs
+
+ private:
+  void build_toolbar(QVBoxLayout* layout);
+  void build_charts(QVBoxLayout* layout);
+  void schedule_refresh();
+  void update_run_legend();
+  void update_alpha_label();
+  void choose_and_save_png();
+  void choose_and_save_csv();
+
+  const MetricCache* cache_;
+  std::vector<CurveRun> runs_;
+  std::vector<std::unique_ptr<CurvePanel>> panels_;
+  QCheckBox* smooth_box_ = nullptr;
+  QSlider* alpha_slider_ = nullptr;
+  QLabel* alpha_label_ = nullptr;
+  QCheckBox* log_box_ = nullptr;
+  QWidget* charts_box_ = nullptr;
+  QLabel* run_legend_ = nullptr;
+  QLabel* hover_label_ = nullptr;
+  bool refresh_pending_ = false;
+};
+
+}  // namespace ftx

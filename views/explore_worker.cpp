@@ -1,0 +1,201 @@
+#include "views/explore_worker.h"
+
+#include <algorithm>
+
+#include "core/io/chars.h"
+#include "core/store/run_store.h"
+#include "core/train/trainer.h"
+#include "kernels/philox.h"
+#include "views/store_poller.h"
+
+namespace {
+
+constexpr size_t kMaxCachedModels = 6;
+
+QString qs(const std::string& s) { return QString::fromStdString(s); }
+
+}  // namespace
+
+ExploreWorker::ExploreWorker(QString db_path, ftx::DatasetFactory datasets)
+    : db_path_(std::move(db_path)), datasets_(std::move(datasets)), be_(ftx::make_cpu_backend()) {}
+
+ExploreWorker::~ExploreWorker() { models_.clear(); }
+
+ftx::Result<ftx::ExplorerModel*> ExploreWorker::model(const std::string& run, int step) {
+  auto store = ftx::RunStore::open_readonly(db_path_.toStdString(), 1000);
+  if (!store) return store.error();
+  auto ref = ftx::find_run_checkpoint(*store, run, step < 0 ? std::nullopt : std::optional<int>(step));
+  if (!ref) return ref.error();
+  auto it = models_.find(ref->dir);
+  if (it != models_.end()) return &it->second;
+  auto m = ftx::load_explorer_model(*be_, datasets_, db_path_.toStdString(), run, ref->step);
+  if (!m) return m.error();
+  if (models_.size() >= kMaxCachedModels) models_.clear();
+  return &models_.emplace(ref->dir, std::move(*m)).first->second;
+}
+
+void ExploreWorker::figure4(QString run, int step, ftx::Figure4Request req) {
+  emit busy_changed(true);
+  auto m = model(run.toStdString(), step);
+  auto groups = m ? ftx::explore_figure4(**m, req) : ftx::Result<std::vector<ftx::GroupView>>(m.error());
+  if (groups) emit groups_ready(run, (*m)->step, std::move(*groups));
+  else emit failed("generations", qs(groups.error().message));
+  emit busy_changed(false);
+}
+
+void ExploreWorker::freeze(QString run, int step, QString prompt, std::vector<ftx::GroupView> groups,
+                           quint64 sample_seed, float temperature) {
+  emit busy_changed(true);
+  auto m = model(run.toStdString(), step);
+  auto out = m ? ftx::explore_freeze(**m, prompt.toStdString(), groups, sample_seed, temperature)
+               : ftx::Result<std::vector<ftx::GroupView>>(m.error());
+  if (out) emit groups_ready(run, (*m)->step, std::move(*out));
+  else emit failed("generations", qs(out.error().message));
+  emit busy_changed(false);
+}
+
+void ExploreWorker::comparison(QStringList runs, ftx::Figure4Request req) {
+  emit busy_changed(true);
+  GroupColumns columns;
+  for (const QString& run : runs) {
+    auto m = model(run.toStdString(), -1);
+    auto groups = m ? ftx::explore_figure4(**m, req) : ftx::Result<std::vector<ftx::GroupView>>(m.error());
+    if (!groups) {
+      emit failed("generations", run + ": " + qs(groups.error().message));
+      continue;
+    }
+    const double bits = ftx::nats_to_bits((*m)->train.kappa_nats);
+    columns.emplace_back(run + QString("  (kappa %1 bit)").arg(bits, 0, 'g', 3), std::move(*groups));
+  }
+  emit comparison_ready(std::move(columns));
+  emit busy_changed(false);
+}
+
+void ExploreWorker::inspect(QString run, int step, QString text, quint64 seed) {
+  emit busy_changed(true);
+  auto m = model(run.toStdString(), step);
+  if (!m) {
+    emit failed("latent", qs(m.error().message));
+    return emit busy_changed(false);
+  }
+  std::string seq = text.toStdString();
+  if (seq.empty()) {  // a held-out sequence of the run's own task
+    auto data = datasets_((*m)->train);
+    std::vector<int32_t> tok(static_cast<size_t>(data->seq_len()));
+    data->validation(tok.data(), static_cast<int64_t>(seed % 100000), 1);
+    seq = ftx::decode_chars(tok, data->alphabet());
+  }
+  const int prompt_len = (*m)->train.dataset == "synthetic" ? 2 : 1;
+  auto li = ftx::inspect_latent(**m, seq, prompt_len, seed);
+  if (li) {
+    inspection_ = *li, inspection_run_ = run.toStdString(), inspection_step_ = (*m)->step;
+    emit latent_ready(std::move(*li), run, (*m)->step);
+  } else {
+    emit failed("latent", qs(li.error().message));
+  }
+  emit busy_changed(false);
+}
+
+void ExploreWorker::request_edit(const BitFlips& flips) {
+  {
+    std::lock_guard lk(edit_mu_);
+    pending_flips_ = flips;
+    ++edit_requested_;
+  }
+  QMetaObject::invokeMethod(this, "process_edit", Qt::QueuedConnection);
+}
+
+void ExploreWorker::process_edit() {
+  BitFlips flips;
+  {
+    std::lock_guard lk(edit_mu_);
+    if (edit_done_ == edit_requested_) return;  // a newer request was already computed
+    edit_done_ = edit_requested_;
+    flips = pending_flips_;
+  }
+  if (!inspection_) return;
+  auto m = model(inspection_run_, inspection_step_);
+  const int prompt_len = m && (*m)->train.dataset == "synthetic" ? 2 : 1;
+  auto text = m ? ftx::regenerate_edited(**m, *inspection_, prompt_len, flips) : ftx::Result<std::string>(m.error());
+  if (text) emit edited_ready(qs(*text));
+  else emit failed("latent", qs(text.error().message));
+}
+
+// Runs of `dataset` with a checkpoint, Free Transformers (H > 0) or baselines, newest last, with
+// their kappa in bits.
+ftx::Result<std::vector<std::pair<std::string, double>>> ExploreWorker::lesson_runs(const std::string& dataset,
+                                                                                   bool free) {
+  auto store = ftx::RunStore::open_readonly(db_path_.toStdString(), 1000);
+  if (!store) return store.error();
+  auto runs = store->list_runs();
+  if (!runs) return runs.error();
+  std::vector<std::pair<std::string, double>> out;
+  for (const ftx::RunInfo& info : *runs) {
+    RunSummary r = summarize_run(info);
+    auto cks = store->checkpoints(info.id);
+    if (r.dataset.toStdString() != dataset || (r.latent_bits > 0) != free || !cks || cks->empty()) continue;
+    out.emplace_back(info.name, r.kappa_bits);
+  }
+  return out;
+}
+
+void ExploreWorker::coinflip(quint64 seed) {
+  emit busy_changed(true);
+  auto base_runs = lesson_runs("coinflip", false);
+  auto free_runs = lesson_runs("coinflip", true);
+  if (!base_runs || !free_runs) {
+    emit failed("lessons", qs((base_runs ? free_runs.error() : base_runs.error()).message));
+    return emit busy_changed(false);
+  }
+  ftx::ExplorerModel *base = nullptr, *free = nullptr;
+  QString base_name, free_name;
+  if (!base_runs->empty()) {
+    auto m = model(base_runs->back().first, -1);
+    if (m) base = *m, base_name = qs(base_runs->back().first);
+  }
+  if (!free_runs->empty()) {
+    auto m = model(free_runs->back().first, -1);
+    if (m) free = *m, free_name = qs(free_runs->back().first);
+  }
+  ftx::TrainConfig defaults;
+  const ftx::TrainConfig& t = base ? base->train : free ? free->train : defaults;
+  ftx::CoinflipLesson lesson = ftx::coinflip_example(seed, t.coinflip_len, t.coinflip_eps);
+  if (ftx::Status st = ftx::coinflip_lesson(lesson, t.coinflip_eps, base, free, seed); !st)
+    emit failed("lessons", qs(st.error().message));
+  else
+    emit coinflip_ready(std::move(lesson), t.coinflip_eps, base_name, free_name);
+  emit busy_changed(false);
+}
+
+void ExploreWorker::kappa_lesson(quint64 seed) {
+  emit busy_changed(true);
+  auto runs = lesson_runs("synthetic", true);
+  if (!runs || runs->empty()) {
+    emit failed("lessons", runs ? "no synthetic-task Free Transformer run with a checkpoint yet: run the kappa sweep in Train"
+                                : qs(runs.error().message));
+    return emit busy_changed(false);
+  }
+  // The smallest, a middle and the largest kappa (the newest run of each value).
+  std::map<double, std::string> by_kappa;
+  for (const auto& [name, bits] : *runs) by_kappa[bits] = name;
+  std::vector<std::pair<std::string, double>> pick;
+  for (const auto& [bits, name] : by_kappa) pick.emplace_back(name, bits);
+  if (pick.size() > 3) pick = {pick.front(), pick[pick.size() / 2], pick.back()};
+  ftx::Figure4Request req;
+  req.prompt = std::string(1, static_cast<char>('A' + seed % 26)) + ">";
+  req.fixed_groups = 1, req.group_size = 6, req.seed = seed;
+  GroupColumns columns;
+  std::vector<double> kappas;
+  for (const auto& [name, bits] : pick) {
+    auto m = model(name, -1);
+    auto groups = m ? ftx::explore_figure4(**m, req) : ftx::Result<std::vector<ftx::GroupView>>(m.error());
+    if (!groups) {
+      emit failed("lessons", qs(name) + ": " + qs(groups.error().message));
+      continue;
+    }
+    columns.emplace_back(qs(name), std::move(*groups));
+    kappas.push_back(bits);
+  }
+  emit kappa_lesson_ready(std::move(columns), std::move(kappas));
+  emit busy_changed(false);
+}

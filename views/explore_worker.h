@@ -1,0 +1,69 @@
+// ExploreWorker: runs the explorer (core/explore) for the Generations, Latent and Lessons views on
+// its own thread, so a generation never blocks the window. Requests arrive as queued slot calls,
+// results leave as signals. Loaded models are cached per checkpoint directory. Bit flips from the
+// Latent view are coalesced: only the newest set of flips is computed.
+//
+// Deliberately not here: drawing, the choice of what to show (the views ask), training.
+#pragma once
+#include <QObject>
+#include <QString>
+#include <QStringList>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/explore/explorer.h"
+#include "views/meta_types.h"
+
+using BitFlips = std::vector<std::pair<int, int>>;
+Q_DECLARE_METATYPE(BitFlips)
+
+class ExploreWorker : public QObject {
+  Q_OBJECT
+ public:
+  ExploreWorker(QString db_path, ftx::DatasetFactory datasets);
+  ~ExploreWorker() override;
+  // Thread-safe (call from the UI thread): compute the newest flips of the last inspection.
+  void request_edit(const BitFlips& flips);
+
+ public slots:
+  void figure4(QString run, int step, ftx::Figure4Request req);  // step < 0: latest checkpoint
+  void freeze(QString run, int step, QString prompt, std::vector<ftx::GroupView> groups, quint64 sample_seed,
+              float temperature);
+  void comparison(QStringList runs, ftx::Figure4Request req);
+  void inspect(QString run, int step, QString text, quint64 seed);  // empty text: a validation-like sequence
+  void coinflip(quint64 seed);
+  void kappa_lesson(quint64 seed);
+
+ signals:
+  void groups_ready(QString run, int step, std::vector<ftx::GroupView> groups);
+  void comparison_ready(GroupColumns columns);
+  void latent_ready(ftx::LatentInspection inspection, QString run, int step);
+  void edited_ready(QString text);
+  void coinflip_ready(ftx::CoinflipLesson lesson, double eps, QString baseline_run, QString free_run);
+  void kappa_lesson_ready(GroupColumns columns, std::vector<double> kappa_bits);
+  void failed(QString view, QString message);  // view: "generations", "latent", "lessons"
+  void busy_changed(bool busy);
+
+ private slots:
+  void process_edit();
+
+ private:
+  ftx::Result<ftx::ExplorerModel*> model(const std::string& run, int step);
+  ftx::Result<std::vector<std::pair<std::string, double>>> lesson_runs(const std::string& dataset, bool free);
+
+  QString db_path_;
+  ftx::DatasetFactory datasets_;
+  std::unique_ptr<ftx::Backend> be_;
+  std::map<std::string, ftx::ExplorerModel> models_;  // by checkpoint directory
+  std::optional<ftx::LatentInspection> inspection_;
+  std::string inspection_run_;
+  int inspection_step_ = 0;
+  std::mutex edit_mu_;
+  BitFlips pending_flips_;
+  uint64_t edit_requested_ = 0, edit_done_ = 0;
+};

@@ -1,0 +1,49 @@
+// The Latent panel, drawn with Dear ImGui: for one inspected sequence, the encoder's bit
+// probabilities p[t][h] as a heatmap (positions across, bits down) with the sampled code's bits
+// marked, the KL per token as bars against the free-bits line kappa, the codes per position, and
+// the regeneration with the sampled codes beside the one with the user's flipped bits (the
+// Edited policy). Every frame rebuilds everything from LatentPanelData (no `static` state) and
+// reports what the user did as LatentPanelActions.
+//
+// Deliberately not here: Qt types, model math or regeneration (the owner computes the edited
+// text on its worker), keeping the flips (the owner holds them and passes them in every frame).
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/explore/explorer.h"
+
+struct ImFont;
+
+struct LatentPanelData {
+  const ftx::LatentInspection* inspection = nullptr;  // null: the empty state
+  std::string run;
+  int step = 0;
+  std::vector<std::pair<int, int>> flips;  // (t, h): bits flipped from the sampled codes
+  std::string edited;                      // regeneration under `flips` (empty: none yet)
+  bool regenerating = false;               // `edited` is being recomputed for the current flips
+  std::string message;                     // one status line; empty for none
+  ImFont* mono_font = nullptr;             // sequences and cells; null: the current font
+  ImFont* small_mono_font = nullptr;       // code digits; null: mono_font
+};
+
+// Where the heatmap's cell (0, 0) was drawn this frame, in ImGui display coordinates (logical
+// pixels of the hosting widget), already shifted by the horizontal scroll; the visible part of
+// the heatmap is [clip_min, clip_max). For tests and for hosts that map positions to cells.
+struct LatentPanelLayout {
+  bool valid = false;
+  float x0 = 0, y0 = 0, cell_w = 0, cell_h = 0;
+  float clip_min_x = 0, clip_min_y = 0, clip_max_x = 0, clip_max_y = 0;
+};
+
+struct LatentPanelActions {
+  int toggle_t = -1, toggle_h = -1;  // a clicked bit to flip or restore; -1: none
+  bool clear_flips = false;
+  bool resample = false;
+  LatentPanelLayout heatmap;
+};
+
+// Draws the panel as one window covering the whole ImGui display. Call between ImGui::NewFrame
+// and ImGui::Render.
+LatentPanelActions draw_latent_panel(const LatentPanelData& d);

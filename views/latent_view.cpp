@@ -1,0 +1,251 @@
+// LatentView (see latent_view.h). Fonts: DejaVu Sans / Sans Mono when installed (Debian's
+// fonts-dejavu-core, pulled in by fontconfig), rasterised at the device pixel ratio and scaled
+// back by io.FontGlobalScale, so text stays sharp on high-DPI screens; ImGui's built-in font
+// otherwise. ImGui's input (1.86) is sampled once per frame, so each input schedules a few
+// frames: the one that sees it, the one that sees the deferred release, and one for hover state.
+#include "views/latent_view.h"
+
+#include <QEvent>
+#include <QFile>
+#include <QImage>
+#include <QOpenGLContext>
+#include <QOpenGLFunctions>
+#include <QRectF>
+#include <algorithm>
+
+#include "imgui.h"
+#include "imgui_impl_opengl3.h"
+#include "views/imgui_qt.h"
+
+namespace {
+
+constexpr int kFrameIntervalMs = 33;  // about 30 fps while something moves
+constexpr int kFramesPerInput = 3;
+constexpr float kUiFontPx = 15, kMonoFontPx = 15, kSmallFontPx = 12;
+constexpr float kClear[3] = {0.086f, 0.094f, 0.110f};
+
+// Latin-1, Greek (kappa), general punctuation (dashes, ellipsis), arrows.
+constexpr ImWchar kGlyphRanges[] = {0x0020, 0x00FF, 0x0370, 0x03FF, 0x2010, 0x2027, 0x2190, 0x2193, 0};
+
+const char* const kUiFonts[] = {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+                                "/usr/share/fonts/TTF/DejaVuSans.ttf"};
+const char* const kMonoFonts[] = {"/usr/share/fonts/truetype/dejavu/DejaVuSansMono.ttf",
+                                  "/usr/share/fonts/TTF/DejaVuSansMono.ttf"};
+
+ImFont* add_font(ImFontAtlas* atlas, const char* const* paths, size_t n, float px) {
+  for (size_t i = 0; i < n; ++i)
+    if (QFile::exists(paths[i])) {
+      ImFont* f = atlas->AddFontFromFileTTF(paths[i], px, nullptr, kGlyphRanges);
+      if (f != nullptr) return f;
+    }
+  return nullptr;
+}
+
+void apply_style() {
+  ImGui::StyleColorsDark();
+  ImGuiStyle& s = ImGui::GetStyle();
+  s.WindowPadding = ImVec2(16, 12);
+  s.FramePadding = ImVec2(10, 4);
+  s.ItemSpacing = ImVec2(10, 7);
+  s.WindowBorderSize = 0;
+  s.WindowRounding = 0;
+  s.FrameRounding = 3;
+  s.PopupRounding = 3;
+  s.ScrollbarSize = 12;
+  s.Colors[ImGuiCol_WindowBg] = ImVec4(kClear[0], kClear[1], kClear[2], 1.0f);
+  s.Colors[ImGuiCol_PopupBg] = ImVec4(0.12f, 0.13f, 0.16f, 0.97f);
+}
+
+}  // namespace
+
+LatentView::LatentView(QWidget* parent) : QOpenGLWidget(parent) {
+  ImGuiContext* previous = ImGui::GetCurrentContext();
+  ctx_ = ImGui::CreateContext();
+  ImGui::SetCurrentContext(ctx_);
+  ImGui::GetIO().IniFilename = nullptr;
+  ImGui::GetIO().LogFilename = nullptr;
+  apply_style();
+  ImGui_ImplQt_Init(this);
+  ImGui::SetCurrentContext(previous ? previous : ctx_);
+  tick_.setInterval(kFrameIntervalMs);
+  connect(&tick_, &QTimer::timeout, this, &LatentView::on_tick);
+}
+
+LatentView::~LatentView() {
+  if (context() != nullptr) disconnect(context(), nullptr, this, nullptr);
+  release_gl();
+  ImGui::SetCurrentContext(ctx_);
+  ImGui_ImplQt_Shutdown();
+  ImGui::DestroyContext(ctx_);
+}
+
+void LatentView::set_inspection(const ftx::LatentInspection& inspection, QString run, int step) {
+  inspection_ = inspection;
+  run_ = run.toStdString();
+  step_ = step;
+  flips_.clear();
+  edited_.clear();
+  regenerating_ = false;
+  message_.clear();
+  schedule_frames(2);
+}
+
+void LatentView::set_edited(QString text) {
+  edited_ = text.toStdString();
+  regenerating_ = false;
+  schedule_frames(2);
+}
+
+void LatentView::set_message(QString message) {
+  message_ = message.toStdString();
+  if (!message_.empty()) regenerating_ = false;  // a failed edit reports here: stop waiting for it
+  schedule_frames(2);
+}
+
+bool LatentView::save_png(const QString& path) {
+  const QImage image = grabFramebuffer();
+  return !image.isNull() && image.save(path, "PNG");
+}
+
+QRectF LatentView::cell_rect(int t, int h) const {
+  if (!layout_.valid || !inspection_ || t < 0 || h < 0 || t >= inspection_->T || h >= inspection_->H) return {};
+  const QRectF cell(layout_.x0 + t * layout_.cell_w, layout_.y0 + h * layout_.cell_h, layout_.cell_w, layout_.cell_h);
+  const QRectF clip(QPointF(layout_.clip_min_x, layout_.clip_min_y), QPointF(layout_.clip_max_x, layout_.clip_max_y));
+  return cell.intersected(clip);
+}
+
+void LatentView::initializeGL() {
+  ImGui::SetCurrentContext(ctx_);
+  // Qt's default context is a compatibility one where GLSL 1.30 works; a core profile (macOS)
+  // wants 1.50.
+  const bool core = context()->format().profile() == QSurfaceFormat::CoreProfile;
+  gl_ready_ = ImGui_ImplOpenGL3_Init(core ? "#version 150" : "#version 130");
+  connect(context(), &QOpenGLContext::aboutToBeDestroyed, this, &LatentView::release_gl, Qt::UniqueConnection);
+}
+
+// The GL objects die with the context (reparenting a QOpenGLWidget recreates it; initializeGL
+// then runs again).
+void LatentView::release_gl() {
+  if (!gl_ready_) return;
+  makeCurrent();
+  ImGui::SetCurrentContext(ctx_);
+  ImGui_ImplOpenGL3_Shutdown();
+  gl_ready_ = false;
+  doneCurrent();
+}
+
+void LatentView::load_fonts(float dpr) {
+  ImFontAtlas* atlas = ImGui::GetIO().Fonts;
+  atlas->Clear();
+  ImFont* ui = add_font(atlas, kUiFonts, std::size(kUiFonts), kUiFontPx * dpr);
+  if (ui == nullptr) {
+    ImFontConfig cfg;
+    cfg.SizePixels = 13 * dpr;
+    atlas->AddFontDefault(&cfg);
+  }
+  mono_font_ = add_font(atlas, kMonoFonts, std::size(kMonoFonts), kMonoFontPx * dpr);
+  small_font_ = add_font(atlas, kMonoFonts, std::size(kMonoFonts), kSmallFontPx * dpr);
+  ImGui::GetIO().FontGlobalScale = 1.0f / dpr;
+  fonts_dpr_ = dpr;
+  if (gl_ready_) ImGui_ImplOpenGL3_DestroyDeviceObjects();  // the next NewFrame rebuilds them with the new atlas
+}
+
+void LatentView::paintGL() {
+  if (!gl_ready_) return;
+  ImGui::SetCurrentContext(ctx_);
+  const float dpr = float(devicePixelRatioF());
+  if (dpr != fonts_dpr_) load_fonts(dpr);
+  ImGui_ImplOpenGL3_NewFrame();
+  ImGui_ImplQt_NewFrame();
+  ImGui::NewFrame();
+
+  LatentPanelData d;
+  d.inspection = inspection_ ? &*inspection_ : nullptr;
+  d.run = run_;
+  d.step = step_;
+  d.flips = flips_;
+  d.edited = edited_;
+  d.regenerating = regenerating_;
+  d.message = message_;
+  d.mono_font = mono_font_;
+  d.small_mono_font = small_font_;
+  const LatentPanelActions actions = draw_latent_panel(d);
+  ImGui::Render();
+
+  QOpenGLFunctions* gl = context()->functions();
+  gl->glViewport(0, 0, int(width() * dpr), int(height() * dpr));
+  gl->glClearColor(kClear[0], kClear[1], kClear[2], 1.0f);
+  gl->glClear(GL_COLOR_BUFFER_BIT);
+  ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+
+  layout_ = actions.heatmap;
+  if (frames_left_ > 0) --frames_left_;
+  apply(actions);
+}
+
+// Runs after the frame is drawn; signals leave through the event loop so that a slot may call
+// back into the view (set_edited, set_inspection) or even delete it.
+void LatentView::apply(const LatentPanelActions& a) {
+  if (a.toggle_t >= 0) toggle_flip(a.toggle_t, a.toggle_h);
+  if (a.clear_flips && !flips_.empty()) {
+    flips_.clear();
+    edited_.clear();
+    regenerating_ = false;
+    QMetaObject::invokeMethod(
+        this, [this, f = flips_] { emit flips_changed(f); }, Qt::QueuedConnection);
+    schedule_frames(2);
+  }
+  if (a.resample)
+    QMetaObject::invokeMethod(
+        this, [this] { emit resample_requested(); }, Qt::QueuedConnection);
+}
+
+void LatentView::toggle_flip(int t, int h) {
+  const auto bit = std::make_pair(t, h);
+  const auto it = std::lower_bound(flips_.begin(), flips_.end(), bit);
+  if (it != flips_.end() && *it == bit)
+    flips_.erase(it);
+  else
+    flips_.insert(it, bit);
+  edited_.clear();
+  regenerating_ = !flips_.empty();
+  QMetaObject::invokeMethod(
+      this, [this, f = flips_] { emit flips_changed(f); }, Qt::QueuedConnection);
+  schedule_frames(2);
+}
+
+bool LatentView::event(QEvent* e) {
+  ImGuiContext* previous = ImGui::GetCurrentContext();
+  ImGui::SetCurrentContext(ctx_);
+  const bool input = ImGui_ImplQt_ProcessEvent(e);
+  ImGui::SetCurrentContext(previous ? previous : ctx_);
+  if (input || e->type() == QEvent::Enter) schedule_frames(kFramesPerInput);
+  switch (e->type()) {
+    case QEvent::MouseButtonPress:
+    case QEvent::MouseButtonRelease:
+    case QEvent::MouseButtonDblClick:
+    case QEvent::MouseMove:
+    case QEvent::Wheel:
+      e->accept();  // the panel is the whole widget: nothing propagates to the parent
+      return true;
+    default: return QOpenGLWidget::event(e);
+  }
+}
+
+void LatentView::schedule_frames(int n) {
+  frames_left_ = std::max(frames_left_, n);
+  update();
+  if (!tick_.isActive()) tick_.start();
+}
+
+void LatentView::on_tick() {
+  if (!isVisible()) {  // a hidden widget never paints, so frames_left_ would never run down
+    tick_.stop();
+    return;
+  }
+  ImGui::SetCurrentContext(ctx_);
+  if (frames_left_ > 0 || ImGui_ImplQt_HasPendingInput())
+    update();
+  else
+    tick_.stop();
+}

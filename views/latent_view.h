@@ -1,0 +1,81 @@
+// LatentView: the studio's Latent view, a QOpenGLWidget hosting the Dear ImGui Latent panel
+// (latent_panel.h) through the Qt platform glue (imgui_qt.h) and the stock OpenGL3 renderer. It
+// owns one ImGui context, the inspection on display and the user's flipped bits; it paints on
+// input and on changes (a few frames at about 30 fps), never continuously while idle.
+//
+// Deliberately not here: running the encoder or regenerating (the owner does that on a worker
+// thread: it listens to flips_changed and answers with set_edited), choosing runs or sequences.
+#pragma once
+#include <QOpenGLWidget>
+#include <QRectF>
+#include <QString>
+#include <QTimer>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/explore/explorer.h"
+#include "views/latent_panel.h"
+
+struct ImGuiContext;
+struct ImFont;
+
+class LatentView : public QOpenGLWidget {
+  Q_OBJECT
+
+ public:
+  explicit LatentView(QWidget* parent = nullptr);
+  ~LatentView() override;
+
+  // Shows `inspection` and forgets the previous flips, edited text and message (no flips_changed).
+  void set_inspection(const ftx::LatentInspection& inspection, QString run, int step);
+  // The regeneration for the flips of the latest flips_changed.
+  void set_edited(QString text);
+  // One status line (errors from the owner's worker); a non-empty one also ends "regenerating".
+  void set_message(QString message);
+  // Renders one frame and writes it as PNG; false when the frame or the file failed.
+  bool save_png(const QString& path);
+
+  const std::vector<std::pair<int, int>>& flips() const { return flips_; }
+  // Heatmap cell (t, h) in widget coordinates as the last frame drew it, cut to what is visible;
+  // empty before the first frame, for a cell out of range or one scrolled out of view.
+  QRectF cell_rect(int t, int h) const;
+  QSize sizeHint() const override { return QSize(1100, 620); }
+
+ signals:
+  // (t, h) pairs, sorted; empty after "Clear flips". Emitted from the event loop, never from paintGL.
+  void flips_changed(std::vector<std::pair<int, int>> flips);
+  void resample_requested();
+
+ protected:
+  void initializeGL() override;
+  void paintGL() override;
+  bool event(QEvent* e) override;
+
+ private:
+  void release_gl();
+  void load_fonts(float dpr);
+  void apply(const LatentPanelActions& a);
+  void toggle_flip(int t, int h);
+  void schedule_frames(int n);
+  void on_tick();
+
+  ImGuiContext* ctx_ = nullptr;
+  ImFont* mono_font_ = nullptr;
+  ImFont* small_font_ = nullptr;
+  float fonts_dpr_ = 0;  // device pixel ratio the font atlas was rasterised for
+  bool gl_ready_ = false;
+
+  std::optional<ftx::LatentInspection> inspection_;
+  std::string run_;
+  int step_ = 0;
+  std::vector<std::pair<int, int>> flips_;  // (t, h), sorted
+  std::string edited_;
+  bool regenerating_ = false;
+  std::string message_;
+  LatentPanelLayout layout_;  // the last frame's heatmap placement
+
+  QTimer tick_;
+  int frames_left_ = 0;  // frames still to paint after the latest input or change
+};

@@ -1,0 +1,169 @@
+#include "views/main_window.h"
+
+#include <QApplication>
+#include <QCloseEvent>
+#include <QComboBox>
+#include <QDockWidget>
+#include <QFileDialog>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMenuBar>
+#include <QMessageBox>
+#include <QPushButton>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTimer>
+#include <QVBoxLayout>
+#include <filesystem>
+
+#include "views/curves_view.h"
+#include "views/explore_worker.h"
+#include "views/generations_view.h"
+#include "views/latent_view.h"
+#include "views/lessons_view.h"
+#include "views/meta_types.h"
+#include "views/run_list_model.h"
+#include "views/runs_view.h"
+#include "views/train_view.h"
+
+MainWindow::MainWindow(StudioOptions opts) : opts_(std::move(opts)) {
+  register_view_meta_types();
+  qRegisterMetaType<RunSummary>();
+  qRegisterMetaType<std::vector<RunSummary>>();
+  qRegisterMetaType<MetricBatch>();
+  qRegisterMetaType<EventBatch>();
+  qRegisterMetaType<BitFlips>();
+  setWindowTitle("Free Transformer Studio — " + opts_.db_path);
+  session_ = std::make_unique<ftx::Session>(opts_.datasets);
+  build_docks();
+  build_menus();
+  store_status_ = new QLabel, session_status_ = new QLabel;
+  statusBar()->addWidget(store_status_, 1);
+  statusBar()->addPermanentWidget(session_status_);
+  connect_store();
+  connect_explorer();
+  session_timer_ = new QTimer(this);
+  connect(session_timer_, &QTimer::timeout, this, &MainWindow::on_session_tick);
+  session_timer_->start(100);
+  QSettings settings;
+  restoreGeometry(settings.value("window/geometry").toByteArray());
+  restoreState(settings.value("window/state").toByteArray());
+  if (!opts_.view.isEmpty()) raise_view(opts_.view);
+}
+
+MainWindow::~MainWindow() {
+  session_.reset();  // stops and checkpoints a run in progress
+  poll_thread_.quit(), explore_thread_.quit();
+  poll_thread_.wait(), explore_thread_.wait();
+}
+
+void MainWindow::closeEvent(QCloseEvent* e) {
+  QSettings settings;
+  settings.setValue("window/geometry", saveGeometry());
+  settings.setValue("window/state", saveState());
+  settings.setValue("store/path", opts_.db_path);
+  for (const RunSummary& r : runs_model_->runs())
+    settings.setValue("colours/" + QString::fromStdString(r.info.name), runs_model_->colour(r.info.id).name());
+  QMainWindow::closeEvent(e);
+}
+
+void MainWindow::build_docks() {
+  runs_model_ = new RunListModel(&cache_, this);
+  runs_view_ = new RunsView(runs_model_);
+  train_view_ = new TrainView;
+  train_view_->set_db_path(opts_.db_path);
+  curves_ = new ftx::CurvesView(&cache_);
+  generations_ = new GenerationsView;
+  lessons_ = new LessonsView;
+  auto add = [this](const QString& key, const QString& title, QWidget* w, Qt::DockWidgetArea area) {
+    auto* dock = new QDockWidget(title, this);
+    dock->setObjectName("dock_" + key);
+    dock->setWidget(w);
+    addDockWidget(area, dock);
+    docks_[key] = dock;
+    return dock;
+  };
+  QDockWidget* runs = add("runs", "Runs", runs_view_, Qt::LeftDockWidgetArea);
+  tabifyDockWidget(runs, add("train", "Train", train_view_, Qt::LeftDockWidgetArea));
+  QDockWidget* curves = add("curves", "Curves", curves_, Qt::RightDockWidgetArea);
+  for (auto [key, title, w] : {std::tuple{"generations", "Generations", static_cast<QWidget*>(generations_)},
+                               std::tuple{"latent", "Latent", build_latent_dock()},
+                               std::tuple{"lessons", "Lessons", static_cast<QWidget*>(lessons_)}})
+    tabifyDockWidget(curves, add(key, title, w, Qt::RightDockWidgetArea));
+  setCentralWidget(nullptr);
+  setDockNestingEnabled(true);
+  resizeDocks({runs, curves}, {480, 900}, Qt::Horizontal);
+  runs->raise(), curves->raise();
+
+  connect(runs_model_, &RunListModel::overlay_changed, this, &MainWindow::update_overlay);
+  connect(runs_model_, &RunListModel::rename_requested, this, &MainWindow::rename_run);
+  connect(runs_view_, &RunsView::delete_requested, this, &MainWindow::delete_run);
+  connect(runs_view_, &RunsView::open_generations, this, [this](const QString& run) {
+    raise_view("generations");
+    generations_->select_run(run);
+  });
+  connect(runs_view_, &RunsView::open_latent, this, [this](const QString& run) {
+    raise_view("latent");
+    latent_run_->setCurrentText(run);
+    inspect_latent(latent_seed_);
+  });
+  connect(train_view_, &TrainView::start_requested, this, [this](std::vector<ftx::TrainRequest> reqs) {
+    if (ftx::Status st = session_->start(std::move(reqs)); !st) train_view_->show_error(QString::fromStdString(st.error().message));
+  });
+  connect(train_view_, &TrainView::pause_requested, this, [this] { session_->pause(); });
+  connect(train_view_, &TrainView::resume_requested, this, [this] { session_->resume(); });
+  connect(train_view_, &TrainView::stop_requested, this, [this] { session_->stop(); });
+  connect(train_view_, &TrainView::step_requested, this, [this] { session_->step_once(); });
+  connect(train_view_, &TrainView::kappa_requested, this, [this](float k) { session_->set_kappa(k); });
+}
+
+QWidget* MainWindow::build_latent_dock() {
+  auto* page = new QWidget;
+  latent_run_ = new QComboBox;
+  latent_run_->setMinimumContentsLength(18);
+  latent_text_ = new QLineEdit;
+  latent_text_->setPlaceholderText("sequence to inspect (empty: a held-out sequence of the run's task)");
+  auto* inspect = new QPushButton("Inspect");
+  auto* next = new QPushButton("New sequence");
+  latent_ = new LatentView;
+  auto* bar = new QHBoxLayout;
+  bar->addWidget(new QLabel("Run"));
+  bar->addWidget(latent_run_);
+  bar->addWidget(latent_text_, 1);
+  bar->addWidget(inspect);
+  bar->addWidget(next);
+  auto* layout = new QVBoxLayout(page);
+  layout->addLayout(bar);
+  layout->addWidget(latent_, 1);
+  connect(inspect, &QPushButton::clicked, this, [this] { inspect_latent(latent_seed_); });
+  connect(next, &QPushButton::clicked, this, [this] {
+    latent_text_->clear();
+    inspect_latent(++latent_seed_);
+  });
+  connect(latent_, &LatentView::resample_requested, this, [this] { inspect_latent(++latent_seed_); });
+  return page;
+}
+
+void MainWindow::build_menus() {
+  QMenu* file = menuBar()->addMenu("&File");
+  file->addAction("&Open run store…", this, &MainWindow::open_database);
+  file->addAction("Save view as &PNG…", this, [this] {
+    const QString path = QFileDialog::getSaveFileName(this, "Save view", "view.png", "PNG (*.png)");
+    if (!path.isEmpty() && !save_view_png(path)) QMessageBox::warning(this, "Save view", "Could not write " + path);
+  });
+  file->addSeparator();
+  file->addAction("&Quit", QKeySequence::Quit, this, &QWidget::close);
+  QMenu* view = menuBar()->addMenu("&View");
+  for (const auto& [key, dock] : docks_) view->addAction(dock->toggleViewAction());
+}
+
+bool MainWindow::raise_view(const QString& name) {
+  auto it = docks_.find(name);
+  if (it == docks_.end()) return false;
+  it->second->show();
+  it->second->raise();
+  return true;
+}
+
+bool MainWindow::save_view_png(const QString& path) { return grab().save(path); }

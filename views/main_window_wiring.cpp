@@ -1,0 +1,219 @@
+// MainWindow's connections to the store poller, the explorer worker and the training session.
+#include <QComboBox>
+#include <QFileDialog>
+#include <QLabel>
+#include <QLineEdit>
+#include <QMessageBox>
+#include <QSettings>
+#include <QStatusBar>
+#include <QTimer>
+#include <filesystem>
+#include <set>
+#include <nlohmann/json.hpp>
+
+#include "core/store/run_store.h"
+#include "views/curves_view.h"
+#include "views/explore_worker.h"
+#include "views/generations_view.h"
+#include "views/latent_view.h"
+#include "views/lessons_view.h"
+#include "views/main_window.h"
+#include "views/run_list_model.h"
+#include "views/train_view.h"
+
+void MainWindow::connect_store() {
+  poller_ = new StorePoller(opts_.db_path);
+  poller_->moveToThread(&poll_thread_);
+  connect(&poll_thread_, &QThread::started, poller_, &StorePoller::start);
+  connect(&poll_thread_, &QThread::finished, poller_, &QObject::deleteLater);
+  connect(poller_, &StorePoller::runs_changed, this, &MainWindow::on_runs_changed);
+  connect(poller_, &StorePoller::metrics_arrived, this, &MainWindow::on_metrics);
+  connect(poller_, &StorePoller::store_error, this, &MainWindow::on_store_error);
+  connect(poller_, &StorePoller::run_reset, this, [this](qint64 id, const MetricBatch& rows) {
+    cache_.drop_run(id);
+    on_metrics(rows);
+  });
+  connect(poller_, &StorePoller::events_arrived, this, [this](const EventBatch& rows) {
+    for (const auto& [run, e] : rows) {
+      if (e.kind != "kappa") continue;
+      nlohmann::json j = nlohmann::json::parse(e.payload_json, nullptr, false);
+      if (j.is_object() && j.contains("to_nats") && j["to_nats"].is_number())
+        kappa_events_[run].emplace_back(e.step, j["to_nats"].get<double>());
+      curves_->set_events(run, kappa_events_[run]);
+    }
+  });
+  poll_thread_.start();
+}
+
+void MainWindow::connect_explorer() {
+  explorer_ = new ExploreWorker(opts_.db_path, opts_.datasets);
+  explorer_->moveToThread(&explore_thread_);
+  connect(&explore_thread_, &QThread::finished, explorer_, &QObject::deleteLater);
+  connect(generations_, &GenerationsView::figure4_requested, explorer_, &ExploreWorker::figure4);
+  connect(generations_, &GenerationsView::freeze_requested, explorer_, &ExploreWorker::freeze);
+  connect(generations_, &GenerationsView::comparison_requested, explorer_, &ExploreWorker::comparison);
+  connect(explorer_, &ExploreWorker::groups_ready, generations_, &GenerationsView::show_groups);
+  connect(explorer_, &ExploreWorker::groups_ready, this, [](const QString& run, int step, const std::vector<ftx::GroupView>& g) {
+    qInfo("generations: shown %zu groups of run '%s' at step %d", g.size(), qPrintable(run), step);
+  });
+  connect(explorer_, &ExploreWorker::comparison_ready, generations_, &GenerationsView::show_comparison);
+  connect(explorer_, &ExploreWorker::busy_changed, generations_, &GenerationsView::set_busy);
+  connect(explorer_, &ExploreWorker::latent_ready, this, [this](const ftx::LatentInspection& li, QString run, int step) {
+    latent_->set_inspection(li, run, step);
+    qInfo("latent: shown %d positions x %d bits of run '%s' at step %d", li.T, li.H, qPrintable(run), step);
+    latent_text_->setText(QString::fromStdString(li.text));
+  });
+  connect(explorer_, &ExploreWorker::edited_ready, latent_, &LatentView::set_edited);
+  connect(latent_, &LatentView::flips_changed, this, [this](const BitFlips& f) { explorer_->request_edit(f); });
+  connect(lessons_, &LessonsView::coinflip_requested, explorer_, &ExploreWorker::coinflip);
+  connect(lessons_, &LessonsView::kappa_lesson_requested, explorer_, [this] {
+    QMetaObject::invokeMethod(explorer_, "kappa_lesson", Qt::QueuedConnection, Q_ARG(quint64, ++latent_seed_));
+  });
+  connect(explorer_, &ExploreWorker::coinflip_ready, lessons_, &LessonsView::show_coinflip);
+  connect(explorer_, &ExploreWorker::kappa_lesson_ready, lessons_, &LessonsView::show_kappa_lesson);
+  connect(explorer_, &ExploreWorker::failed, this, [this](const QString& view, const QString& message) {
+    if (view == "generations") generations_->show_error(message);
+    else if (view == "latent") latent_->set_message(message);
+    else lessons_->show_error(message);
+    statusBar()->showMessage(message, 8000);
+    qWarning("%s: %s", qPrintable(view), qPrintable(message));
+  });
+  explore_thread_.start();
+}
+
+void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
+  QSettings settings;
+  std::set<int64_t> alive;
+  for (const RunSummary& r : runs) alive.insert(r.info.id);
+  for (int64_t id : cache_.run_ids())
+    if (!alive.count(id)) cache_.drop_run(id);
+  runs_model_->set_runs(runs);
+  for (const RunSummary& r : runs) {
+    const QVariant c = settings.value("colours/" + QString::fromStdString(r.info.name));
+    if (c.isValid()) runs_model_->set_colour(r.info.id, QColor(c.toString()));
+  }
+  QStringList all, free_runs, sweep;
+  const QString keep = latent_run_->currentText();
+  for (const RunSummary& r : runs) {
+    if (r.checkpoint_steps.empty()) continue;
+    const QString name = QString::fromStdString(r.info.name);
+    all << name;
+    generations_->set_steps(name, QList<int>(r.checkpoint_steps.begin(), r.checkpoint_steps.end()));
+    if (r.latent_bits > 0) free_runs << name;
+    if (r.latent_bits > 0 && r.dataset == "synthetic" && runs_model_->overlaid(r.info.id)) sweep << name;
+  }
+  generations_->set_runs(all);
+  generations_->set_sweep_runs(sweep);
+  latent_run_->clear();
+  latent_run_->addItems(free_runs);
+  if (free_runs.contains(keep)) latent_run_->setCurrentText(keep);
+  if (first_runs_ && !all.isEmpty()) {  // something to look at in every view from the first frame
+    first_runs_ = false;
+    generations_->select_run(free_runs.isEmpty() ? all.front() : free_runs.front());
+    if (!free_runs.isEmpty()) inspect_latent(latent_seed_);
+    QMetaObject::invokeMethod(explorer_, "coinflip", Qt::QueuedConnection, Q_ARG(quint64, 1));
+    QMetaObject::invokeMethod(explorer_, "kappa_lesson", Qt::QueuedConnection, Q_ARG(quint64, 1));
+  }
+}
+
+void MainWindow::on_metrics(const MetricBatch& rows) {
+  std::map<int64_t, std::vector<ftx::MetricRow>> by_run;
+  for (const auto& [run, row] : rows) by_run[run].push_back(row);
+  for (const auto& [run, list] : by_run) cache_.append(run, list);
+  if (cache_.revision() == cache_revision_) return;
+  cache_revision_ = cache_.revision();
+  curves_->refresh();
+  runs_model_->refresh_values();
+}
+
+void MainWindow::on_store_error(const QString& message) {
+  store_status_->setStyleSheet(message.isEmpty() ? "" : "color: #d33;");
+  store_status_->setText(message.isEmpty() ? "Run store: " + opts_.db_path : message);
+  if (!message.isEmpty()) qWarning("store: %s", qPrintable(message));
+}
+
+void MainWindow::update_overlay() {
+  std::vector<ftx::CurveRun> runs;
+  for (int64_t id : runs_model_->overlaid_ids())
+    for (const RunSummary& r : runs_model_->runs())
+      if (r.info.id == id) runs.push_back({id, QString::fromStdString(r.info.name), runs_model_->colour(id)});
+  curves_->set_runs(runs);
+  curves_->refresh();
+}
+
+void MainWindow::on_session_tick() {
+  const ftx::SessionSnapshot s = session_->snapshot();
+  if (s.version == session_version_) return;
+  session_version_ = s.version;
+  train_view_->show_snapshot(s);
+  session_status_->setText(s.run.empty() ? "idle"
+                                         : QString("%1: %2, step %3/%4").arg(QString::fromStdString(s.run),
+                                                                            ftx::session_state_name(s.state))
+                                               .arg(s.step).arg(s.total_steps));
+}
+
+namespace {
+
+constexpr int kUiBusyTimeoutMs = 200;  // a write from the UI thread waits at most this long on a lock
+
+// The session's run can't be renamed or deleted under it.
+bool session_owns(const ftx::Session& s, const QString& name) {
+  const ftx::SessionSnapshot snap = s.snapshot();
+  return s.busy() && QString::fromStdString(snap.run) == name;
+}
+
+}  // namespace
+
+void MainWindow::delete_run(qint64 id, const QString& name) {
+  if (session_owns(*session_, name)) return statusBar()->showMessage("Stop run '" + name + "' before deleting it", 8000);
+  auto store = ftx::RunStore::open(opts_.db_path.toStdString(), kUiBusyTimeoutMs);
+  ftx::Status st = store ? store->delete_run(id) : ftx::Status(store.error());
+  if (!st) return QMessageBox::warning(this, "Delete run", QString::fromStdString(st.error().message)), void();
+  const std::filesystem::path db(opts_.db_path.toStdString());
+  std::error_code ec;  // checkpoint files: best effort, the rows are gone already
+  std::filesystem::remove_all(db.parent_path() / (db.stem().string() + ".checkpoints") / name.toStdString(), ec);
+  cache_.drop_run(id);
+  QMetaObject::invokeMethod(poller_, "poll", Qt::QueuedConnection);
+  statusBar()->showMessage("Deleted run '" + name + "'", 5000);
+}
+
+void MainWindow::rename_run(qint64 id, const QString& name) {
+  for (const RunSummary& r : runs_model_->runs())
+    if (r.info.id == id && session_owns(*session_, QString::fromStdString(r.info.name)))
+      return statusBar()->showMessage("Stop the run before renaming it", 8000);
+  auto store = ftx::RunStore::open(opts_.db_path.toStdString(), kUiBusyTimeoutMs);
+  ftx::Status st = store ? store->rename_run(id, name.toStdString()) : ftx::Status(store.error());
+  if (!st) return statusBar()->showMessage(QString::fromStdString(st.error().message), 8000);
+  QMetaObject::invokeMethod(poller_, "poll", Qt::QueuedConnection);
+}
+
+void MainWindow::inspect_latent(quint64 seed) {
+  const QString run = latent_run_->currentText();
+  if (run.isEmpty()) return latent_->set_message("No Free Transformer run (H > 0) with a checkpoint yet: train one in Train");
+  QMetaObject::invokeMethod(explorer_, "inspect", Qt::QueuedConnection, Q_ARG(QString, run), Q_ARG(int, -1),
+                            Q_ARG(QString, latent_text_->text()), Q_ARG(quint64, seed));
+}
+
+void MainWindow::open_database() {
+  const QString path = QFileDialog::getOpenFileName(this, "Open run store", opts_.db_path, "Run store (*.db);;All files (*)");
+  if (path.isEmpty()) return;
+  QSettings().setValue("store/path", path);
+  QMessageBox::information(this, "Open run store", "The studio will use " + path + " from its next start.");
+}
+
+void MainWindow::start_training(const QString& run, int steps) {
+  train_view_->set_run_name(run);
+  train_view_->set_steps(steps);
+  train_view_->start();
+}
+
+void MainWindow::start_latency_probe() {
+  auto* probe = new QTimer(this);
+  probe->setTimerType(Qt::PreciseTimer);
+  latency_clock_.start();
+  connect(probe, &QTimer::timeout, this, [this] {
+    const double late = static_cast<double>(latency_clock_.restart()) - 10.0;
+    worst_latency_ms_ = std::max(worst_latency_ms_, late);
+  });
+  probe->start(10);
+}

@@ -1,0 +1,125 @@
+#include "views/run_list_model.h"
+
+#include <cmath>
+
+#include "views/metric_cache.h"
+
+namespace {
+
+// A qualitative palette (Tableau 10): distinct on light and dark backgrounds.
+const QColor kPalette[] = {QColor(0x4e79a7), QColor(0xf28e2b), QColor(0xe15759), QColor(0x76b7b2), QColor(0x59a14f),
+                           QColor(0xedc948), QColor(0xb07aa1), QColor(0xff9da7), QColor(0x9c755f), QColor(0xbab0ac)};
+
+QVariant last_value(const ftx::MetricCache* cache, int64_t run, const char* key) {
+  const ftx::Series* s = cache ? cache->series(run, key) : nullptr;
+  if (!s || s->y.empty() || !std::isfinite(s->y.back())) return {};
+  return QString::number(s->y.back(), 'f', 4);
+}
+
+}  // namespace
+
+RunListModel::RunListModel(const ftx::MetricCache* cache, QObject* parent) : QAbstractTableModel(parent), cache_(cache) {}
+
+void RunListModel::set_runs(std::vector<RunSummary> runs) {
+  beginResetModel();
+  runs_ = std::move(runs);
+  QSet<int64_t> alive;
+  for (const RunSummary& r : runs_) alive.insert(r.info.id);
+  overlay_.intersect(alive);
+  if (first_runs_ && !runs_.empty()) {  // start with the newest runs overlaid
+    for (size_t i = runs_.size() > 4 ? runs_.size() - 4 : 0; i < runs_.size(); ++i) overlay_.insert(runs_[i].info.id);
+    first_runs_ = false;
+  }
+  endResetModel();
+  emit overlay_changed();
+}
+
+void RunListModel::refresh_values() {
+  if (!runs_.empty()) emit dataChanged(index(0, kSteps), index(rowCount() - 1, kKl));
+}
+
+const RunSummary* RunListModel::run_at(int row) const {
+  return row >= 0 && row < rowCount() ? &runs_[static_cast<size_t>(row)] : nullptr;
+}
+
+QColor RunListModel::colour(int64_t run_id) const {
+  auto it = colours_.find(run_id);
+  if (it != colours_.end()) return it->second;
+  return kPalette[static_cast<size_t>(run_id) % std::size(kPalette)];
+}
+
+void RunListModel::set_colour(int64_t run_id, const QColor& c) {
+  colours_[run_id] = c;
+  if (!runs_.empty()) emit dataChanged(index(0, kColour), index(rowCount() - 1, kColour));
+  emit overlay_changed();
+}
+
+void RunListModel::set_overlaid(int64_t run_id, bool on) {
+  if (on) overlay_.insert(run_id);
+  else overlay_.remove(run_id);
+  if (!runs_.empty()) emit dataChanged(index(0, kOverlay), index(rowCount() - 1, kOverlay));
+  emit overlay_changed();
+}
+
+std::vector<int64_t> RunListModel::overlaid_ids() const {
+  std::vector<int64_t> ids;
+  for (const RunSummary& r : runs_)
+    if (overlay_.contains(r.info.id)) ids.push_back(r.info.id);
+  return ids;
+}
+
+int RunListModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(runs_.size()); }
+int RunListModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumns; }
+
+QVariant RunListModel::data(const QModelIndex& index, int role) const {
+  const RunSummary* r = run_at(index.row());
+  if (!r) return {};
+  const int64_t id = r->info.id;
+  const int col = index.column();
+  if (role == Qt::CheckStateRole && col == kOverlay) return overlay_.contains(id) ? Qt::Checked : Qt::Unchecked;
+  if (role == Qt::DecorationRole && col == kColour) return colour(id);
+  if (role == Qt::ToolTipRole) return QString::fromStdString(r->info.created_at + "  " + r->info.notes);
+  if (role != Qt::DisplayRole && role != Qt::EditRole) return {};
+  const ftx::Series* ce = cache_ ? cache_->series(id, "train/ce") : nullptr;
+  switch (col) {
+    case kName: return QString::fromStdString(r->info.name);
+    case kStatus: return QString::fromStdString(r->info.status);
+    case kDataset: return r->dataset;
+    case kPreset: return r->preset;
+    case kBits: return r->latent_bits;
+    case kKappa: return r->latent_bits > 0 ? QVariant(QString::number(r->kappa_bits, 'g', 3)) : QVariant("–");
+    case kSteps: return QString("%1 / %2").arg(ce && !ce->x.empty() ? static_cast<int>(ce->x.back()) : 0).arg(r->steps);
+    case kCe: return last_value(cache_, id, "train/ce");
+    case kKl: return last_value(cache_, id, "train/kl");
+    default: return {};
+  }
+}
+
+QVariant RunListModel::headerData(int section, Qt::Orientation o, int role) const {
+  if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
+  static const char* kNames[kColumns] = {"", "", "Run", "Status", "Dataset", "Preset", "H", "κ (bit)", "Steps",
+                                         "CE", "KL (nats)"};
+  return kNames[section];
+}
+
+Qt::ItemFlags RunListModel::flags(const QModelIndex& index) const {
+  Qt::ItemFlags f = Qt::ItemIsEnabled | Qt::ItemIsSelectable;
+  if (index.column() == kOverlay) f |= Qt::ItemIsUserCheckable;
+  if (index.column() == kName) f |= Qt::ItemIsEditable;
+  return f;
+}
+
+bool RunListModel::setData(const QModelIndex& index, const QVariant& value, int role) {
+  const RunSummary* r = run_at(index.row());
+  if (!r) return false;
+  if (index.column() == kOverlay && role == Qt::CheckStateRole) {
+    set_overlaid(r->info.id, value.toInt() == Qt::Checked);
+    return true;
+  }
+  if (index.column() == kName && role == Qt::EditRole) {
+    const QString name = value.toString().trimmed();
+    if (!name.isEmpty() && name.toStdString() != r->info.name) emit rename_requested(r->info.id, name);
+    return false;  // the store decides; the poller brings the new name
+  }
+  return false;
+}

@@ -1,0 +1,113 @@
+#include "views/store_poller.h"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "core/train/train_config.h"
+
+namespace {
+
+constexpr int64_t kMetricsPerRound = 200000;  // a large backlog arrives over a few rounds
+
+}  // namespace
+
+RunSummary summarize_run(const ftx::RunInfo& info) {
+  RunSummary r;
+  r.info = info;
+  nlohmann::json j = nlohmann::json::parse(info.config_json, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return r;
+  const nlohmann::json m = j.value("model", nlohmann::json::object()), t = j.value("train", nlohmann::json::object());
+  auto get = [](const nlohmann::json& o, const char* k, auto fallback) {
+    return o.contains(k) && !o[k].is_null() ? o[k].get<decltype(fallback)>() : fallback;
+  };
+  try {
+    r.dataset = QString::fromStdString(get(t, "dataset", std::string("?")));
+    r.preset = QString::fromStdString(get(t, "preset", std::string("?")));
+    r.steps = get(t, "steps", 0);
+    r.kappa_bits = ftx::nats_to_bits(get(t, "kappa_nats", 0.0));
+    r.latent_bits = get(m.value("free_transformer", nlohmann::json::object()), "latent_bits", 0);
+  } catch (const nlohmann::json::exception&) {
+    // A hand-edited config with wrong types: list the run with what could be read.
+  }
+  return r;
+}
+
+StorePoller::StorePoller(QString db_path, int interval_ms) : path_(std::move(db_path)), interval_ms_(interval_ms) {}
+StorePoller::~StorePoller() = default;
+
+void StorePoller::start() {
+  timer_ = new QTimer(this);
+  connect(timer_, &QTimer::timeout, this, &StorePoller::poll);
+  timer_->start(interval_ms_);
+  poll();
+}
+
+bool StorePoller::ensure_open() {
+  if (store_) return true;
+  const std::string path = path_.toStdString();
+  QString err;
+  if (!std::filesystem::exists(path)) {
+    err = path_ + ": no run store yet (start a training run to create it)";
+  } else {
+    auto s = ftx::RunStore::open_readonly(path, 100);
+    if (s) {
+      store_.emplace(std::move(*s));
+      last_metric_ = last_event_ = 0;
+      last_runs_key_.clear();
+    } else {
+      err = QString::fromStdString(s.error().message);
+    }
+  }
+  if (err != last_error_) emit store_error(err);
+  last_error_ = err;
+  return store_.has_value();
+}
+
+void StorePoller::poll_runs() {
+  auto runs = store_->list_runs();
+  if (!runs) throw std::runtime_error(runs.error().message);
+  std::vector<RunSummary> out;
+  std::string key;
+  for (const ftx::RunInfo& info : *runs) {
+    RunSummary r = summarize_run(info);
+    if (auto cks = store_->checkpoints(info.id))
+      for (const auto& c : *cks) r.checkpoint_steps.push_back(static_cast<int>(c.step));
+    key += std::to_string(info.id) + info.name + info.status + std::to_string(r.checkpoint_steps.size()) + "|";
+    out.push_back(std::move(r));
+  }
+  if (key != last_runs_key_) emit runs_changed(std::move(out));
+  last_runs_key_ = key;
+}
+
+void StorePoller::poll() {
+  if (!ensure_open()) return;
+  try {
+    poll_runs();
+    auto events = store_->events_since(last_event_, &last_event_);
+    if (!events) throw std::runtime_error(events.error().message);
+    for (const auto& [run, e] : *events)
+      if (e.kind == "resumed") reload_run(run);  // the run trimmed its curve past the checkpoint
+    if (!events->empty()) emit events_arrived(std::move(*events));
+    auto rows = store_->metrics_since(last_metric_, kMetricsPerRound, &last_metric_);
+    if (!rows) throw std::runtime_error(rows.error().message);
+    if (!rows->empty()) emit metrics_arrived(std::move(*rows));
+    if (!last_error_.isEmpty()) emit store_error(QString());
+    last_error_.clear();
+  } catch (const std::runtime_error& e) {
+    // Locked past the short busy timeout, or the file was replaced: report, reopen next round.
+    const QString err = QString::fromUtf8(e.what());
+    if (err != last_error_) emit store_error(err);
+    last_error_ = err;
+    if (err.contains("locked") == false) store_.reset();
+  }
+}
+
+void StorePoller::reload_run(qint64 run_id) {
+  if (!store_) return;
+  auto rows = store_->metrics(run_id, "");
+  if (!rows) return;
+  MetricBatch batch;
+  for (auto& r : *rows) batch.emplace_back(run_id, std::move(r));
+  emit run_reset(run_id, std::move(batch));
+}

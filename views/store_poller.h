@@ -1,0 +1,67 @@
+// StorePoller: reads the run store for the studio, on its own thread, a few times a second, and
+// hands the UI what changed through queued signals. The UI thread never touches SQLite, so a
+// locked or slow database cannot freeze the window. New metric and event rows are found by rowid,
+// so a run trained by another process (`ftx train`) appears and grows live.
+//
+// Deliberately not here: caching for display (MetricCache, on the UI side), writes of any kind
+// (renames and deletes go through StudioController), interpretation of the rows.
+#pragma once
+#include <QObject>
+#include <QString>
+#include <QTimer>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "core/store/run_store.h"
+
+// One run as the Runs dock lists it.
+struct RunSummary {
+  ftx::RunInfo info;
+  QString dataset, preset;
+  int latent_bits = 0, steps = 0;
+  double kappa_bits = 0;
+  std::vector<int> checkpoint_steps;
+};
+
+// The summary of a run row (its stored config read tolerantly; unknown fields stay defaults).
+RunSummary summarize_run(const ftx::RunInfo& info);
+
+using MetricBatch = std::vector<std::pair<int64_t, ftx::MetricRow>>;  // (run id, row)
+using EventBatch = std::vector<std::pair<int64_t, ftx::EventRow>>;    // (run id, row)
+
+class StorePoller : public QObject {
+  Q_OBJECT
+ public:
+  explicit StorePoller(QString db_path, int interval_ms = 250);
+  ~StorePoller() override;
+
+ public slots:
+  void start();      // call on the poller's thread (connect to QThread::started)
+  void poll();       // one round now
+  void reload_run(qint64 run_id);  // re-send every metric of a run (after a resume trimmed it)
+
+ signals:
+  void runs_changed(std::vector<RunSummary> runs);
+  void metrics_arrived(MetricBatch rows);
+  void events_arrived(EventBatch rows);
+  void run_reset(qint64 run_id, MetricBatch rows);  // drop the run's cached curve, use these rows
+  void store_error(QString message);                // empty: the store is readable again
+
+ private:
+  bool ensure_open();
+  void poll_runs();
+
+  QString path_;
+  int interval_ms_;
+  QTimer* timer_ = nullptr;
+  std::optional<ftx::RunStore> store_;
+  int64_t last_metric_ = 0, last_event_ = 0;
+  QString last_error_;
+  std::string last_runs_key_;  // what was last sent, to emit runs_changed only on change
+};
+
+Q_DECLARE_METATYPE(RunSummary)
+Q_DECLARE_METATYPE(std::vector<RunSummary>)
+Q_DECLARE_METATYPE(MetricBatch)
+Q_DECLARE_METATYPE(EventBatch)

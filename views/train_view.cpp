@@ -1,0 +1,269 @@
+#include "views/train_view.h"
+
+#include <QComboBox>
+#include <QDateTime>
+#include <QFormLayout>
+#include <QGridLayout>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QLabel>
+#include <QLineEdit>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSpinBox>
+#include <QStandardItemModel>
+#include <QVBoxLayout>
+#include <cmath>
+
+#include "core/train/train_config.h"
+
+std::optional<double> parse_kappa_bits(const QString& text) {
+  const QString t = text.trimmed();
+  bool ok = false;
+  double v = 0;
+  if (const int slash = t.indexOf('/'); slash > 0) {
+    bool ok_num = false, ok_den = false;
+    const double num = t.left(slash).trimmed().toDouble(&ok_num), den = t.mid(slash + 1).trimmed().toDouble(&ok_den);
+    ok = ok_num && ok_den && den != 0;
+    v = ok ? num / den : 0;
+  } else {
+    v = t.toDouble(&ok);
+  }
+  if (!ok || !std::isfinite(v) || v < 0) return std::nullopt;
+  return v;
+}
+
+std::optional<std::vector<double>> parse_kappa_list(const QString& text) {
+  std::vector<double> out;
+  for (const QString& part : text.split(',', Qt::SkipEmptyParts)) {
+    auto v = parse_kappa_bits(part);
+    if (!v) return std::nullopt;
+    out.push_back(*v);
+  }
+  if (out.empty()) return std::nullopt;
+  return out;
+}
+
+namespace {
+
+QSpinBox* spin(int lo, int hi, int value) {
+  auto* s = new QSpinBox;
+  s->setRange(lo, hi);
+  s->setValue(value);
+  return s;
+}
+
+void mark(QLineEdit* e, bool bad) { e->setStyleSheet(bad ? "QLineEdit { border: 2px solid #d33; }" : ""); }
+
+QString kappa_label(double bits) {
+  return QString::number(bits, 'g', 4).replace(".", "_");
+}
+
+}  // namespace
+
+TrainView::TrainView(QWidget* parent) : QWidget(parent) {
+  auto* layout = new QVBoxLayout(this);
+  layout->addWidget(build_form());
+  layout->addWidget(build_controls());
+  layout->addStretch();
+  update_preset();
+  update_kappa_label();
+  show_snapshot(ftx::SessionSnapshot{});
+}
+
+QWidget* TrainView::build_form() {
+  auto* box = new QGroupBox("Run");
+  auto* form = new QFormLayout(box);
+  dataset_ = new QComboBox;
+  dataset_->addItem("Synthetic (letter / underscore)", "synthetic");
+  dataset_->addItem("Coin flip", "coinflip");
+  preset_ = new QComboBox;
+  preset_->addItems({"small", "tiny", "custom"});
+  layers_ = spin(1, 64, 4), dim_ = spin(8, 4096, 128), heads_ = spin(1, 64, 4);
+  auto* size = new QHBoxLayout;
+  for (auto [label, w] : {std::pair{"L", layers_}, std::pair{"D", dim_}, std::pair{"heads", heads_}}) {
+    size->addWidget(new QLabel(label));
+    size->addWidget(w);
+  }
+  bits_ = spin(0, 16, ftx::kDefaultLatentBits);
+  bits_->setToolTip("Latent bits H per position (0 = the baseline decoder)");
+  kappa_ = new QLineEdit("1/8");
+  kappa_->setToolTip("Free bits per token, in bits (e.g. 1/64, 1/8, 1, 8)");
+  kappa_nats_ = new QLabel;
+  auto* kappa_row = new QHBoxLayout;
+  kappa_row->addWidget(kappa_);
+  kappa_row->addWidget(kappa_nats_);
+  const ftx::TrainConfig d;
+  steps_ = spin(1, 10000000, d.steps), batch_ = spin(1, 4096, d.batch), seed_ = spin(0, 1 << 30, 1);
+  lr_ = new QLineEdit(QString::number(d.lr));
+  device_ = new QComboBox;
+  device_->addItem("CPU", "cpu");
+  device_->addItem("CUDA (not in this build)", "cuda");
+  set_cuda_available(false);
+  name_ = new QLineEdit;
+  name_->setPlaceholderText("run name (default: dataset-H-kappa-time)");
+  form->addRow("Dataset", dataset_);
+  form->addRow("Preset", preset_);
+  form->addRow("Size", size);
+  form->addRow("Latent bits H", bits_);
+  form->addRow("Kappa (bits)", kappa_row);
+  form->addRow("Steps", steps_);
+  form->addRow("Batch", batch_);
+  form->addRow("Learning rate", lr_);
+  form->addRow("Seed", seed_);
+  form->addRow("Device", device_);
+  form->addRow("Run name", name_);
+  connect(preset_, &QComboBox::currentTextChanged, this, &TrainView::update_preset);
+  connect(kappa_, &QLineEdit::textChanged, this, &TrainView::update_kappa_label);
+  connect(lr_, &QLineEdit::textChanged, this, [this] {
+    bool ok = false;
+    const double v = lr_->text().toDouble(&ok);
+    mark(lr_, !(ok && v > 0 && v < 1));
+  });
+  return box;
+}
+
+QWidget* TrainView::build_controls() {
+  auto* box = new QGroupBox("Training");
+  auto* grid = new QGridLayout(box);
+  start_ = new QPushButton("Start"), pause_ = new QPushButton("Pause"), resume_ = new QPushButton("Resume");
+  stop_ = new QPushButton("Stop"), step_ = new QPushButton("Step once"), set_kappa_ = new QPushButton("Set κ now");
+  set_kappa_->setToolTip("Apply the kappa above to the running run from its next step (recorded as an event)");
+  sweep_ = new QLineEdit("1/64, 1/8, 1, 8");
+  sweep_start_ = new QPushButton("Start κ sweep");
+  sweep_start_->setToolTip("One run per kappa value (bits), one after another, with the form's other settings");
+  progress_ = new QProgressBar;
+  status_ = new QLabel;
+  status_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  message_ = new QLabel;
+  message_->setWordWrap(true);
+  auto* row = new QHBoxLayout;
+  for (QPushButton* b : {start_, pause_, resume_, stop_, step_}) row->addWidget(b);
+  grid->addLayout(row, 0, 0, 1, 3);
+  grid->addWidget(set_kappa_, 1, 0);
+  grid->addWidget(sweep_, 1, 1);
+  grid->addWidget(sweep_start_, 1, 2);
+  grid->addWidget(progress_, 2, 0, 1, 3);
+  grid->addWidget(status_, 3, 0, 1, 3);
+  grid->addWidget(message_, 4, 0, 1, 3);
+  connect(start_, &QPushButton::clicked, this, &TrainView::start);
+  connect(sweep_start_, &QPushButton::clicked, this, &TrainView::start_sweep);
+  connect(pause_, &QPushButton::clicked, this, &TrainView::pause_requested);
+  connect(resume_, &QPushButton::clicked, this, &TrainView::resume_requested);
+  connect(stop_, &QPushButton::clicked, this, &TrainView::stop_requested);
+  connect(step_, &QPushButton::clicked, this, &TrainView::step_requested);
+  connect(set_kappa_, &QPushButton::clicked, this, [this] {
+    auto bits = parse_kappa_bits(kappa_->text());
+    if (!bits) return show_error("kappa '" + kappa_->text() + "' is not a number of bits (e.g. 1/8 or 0.125)");
+    emit kappa_requested(static_cast<float>(ftx::bits_to_nats(*bits)));
+  });
+  connect(sweep_, &QLineEdit::textChanged, this, [this] { mark(sweep_, !parse_kappa_list(sweep_->text())); });
+  return box;
+}
+
+void TrainView::set_cuda_available(bool on) {
+  device_->setItemText(1, on ? "CUDA" : "CUDA (not in this build)");
+  if (auto* item = qobject_cast<QStandardItemModel*>(device_->model())) item->item(1)->setEnabled(on);
+}
+
+void TrainView::set_run_name(const QString& name) { name_->setText(name); }
+void TrainView::set_steps(int steps) { steps_->setValue(steps); }
+
+void TrainView::update_preset() {
+  const bool custom = preset_->currentText() == "custom";
+  if (!custom) {
+    auto p = ftx::model_preset(preset_->currentText().toStdString());
+    if (p) layers_->setValue(p->n_layers), dim_->setValue(p->dim), heads_->setValue(p->n_heads);
+  }
+  for (QSpinBox* s : {layers_, dim_, heads_}) s->setEnabled(custom);
+}
+
+void TrainView::update_kappa_label() {
+  auto bits = parse_kappa_bits(kappa_->text());
+  mark(kappa_, !bits);
+  kappa_nats_->setText(bits ? QString("= %1 nats").arg(ftx::bits_to_nats(*bits), 0, 'g', 4) : "not a number of bits");
+}
+
+ftx::Result<ftx::TrainRequest> TrainView::request() const {
+  ftx::TrainRequest r;
+  r.db_path = db_path_.toStdString();
+  auto bits = parse_kappa_bits(kappa_->text());
+  if (!bits) return ftx::make_error("kappa '" + kappa_->text().toStdString() + "' is not a number of bits (e.g. 1/8 or 0.125)");
+  bool ok = false;
+  const double lr = lr_->text().toDouble(&ok);
+  if (!ok || !(lr > 0 && lr < 1)) return ftx::make_error("learning rate '" + lr_->text().toStdString() + "' must be a number in (0, 1)");
+  if (device_->currentData().toString() != "cpu") return ftx::make_error("device CUDA: this build has no CUDA backend");
+  const QString preset = preset_->currentText();
+  auto base = ftx::model_preset(preset == "custom" ? "small" : preset.toStdString());
+  if (!base) return base.error();
+  r.model = *base;
+  if (preset == "custom") {
+    r.model.n_layers = layers_->value(), r.model.dim = dim_->value(), r.model.n_heads = r.model.n_kv_heads = heads_->value();
+    r.model.ffn_hidden = (r.model.dim * 8 / 3 + 7) / 8 * 8;
+  }
+  r.model.latent_bits = bits_->value();
+  r.train.dataset = dataset_->currentData().toString().toStdString();
+  r.train.preset = preset.toStdString();
+  r.train.kappa_nats = static_cast<float>(ftx::bits_to_nats(*bits));
+  r.train.steps = steps_->value(), r.train.batch = batch_->value();
+  r.train.lr = static_cast<float>(lr), r.train.seed = static_cast<uint64_t>(seed_->value());
+  r.train.eval_every = std::min(r.train.eval_every, std::max(1, r.train.steps / 4));
+  r.train.checkpoint_every = r.train.eval_every;
+  r.run = name_->text().trimmed().toStdString();
+  if (r.run.empty())
+    r.run = (QString::fromStdString(r.train.dataset) + QString("-H%1-k%2-").arg(r.model.latent_bits).arg(kappa_label(*bits)) +
+             QDateTime::currentDateTime().toString("MMdd-hhmmss")).toStdString();
+  return r;
+}
+
+void TrainView::start() {
+  auto r = request();
+  if (!r) return show_error(QString::fromStdString(r.error().message));
+  emit start_requested({*r});
+}
+
+void TrainView::start_sweep() {
+  auto kappas = parse_kappa_list(sweep_->text());
+  if (!kappas) return show_error("sweep '" + sweep_->text() + "': expected kappa values in bits separated by commas");
+  auto base = request();
+  if (!base) return show_error(QString::fromStdString(base.error().message));
+  std::vector<ftx::TrainRequest> sweep;
+  for (double bits : *kappas) {
+    ftx::TrainRequest r = *base;
+    r.train.kappa_nats = static_cast<float>(ftx::bits_to_nats(bits));
+    r.run = base->run + "-sweep-k" + kappa_label(bits).toStdString();
+    sweep.push_back(r);
+  }
+  emit start_requested(sweep);
+}
+
+void TrainView::show_error(const QString& message) {
+  message_->setStyleSheet("color: #d33;");
+  message_->setText(message);
+}
+
+void TrainView::show_snapshot(const ftx::SessionSnapshot& s) {
+  using ftx::SessionState;
+  const bool active = s.state == SessionState::Running || s.state == SessionState::Paused;
+  start_->setEnabled(!active), sweep_start_->setEnabled(!active);
+  pause_->setEnabled(s.state == SessionState::Running);
+  resume_->setEnabled(s.state == SessionState::Paused), step_->setEnabled(s.state == SessionState::Paused);
+  stop_->setEnabled(active), set_kappa_->setEnabled(active);
+  progress_->setRange(0, std::max(1, s.total_steps));
+  progress_->setValue(s.step);
+  if (s.run.empty()) {
+    status_->setText("No run in progress. Fill in the form and press Start.");
+  } else {
+    status_->setText(QString("<b>%1</b> — %2 · step %3/%4 · CE %5 · KL %6 nats · κ %7 bit · %8 tok/s · ETA %9 s%10")
+                         .arg(QString::fromStdString(s.run), ftx::session_state_name(s.state))
+                         .arg(s.step).arg(s.total_steps)
+                         .arg(s.ce, 0, 'f', 4).arg(s.kl, 0, 'f', 4)
+                         .arg(ftx::nats_to_bits(s.kappa_nats), 0, 'g', 3)
+                         .arg(s.tokens_per_s, 0, 'f', 0).arg(s.eta_s, 0, 'f', 0)
+                         .arg(s.queued > 0 ? QString(" · %1 queued").arg(s.queued) : QString()));
+  }
+  if (!s.message.empty()) {
+    message_->setStyleSheet(s.state == SessionState::Failed ? "color: #d33;" : "");
+    message_->setText(QString::fromStdString(s.message));
+  }
+}

@@ -1,0 +1,66 @@
+// TrainView: the Train dock. A form that produces TrainRequests (dataset, preset or custom size,
+// H, kappa in bits with its value in nats, steps, batch, lr, seed, device), the run controls
+// (Start, Pause, Resume, Stop, Step once), a live kappa change, and a kappa sweep (one run per
+// value, one after another). Typed values are checked as they are typed; a bad one is marked
+// and named in the message line, and nothing starts.
+//
+// Deliberately not here: training (StudioController hands requests to core::Session), the
+// curves (Curves dock).
+#pragma once
+#include <QWidget>
+#include <optional>
+#include <vector>
+
+#include "core/session/session.h"
+
+class QComboBox;
+class QSpinBox;
+class QLineEdit;
+class QLabel;
+class QPushButton;
+class QProgressBar;
+
+// "1/8", "0.125", "2" -> bits; nullopt for text, negatives, infinities.
+std::optional<double> parse_kappa_bits(const QString& text);
+// "1/64, 1/8, 1, 8" -> bits each; nullopt when any entry is bad or there is none.
+std::optional<std::vector<double>> parse_kappa_list(const QString& text);
+
+class TrainView : public QWidget {
+  Q_OBJECT
+ public:
+  explicit TrainView(QWidget* parent = nullptr);
+  void set_db_path(const QString& db) { db_path_ = db; }
+  void set_cuda_available(bool on);
+  // The request the form describes now (run name from the form), or an error for the message line.
+  ftx::Result<ftx::TrainRequest> request() const;
+  void set_run_name(const QString& name);
+  void set_steps(int steps);
+
+ public slots:
+  void show_snapshot(const ftx::SessionSnapshot& s);
+  void show_error(const QString& message);
+  void start();
+  void start_sweep();
+
+ signals:
+  void start_requested(std::vector<ftx::TrainRequest> requests);
+  void pause_requested();
+  void resume_requested();
+  void stop_requested();
+  void step_requested();
+  void kappa_requested(float kappa_nats);
+
+ private:
+  void update_kappa_label();
+  void update_preset();
+  QWidget* build_form();
+  QWidget* build_controls();
+
+  QString db_path_;
+  QComboBox *dataset_, *preset_, *device_;
+  QSpinBox *layers_, *dim_, *heads_, *bits_, *steps_, *batch_, *seed_;
+  QLineEdit *kappa_, *lr_, *name_, *sweep_;
+  QLabel *kappa_nats_, *status_, *message_;
+  QPushButton *start_, *pause_, *resume_, *stop_, *step_, *set_kappa_, *sweep_start_;
+  QProgressBar* progress_;
+};
