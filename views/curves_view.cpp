@@ -576,7 +576,9 @@ void CurvePanel::fit_y() {
     set_range(y_axis_, lo / kLogYPad, hi * kLogYPad);
     return;
   }
-  const double pad = hi > lo ? (hi - lo) * kYPad : std::max(std::abs(hi) * kYPad, 1e-12);
+  // A flat curve (all synthetic metrics still 0, a constant lr) gets a readable band around it,
+  // not an axis of +-1e-12.
+  const double pad = hi > lo ? (hi - lo) * kYPad : std::max(std::abs(hi) * kYPad, 0.5);
   const auto [snap_lo, snap_hi] = snap_outward(lo - pad, hi + pad, 2 * kXDivisions);
   set_range(y_axis_, snap_lo, snap_hi);
 }

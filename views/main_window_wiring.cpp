@@ -122,7 +122,7 @@ void MainWindow::on_metrics(const MetricBatch& rows) {
   for (const auto& [run, list] : by_run) cache_.append(run, list);
   if (cache_.revision() == cache_revision_) return;
   cache_revision_ = cache_.revision();
-  curves_->refresh();
+  if (curves_->isVisible()) curves_->refresh();  // a hidden chart catches up when shown
   runs_model_->refresh_values();
 }
 

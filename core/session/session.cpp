@@ -1,5 +1,7 @@
 #include "core/session/session.h"
 
+#include <pthread.h>
+#include <sched.h>
 #include <sys/resource.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -139,9 +141,12 @@ void Session::publish(const SessionSnapshot& s) {
 }
 
 void Session::worker_loop() {
-  // Training yields to the UI thread: a lower priority for this thread and the OpenMP workers it
-  // starts (Linux threads inherit their creator's nice value).
-  setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
+  // Training yields to the UI thread: SCHED_IDLE (it runs whenever nothing else wants the core)
+  // for this thread and the OpenMP workers it starts (Linux threads inherit their creator's
+  // policy); a lower nice value where SCHED_IDLE is refused.
+  sched_param idle{};
+  if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) != 0)
+    setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   for (;;) {
     TrainRequest req;
     {
@@ -164,7 +169,7 @@ void Session::run_one(TrainRequest& req) {
   s.state = SessionState::Running;
   publish(s);
   const int cores = omp_get_num_procs();
-  omp_set_num_threads(req.threads > 0 ? req.threads : std::max(1, cores));
+  omp_set_num_threads(req.threads > 0 ? req.threads : cores);
   auto be = make_cpu_backend();
   auto data = datasets_(req.train);
   auto trainer = Trainer::start(*be, req.model, req.train, data->seq_len(), req.db_path, req.run);

@@ -29,7 +29,7 @@ struct TrainRequest {
   std::string db_path, run;
   ModelConfig model;  // vocab and max_seq_len filled by the session from the dataset
   TrainConfig train;
-  int threads = 0;    // OpenMP threads for the worker; 0 = all cores but one (the UI keeps one)
+  int threads = 0;    // OpenMP threads for the worker; 0 = all cores (it runs at idle priority)
 };
 
 enum class SessionState { Idle, Running, Paused, Finished, Failed, Stopped };
