@@ -19,10 +19,10 @@ namespace ftx {
 namespace {
 
 constexpr int kShotSeconds = 6;          // long enough for llvmpipe's first frames and the worker
-// The bound on the UI event loop is 50 ms; on 2 cores under Xvfb (llvmpipe) we measure
-// 51-105 ms worst case while the small preset trains (README, "The studio"). This guard catches a
-// UI thread that waits on compute or the store (seconds), not the 50 ms target, which is open.
-constexpr double kMaxLatencyMs = 150.0;
+// The bound on the UI event loop while a run trains. On 2 cores under Xvfb (llvmpipe) we
+// measure 3-8 ms (README, "The studio"); a UI thread that waits on compute or on the store, or a
+// window composed through OpenGL on every repaint (65-105 ms), fails it.
+constexpr double kMaxLatencyMs = 50.0;
 
 bool have_xvfb() { return std::system("command -v xvfb-run >/dev/null 2>&1") == 0; }
 

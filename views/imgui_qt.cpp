@@ -1,4 +1,4 @@
-// Dear ImGui 1.86 platform backend for QOpenGLWidget (see imgui_qt.h). Key indices: io.KeysDown
+// Dear ImGui 1.86 platform backend for a QWidget (see imgui_qt.h). Key indices: io.KeysDown
 // is indexed by ImGuiKey_* values themselves (io.KeyMap[k] = k), so only the keys ImGui names
 // are tracked. A press and release arriving between two frames would be lost by 1.86 (it samples
 // io.MouseDown once per frame), so such a release is held back one frame.
@@ -11,7 +11,7 @@
 #include <QGuiApplication>
 #include <QKeyEvent>
 #include <QMouseEvent>
-#include <QOpenGLWidget>
+#include <QWidget>
 #include <QWheelEvent>
 #include <algorithm>
 #include <cfloat>
@@ -23,7 +23,7 @@ namespace {
 constexpr int kMouseButtons = 5;  // ImGui 1.86 io.MouseDown[5]
 
 struct ImGui_ImplQt_Data {
-  QOpenGLWidget* widget = nullptr;
+  QWidget* widget = nullptr;
   QElapsedTimer timer;
   qint64 last_ns = 0;
   QByteArray clipboard;                       // keeps GetClipboardText's answer alive
@@ -154,7 +154,7 @@ Qt::CursorShape qt_cursor(ImGuiMouseCursor c) {
 
 }  // namespace
 
-bool ImGui_ImplQt_Init(QOpenGLWidget* widget) {
+bool ImGui_ImplQt_Init(QWidget* widget) {
   ImGuiIO& io = ImGui::GetIO();
   IM_ASSERT(io.BackendPlatformUserData == nullptr && "platform backend already initialized");
   auto* bd = IM_NEW(ImGui_ImplQt_Data)();

@@ -1,4 +1,4 @@
-// Dear ImGui platform backend for a QOpenGLWidget, in the shape of imgui's own backends
+// Dear ImGui platform backend for a QWidget, in the shape of imgui's own backends
 // (imgui_impl_glfw.h): Init / Shutdown / NewFrame plus an event hook. It feeds ImGuiIO of
 // Dear ImGui 1.86 (the Debian package), which predates the 1.87 input-event queue: mouse
 // position, buttons, wheel, modifiers, io.KeyMap / io.KeysDown and text input are written
@@ -10,11 +10,11 @@
 #pragma once
 
 class QEvent;
-class QOpenGLWidget;
+class QWidget;
 
 // On the current ImGui context: binds `widget` (not owned, must outlive the binding), sets the
 // key map, clipboard callbacks and backend flags.
-bool ImGui_ImplQt_Init(QOpenGLWidget* widget);
+bool ImGui_ImplQt_Init(QWidget* widget);
 void ImGui_ImplQt_Shutdown();
 // Display size (logical pixels), framebuffer scale (devicePixelRatio), delta time, deferred mouse
 // releases and the mouse cursor ImGui asked for in the previous frame. Call before ImGui::NewFrame.

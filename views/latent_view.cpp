@@ -9,7 +9,9 @@
 #include <QFile>
 #include <QImage>
 #include <QOpenGLContext>
+#include <QOpenGLFramebufferObject>
 #include <QOpenGLFunctions>
+#include <QPainter>
 #include <QRectF>
 #include <algorithm>
 
@@ -58,7 +60,7 @@ void apply_style() {
 
 }  // namespace
 
-LatentView::LatentView(QWidget* parent) : QOpenGLWidget(parent) {
+LatentView::LatentView(QWidget* parent) : QWidget(parent) {
   ImGuiContext* previous = ImGui::GetCurrentContext();
   ctx_ = ImGui::CreateContext();
   ImGui::SetCurrentContext(ctx_);
@@ -72,9 +74,12 @@ LatentView::LatentView(QWidget* parent) : QOpenGLWidget(parent) {
 }
 
 LatentView::~LatentView() {
-  if (context() != nullptr) disconnect(context(), nullptr, this, nullptr);
-  release_gl();
   ImGui::SetCurrentContext(ctx_);
+  if (gl_ != nullptr && gl_->makeCurrent(&surface_)) {
+    ImGui_ImplOpenGL3_Shutdown();
+    fbo_.reset();
+    gl_->doneCurrent();
+  }
   ImGui_ImplQt_Shutdown();
   ImGui::DestroyContext(ctx_);
 }
@@ -103,8 +108,7 @@ void LatentView::set_message(QString message) {
 }
 
 bool LatentView::save_png(const QString& path) {
-  const QImage image = grabFramebuffer();
-  return !image.isNull() && image.save(path, "PNG");
+  return render_frame() && frame_.save(path, "PNG");
 }
 
 QRectF LatentView::cell_rect(int t, int h) const {
@@ -114,24 +118,29 @@ QRectF LatentView::cell_rect(int t, int h) const {
   return cell.intersected(clip);
 }
 
-void LatentView::initializeGL() {
+bool LatentView::ensure_gl() {
+  if (gl_ != nullptr) return true;
+  if (!gl_error_.isEmpty()) return false;
+  surface_.setFormat(QSurfaceFormat::defaultFormat());
+  surface_.create();
+  auto gl = std::make_unique<QOpenGLContext>();
+  gl->setFormat(surface_.requestedFormat());
+  if (!surface_.isValid() || !gl->create() || !gl->makeCurrent(&surface_)) {
+    gl_error_ = "The Latent panel needs OpenGL 3, which this display does not offer.";
+    return false;
+  }
   ImGui::SetCurrentContext(ctx_);
   // Qt's default context is a compatibility one where GLSL 1.30 works; a core profile (macOS)
   // wants 1.50.
-  const bool core = context()->format().profile() == QSurfaceFormat::CoreProfile;
-  gl_ready_ = ImGui_ImplOpenGL3_Init(core ? "#version 150" : "#version 130");
-  connect(context(), &QOpenGLContext::aboutToBeDestroyed, this, &LatentView::release_gl, Qt::UniqueConnection);
-}
-
-// The GL objects die with the context (reparenting a QOpenGLWidget recreates it; initializeGL
-// then runs again).
-void LatentView::release_gl() {
-  if (!gl_ready_) return;
-  makeCurrent();
-  ImGui::SetCurrentContext(ctx_);
-  ImGui_ImplOpenGL3_Shutdown();
-  gl_ready_ = false;
-  doneCurrent();
+  const bool core = gl->format().profile() == QSurfaceFormat::CoreProfile;
+  const bool ok = ImGui_ImplOpenGL3_Init(core ? "#version 150" : "#version 130");
+  gl->doneCurrent();
+  if (!ok) {
+    gl_error_ = "The Latent panel could not set up its OpenGL renderer.";
+    return false;
+  }
+  gl_ = std::move(gl);
+  return true;
 }
 
 void LatentView::load_fonts(float dpr) {
@@ -147,13 +156,27 @@ void LatentView::load_fonts(float dpr) {
   small_font_ = add_font(atlas, kMonoFonts, std::size(kMonoFonts), kSmallFontPx * dpr);
   ImGui::GetIO().FontGlobalScale = 1.0f / dpr;
   fonts_dpr_ = dpr;
-  if (gl_ready_) ImGui_ImplOpenGL3_DestroyDeviceObjects();  // the next NewFrame rebuilds them with the new atlas
+  ImGui_ImplOpenGL3_DestroyDeviceObjects();  // the next NewFrame rebuilds them with the new atlas
 }
 
-void LatentView::paintGL() {
-  if (!gl_ready_) return;
+void LatentView::paintEvent(QPaintEvent*) {
+  QPainter painter(this);
+  if (render_frame()) {
+    painter.drawImage(QPointF(0, 0), frame_);
+    return;
+  }
+  painter.fillRect(rect(), QColor::fromRgbF(kClear[0], kClear[1], kClear[2]));
+  painter.setPen(Qt::white);
+  painter.drawText(rect(), Qt::AlignCenter | Qt::TextWordWrap, gl_error_);
+}
+
+bool LatentView::render_frame() {
+  if (!ensure_gl() || !gl_->makeCurrent(&surface_)) return false;
   ImGui::SetCurrentContext(ctx_);
   const float dpr = float(devicePixelRatioF());
+  const QSize pixels = (QSizeF(size()) * dpr).toSize().expandedTo(QSize(1, 1));
+  if (fbo_ == nullptr || fbo_->size() != pixels) fbo_ = std::make_unique<QOpenGLFramebufferObject>(pixels);
+  fbo_->bind();
   if (dpr != fonts_dpr_) load_fonts(dpr);
   ImGui_ImplOpenGL3_NewFrame();
   ImGui_ImplQt_NewFrame();
@@ -172,15 +195,20 @@ void LatentView::paintGL() {
   const LatentPanelActions actions = draw_latent_panel(d);
   ImGui::Render();
 
-  QOpenGLFunctions* gl = context()->functions();
-  gl->glViewport(0, 0, int(width() * dpr), int(height() * dpr));
+  QOpenGLFunctions* gl = gl_->functions();
+  gl->glViewport(0, 0, pixels.width(), pixels.height());
   gl->glClearColor(kClear[0], kClear[1], kClear[2], 1.0f);
   gl->glClear(GL_COLOR_BUFFER_BIT);
   ImGui_ImplOpenGL3_RenderDrawData(ImGui::GetDrawData());
+  frame_ = fbo_->toImage();
+  frame_.setDevicePixelRatio(dpr);
+  fbo_->release();
+  gl_->doneCurrent();
 
   layout_ = actions.heatmap;
   if (frames_left_ > 0) --frames_left_;
   apply(actions);
+  return true;
 }
 
 // Runs after the frame is drawn; signals leave through the event loop so that a slot may call
@@ -228,7 +256,7 @@ bool LatentView::event(QEvent* e) {
     case QEvent::Wheel:
       e->accept();  // the panel is the whole widget: nothing propagates to the parent
       return true;
-    default: return QOpenGLWidget::event(e);
+    default: return QWidget::event(e);
   }
 }
 

@@ -1,15 +1,24 @@
-// LatentView: the studio's Latent view, a QOpenGLWidget hosting the Dear ImGui Latent panel
+// LatentView: the studio's Latent view, a widget hosting the Dear ImGui Latent panel
 // (latent_panel.h) through the Qt platform glue (imgui_qt.h) and the stock OpenGL3 renderer. It
 // owns one ImGui context, the inspection on display and the user's flipped bits; it paints on
 // input and on changes (a few frames at about 30 fps), never continuously while idle.
 //
+// ImGui draws with OpenGL into an offscreen framebuffer the view owns, and the frame is painted as
+// an image. A QOpenGLWidget would be simpler, but it switches the whole main window to OpenGL
+// composition: every repaint anywhere (a label, a chart) then uploads and composes the full
+// window, 12 ms a frame with software GL, and the UI missed its 50 ms latency budget while
+// training. Here only the Latent panel's own frames touch OpenGL.
+//
 // Deliberately not here: running the encoder or regenerating (the owner does that on a worker
 // thread: it listens to flips_changed and answers with set_edited), choosing runs or sequences.
 #pragma once
-#include <QOpenGLWidget>
+#include <QImage>
+#include <QOffscreenSurface>
+#include <QWidget>
 #include <QRectF>
 #include <QString>
 #include <QTimer>
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -18,10 +27,12 @@
 #include "core/explore/explorer.h"
 #include "views/latent_panel.h"
 
+class QOpenGLContext;
+class QOpenGLFramebufferObject;
 struct ImGuiContext;
 struct ImFont;
 
-class LatentView : public QOpenGLWidget {
+class LatentView : public QWidget {
   Q_OBJECT
 
  public:
@@ -34,7 +45,7 @@ class LatentView : public QOpenGLWidget {
   void set_edited(QString text);
   // One status line (errors from the owner's worker); a non-empty one also ends "regenerating".
   void set_message(QString message);
-  // Renders one frame and writes it as PNG; false when the frame or the file failed.
+  // Renders one frame and writes it as PNG; false when OpenGL or the file failed.
   bool save_png(const QString& path);
 
   const std::vector<std::pair<int, int>>& flips() const { return flips_; }
@@ -49,12 +60,15 @@ class LatentView : public QOpenGLWidget {
   void resample_requested();
 
  protected:
-  void initializeGL() override;
-  void paintGL() override;
+  void paintEvent(QPaintEvent* e) override;
   bool event(QEvent* e) override;
 
  private:
-  void release_gl();
+  // Creates the OpenGL context, surface and renderer on first use; false (with gl_error_ set)
+  // when OpenGL is unavailable.
+  bool ensure_gl();
+  // Draws one ImGui frame into frame_ and applies what the user did in it.
+  bool render_frame();
   void load_fonts(float dpr);
   void apply(const LatentPanelActions& a);
   void toggle_flip(int t, int h);
@@ -65,7 +79,11 @@ class LatentView : public QOpenGLWidget {
   ImFont* mono_font_ = nullptr;
   ImFont* small_font_ = nullptr;
   float fonts_dpr_ = 0;  // device pixel ratio the font atlas was rasterised for
-  bool gl_ready_ = false;
+  std::unique_ptr<QOpenGLContext> gl_;
+  QOffscreenSurface surface_;
+  std::unique_ptr<QOpenGLFramebufferObject> fbo_;
+  QImage frame_;  // the last frame, at the device pixel ratio
+  QString gl_error_;
 
   std::optional<ftx::LatentInspection> inspection_;
   std::string run_;
