@@ -60,6 +60,9 @@ constexpr int kLegendRunsMax = 40;
 // points each paint in about 2/3 of the time, and overlaid that densely the smoothing is not seen.
 constexpr int kAntialiasMaxLines = 24;  // the run legend names this many, then "and N more"
 constexpr int kGridColumns = 3;
+constexpr size_t kMarkedPointsMax = 8;  // a series this short also shows its points
+constexpr size_t kLegendRowMax = 3;
+constexpr double kLegendFontScale = 0.85;  // five line-style keys fit under a 280-pixel chart
 constexpr QSize kMinChartSize(240, 180);  // pixels; below this the axis labels crowd the plot out
 constexpr double kDefaultAlpha = 0.6;  // TensorBoard's default smoothing weight
 constexpr int kAlphaSteps = 99;        // the slider: alpha = value / 100, at most 0.99
@@ -81,20 +84,21 @@ struct ChartSpec {
 std::vector<ChartSpec> chart_specs() {
   return {
       {"Cross-entropy", "nats per token",
-       {{"train/ce", Qt::SolidLine, true}, {"val/ce_prior", Qt::DashLine, true},
-        {"val/ce_posterior", Qt::DotLine, true}}},
+       {{"train/ce", Qt::SolidLine, true, "train"}, {"val/ce_prior", Qt::DashLine, true, "val, Z prior"},
+        {"val/ce_posterior", Qt::DotLine, true, "val, Z post."}}},
       {"KL and kappa", "nats (1 bit = ln 2 = 0.693 nats)",
-       {{"train/kl", Qt::SolidLine, true}, {"val/kl", Qt::DotLine, true}, {"kappa", Qt::DashLine, false}},
+       {{"train/kl", Qt::SolidLine, true, "train"}, {"val/kl", Qt::DotLine, true, "val"},
+        {"kappa", Qt::DashLine, false, "κ"}},
        true},
       {"Loss", "nats per token", {{"train/loss", Qt::SolidLine, true}}},
       {"Learning rate", "lr", {{"lr", Qt::SolidLine, false}}},
       {"Tokens/s", "tokens per second", {{"perf/tokens_per_s", Qt::SolidLine, true}}},
       {"Synthetic task", "fraction",
        {{"synth/valid", Qt::SolidLine, true, "valid"},
-        {"synth/agree_fixed", Qt::DashLine, true, "agree fixed"},
-        {"synth/agree_indep", Qt::DotLine, true, "agree indep"},
-        {"synth/noise_agree_fixed", Qt::DashDotLine, true, "noise fixed"},
-        {"synth/noise_agree_indep", Qt::DashDotDotLine, true, "noise indep"}}},
+        {"synth/agree_fixed", Qt::DashLine, true, "agree, Z"},
+        {"synth/agree_indep", Qt::DotLine, true, "agree"},
+        {"synth/noise_agree_fixed", Qt::DashDotLine, true, "noise, Z"},
+        {"synth/noise_agree_indep", Qt::DashDotDotLine, true, "noise"}}},
   };
 }
 
@@ -347,8 +351,13 @@ QChart* CurvePanel::build_chart(bool log_y) {
   chart_->setTitleFont(title_font);
   chart_->setMargins(QMargins(4, 4, 4, 4));
   chart_->legend()->setMarkerShape(QLegend::MarkerShapeFromSeries);
-  chart_->legend()->setAlignment(Qt::AlignBottom);
+  // Up to three keys fit in a row under the plot; more are listed beside it.
+  chart_->legend()->setAlignment(spec_.keys.size() > kLegendRowMax ? Qt::AlignRight : Qt::AlignBottom);
   chart_->legend()->setVisible(spec_.keys.size() > 1);
+  chart_->legend()->setShowToolTips(true);  // the full name of an entry cut short
+  QFont legend_font = chart_->legend()->font();
+  legend_font.setPointSizeF(legend_font.pointSizeF() * kLegendFontScale);
+  chart_->legend()->setFont(legend_font);
   make_axes(log_y);
   for (const KeySpec& k : spec_.keys) {  // legend entries: one per key, in the key's line style
     auto* proxy = new QLineSeries;
@@ -487,6 +496,7 @@ void CurvePanel::follow_data_x() {
     hi = std::max(hi, s->x.back());
   }
   if (!(lo <= hi)) return;
+  lo = std::min(lo, 0.0);  // every chart starts at step 0, so the grid's x-axes line up
   const auto [snap_lo, snap_hi] = snap_outward(lo, hi, kXDivisions);
   if (snap_lo != x_axis_->min() || snap_hi != x_axis_->max()) set_range(x_axis_, snap_lo, snap_hi);
 }
@@ -505,6 +515,7 @@ void CurvePanel::render(CurveLine& line, const Series& s, const RenderKey& key) 
   QColor color = line.run.color;
   if (key.smooth) color.setAlpha(kFaintAlpha);
   line.raw->setPen(make_pen(color, key.smooth ? 1.0 : 1.6, line.spec->style));
+  line.raw->setPointsVisible(raw.x.size() <= kMarkedPointsMax);  // one evaluation is a dot, not nothing
   if (key.log_y && line.count_revision != s.revision) {
     line.nonpositive = count_nonpositive(s.y);
     line.count_revision = s.revision;

@@ -237,13 +237,13 @@ void LessonsView::fill_chart(const ftx::CoinflipLesson& lesson, const QString& b
   std::vector<QAbstractSeries*> series;
   series.push_back(bit_dots(tr("bit Xₜ₊₁ = 1"), lesson.bits, 1, kBitOneColour));
   series.push_back(bit_dots(tr("bit Xₜ₊₁ = 0"), lesson.bits, 0, kBitZeroColour));
-  series.push_back(curve(tr("exact posterior P(Xₜ₊₁=1 | X₁..Xₜ)"), lesson.exact_posterior, kPosteriorColour,
+  series.push_back(curve(tr("exact posterior"), lesson.exact_posterior, kPosteriorColour,
                          Qt::SolidLine, 3));
-  series.push_back(curve(tr("exact given the true Z"), lesson.exact_given_z, kGivenZColour, Qt::DashLine, 2));
+  series.push_back(curve(tr("exact given Z"), lesson.exact_given_z, kGivenZColour, Qt::DashLine, 2));
   if (!lesson.baseline.empty())
     series.push_back(curve(tr("baseline (%1)").arg(baseline_run), lesson.baseline, kBaselineColour, Qt::SolidLine, 2));
   if (!lesson.free_z.empty())
-    series.push_back(curve(tr("Free Transformer, Z from its encoder (%1)").arg(free_run), lesson.free_z, kFreeColour,
+    series.push_back(curve(tr("Free Transformer (%1)").arg(free_run), lesson.free_z, kFreeColour,
                            Qt::SolidLine, 2));
   for (QAbstractSeries* s : series) {
     chart_->addSeries(s);
