@@ -1,9 +1,11 @@
 // MainWindow's connections to the store poller, the explorer worker and the training session.
 #include <QComboBox>
+#include <QCoreApplication>
 #include <QFileDialog>
 #include <QLabel>
 #include <QLineEdit>
 #include <QMessageBox>
+#include <QProcess>
 #include <QSettings>
 #include <QStatusBar>
 #include <QTimer>
@@ -204,11 +206,15 @@ void MainWindow::inspect_latent(quint64 seed) {
                             Q_ARG(QString, latent_text_->text()), Q_ARG(quint64, seed));
 }
 
+// Another store opens in a new studio window (a process of its own, like "open in new window"):
+// this window keeps its store, its threads and any training in progress.
 void MainWindow::open_database() {
   const QString path = QFileDialog::getOpenFileName(this, "Open run store", opts_.db_path, "Run store (*.db);;All files (*)");
   if (path.isEmpty()) return;
-  QSettings().setValue("store/path", path);
-  QMessageBox::information(this, "Open run store", "The studio will use " + path + " from its next start.");
+  if (QProcess::startDetached(QCoreApplication::applicationFilePath(), {"--db", path}))
+    statusBar()->showMessage("Opened " + path + " in a new window", 5000);
+  else
+    QMessageBox::warning(this, "Open run store", "Could not start a new studio window for " + path);
 }
 
 void MainWindow::start_training(const QString& run, int steps) {
