@@ -282,7 +282,8 @@ ftx::Figure4Request GenerationsView::make_request(int fixed_groups) {
 
 void GenerationsView::select_run(const QString& run) {
   const int i = run_box_->findText(run);
-  if (i >= 0) run_box_->setCurrentIndex(i);
+  if (i < 0) return set_message(tr("Run '%1' has no checkpoint yet: nothing to generate from").arg(run), true);
+  run_box_->setCurrentIndex(i);
   on_resample();
 }
 

@@ -105,6 +105,8 @@ void MainWindow::build_docks() {
   });
   connect(runs_view_, &RunsView::open_latent, this, [this](const QString& run) {
     raise_view("latent");
+    if (latent_run_->findText(run) < 0)
+      return latent_->set_message("Run '" + run + "' has no latent to inspect (H = 0) or no checkpoint yet");
     latent_run_->setCurrentText(run);
     inspect_latent(latent_seed_);
   });

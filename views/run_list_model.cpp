@@ -79,8 +79,21 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
   if (role == Qt::CheckStateRole && col == kOverlay) return overlay_.contains(id) ? Qt::Checked : Qt::Unchecked;
   if (role == Qt::DecorationRole && col == kColour) return colour(id);
   if (role == Qt::ToolTipRole) return QString::fromStdString(r->info.created_at + "  " + r->info.notes);
-  if (role != Qt::DisplayRole && role != Qt::EditRole) return {};
   const ftx::Series* ce = cache_ ? cache_->series(id, "train/ce") : nullptr;
+  const int done_steps = ce && !ce->x.empty() ? static_cast<int>(ce->x.back()) : 0;
+  if (role == kSortRole) {  // numbers sort as numbers ("16" after "8"), the rest as text
+    switch (col) {
+      case kKappa: return r->latent_bits > 0 ? r->kappa_bits : -1.0;
+      case kSteps: return done_steps;
+      case kCe:
+      case kKl: {
+        const QVariant v = last_value(cache_, id, col == kCe ? "train/ce" : "train/kl");
+        return v.isValid() ? v.toDouble() : -1.0;
+      }
+      default: return data(index, Qt::DisplayRole);
+    }
+  }
+  if (role != Qt::DisplayRole && role != Qt::EditRole) return {};
   switch (col) {
     case kName: return QString::fromStdString(r->info.name);
     case kStatus: return QString::fromStdString(r->info.status);
@@ -88,7 +101,7 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
     case kPreset: return r->preset;
     case kBits: return r->latent_bits;
     case kKappa: return r->latent_bits > 0 ? QVariant(QString::number(r->kappa_bits, 'g', 3)) : QVariant("–");
-    case kSteps: return QString("%1 / %2").arg(ce && !ce->x.empty() ? static_cast<int>(ce->x.back()) : 0).arg(r->steps);
+    case kSteps: return QString("%1 / %2").arg(done_steps).arg(r->steps);
     case kCe: return last_value(cache_, id, "train/ce");
     case kKl: return last_value(cache_, id, "train/kl");
     default: return {};

@@ -21,6 +21,7 @@ class RunListModel : public QAbstractTableModel {
   Q_OBJECT
  public:
   enum Column { kOverlay, kColour, kName, kStatus, kDataset, kPreset, kBits, kKappa, kSteps, kCe, kKl, kColumns };
+  static constexpr int kSortRole = Qt::UserRole;  // numbers for numeric columns, text otherwise
 
   explicit RunListModel(const ftx::MetricCache* cache, QObject* parent = nullptr);
   void set_runs(std::vector<RunSummary> runs);  // keeps overlay and colour choices by run id

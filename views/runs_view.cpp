@@ -17,6 +17,7 @@ RunsView::RunsView(RunListModel* model, QWidget* parent) : QWidget(parent), mode
   proxy_ = new QSortFilterProxyModel(this);
   proxy_->setSourceModel(model_);
   proxy_->setFilterCaseSensitivity(Qt::CaseInsensitive);
+  proxy_->setSortRole(RunListModel::kSortRole);
   proxy_->setFilterKeyColumn(-1);  // any column: name, status, dataset, preset
   filter_ = new QLineEdit;
   filter_->setPlaceholderText("Filter runs (name, status, dataset, preset)…");
@@ -36,7 +37,7 @@ RunsView::RunsView(RunListModel* model, QWidget* parent) : QWidget(parent), mode
   connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& i) {
     if (i.column() == RunListModel::kColour) choose_colour(i);
   });
-  count_ = new QLabel;
+  count_ = new QLabel(QString("%1 runs").arg(model_->rowCount()));
   connect(model_, &QAbstractItemModel::modelReset, this, [this] {
     count_->setText(QString("%1 runs").arg(model_->rowCount()));
     table_->resizeColumnsToContents();

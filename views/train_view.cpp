@@ -35,7 +35,8 @@ std::optional<double> parse_kappa_bits(const QString& text) {
 
 std::optional<std::vector<double>> parse_kappa_list(const QString& text) {
   std::vector<double> out;
-  for (const QString& part : text.split(',', Qt::SkipEmptyParts)) {
+  for (const QString& part : text.split(',')) {
+    if (part.trimmed().isEmpty()) continue;  // "1, 8, " is "1, 8"
     auto v = parse_kappa_bits(part);
     if (!v) return std::nullopt;
     out.push_back(*v);

@@ -1,0 +1,720 @@
+// The studio's model/view logic, offscreen (no display, no window shown):
+// - RunListModel: the newest runs start overlaid; overlay and colour choices survive set_runs with
+//   the same run ids (reordered, renamed) and are dropped for runs that left the store; a renamed
+//   cell emits rename_requested and leaves the model as it was; the overlay check box; the kappa,
+//   steps and final CE columns; which cells are editable.
+// - RunsView: the text filter (any column, case-insensitive), the selection mapped through the
+//   filter to the right run, the Generations/Latent buttons, the run count.
+// - summarize_run: a config written by the trainer's own serializers, bad JSON, wrong types.
+// - TrainView: parse_kappa_bits / parse_kappa_list, Start refusing a bad kappa (named in the
+//   message line), a valid Start and a kappa sweep as start_requested, the run controls by state.
+// - GenerationsView: a prompt outside the runs' alphabet refused with a message naming the
+//   character and no request, a valid prompt's figure4_requested, set_alphabet re-checking the
+//   prompt, the empty prompt, select_run with its latest step, the kappa comparison without runs.
+// Signals are recorded by lambdas (Qt6::Test is not linked); buttons are found by their text.
+#include <gtest/gtest.h>
+
+#include <QApplication>
+#include <QLabel>
+#include <QLineEdit>
+#include <QPushButton>
+#include <QTableView>
+#include <cmath>
+#include <functional>
+#include <ostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/io/config_json.h"
+#include "core/model/config.h"
+#include "core/train/train_config.h"
+#include "views/generations_view.h"
+#include "views/metric_cache.h"
+#include "views/run_list_model.h"
+#include "views/runs_view.h"
+#include "views/store_poller.h"
+#include "views/train_view.h"
+
+// Readable QString (and QStringList) values in failure messages; found by argument-dependent lookup.
+void PrintTo(const QString& s, std::ostream* os) { *os << '"' << s.toStdString() << '"'; }
+
+namespace {
+
+// Kappa values are compared after float storage (TrainRequest, stored configs hold floats).
+constexpr double kFloatTol = 1e-6;
+constexpr double kDoubleTol = 1e-12;
+constexpr int kNewestOverlaid = 4;  // RunListModel overlays this many newest runs the first time
+const QString kDefaultKappa = "1/8";               // TrainView's kappa field at start
+const QString kDefaultSweep = "1/64, 1/8, 1, 8";   // TrainView's sweep field at start
+const QString kDefaultPrompt = "K>";               // GenerationsView's prompt at start
+const QString kAlphabet = QString::fromLatin1(ftx::kSyntheticAlphabet);  // "_!>A..Z"
+constexpr int kDefaultFixedGroups = 3, kDefaultGroupSize = 8;  // GenerationsView's spin boxes
+
+RunSummary make_run(int64_t id, const std::string& name, const QString& dataset = "synthetic",
+                    const QString& preset = "small", int latent_bits = 8, double kappa_bits = 0.125,
+                    int steps = 1000) {
+  RunSummary r;
+  r.info.id = id;
+  r.info.name = name;
+  r.info.status = "finished";
+  r.dataset = dataset;
+  r.preset = preset;
+  r.latent_bits = latent_bits;
+  r.kappa_bits = kappa_bits;
+  r.steps = steps;
+  return r;
+}
+
+std::vector<RunSummary> runs_with_ids(const std::vector<int64_t>& ids) {
+  std::vector<RunSummary> runs;
+  for (int64_t id : ids) runs.push_back(make_run(id, "run-" + std::to_string(id)));
+  return runs;
+}
+
+int row_of(const RunListModel& model, int64_t id) {
+  for (int row = 0; row < model.rowCount(); ++row)
+    if (model.run_at(row)->info.id == id) return row;
+  return -1;
+}
+
+QPushButton* button(QWidget* parent, const QString& text) {
+  for (QPushButton* b : parent->findChildren<QPushButton*>())
+    if (b->text() == text) return b;
+  ADD_FAILURE() << "no button '" << text.toStdString() << "'";
+  return nullptr;
+}
+
+// Spin boxes hold QLineEdits too: pick the form's own field by a property of it.
+QLineEdit* line_edit(QWidget* parent, const std::function<bool(QLineEdit*)>& is_it, const char* what) {
+  for (QLineEdit* e : parent->findChildren<QLineEdit*>())
+    if (is_it(e)) return e;
+  ADD_FAILURE() << "no line edit: " << what;
+  return nullptr;
+}
+
+QLineEdit* line_edit_with_text(QWidget* parent, const QString& text) {
+  return line_edit(parent, [&](QLineEdit* e) { return e->text() == text; }, text.toUtf8().constData());
+}
+
+// Types `text` over the field's content as a user would: unlike setText, this emits textEdited.
+void type_over(QLineEdit* e, const QString& text) {
+  int edits = 0;
+  const auto counter = QObject::connect(e, &QLineEdit::textEdited, [&] { ++edits; });
+  e->selectAll();
+  e->insert(text);
+  QObject::disconnect(counter);
+  EXPECT_GT(edits, 0) << "typing must look like a user edit";
+}
+
+// The texts of every label of the widget joined, for "the message line says ...".
+QString label_texts(QWidget* parent) {
+  QStringList texts;
+  for (QLabel* l : parent->findChildren<QLabel*>()) texts << l->text();
+  return texts.join('\n');
+}
+
+// TrainView with its start_requested emissions recorded.
+struct TrainHarness {
+  TrainView view;
+  std::vector<std::vector<ftx::TrainRequest>> started;
+  TrainHarness() {
+    QObject::connect(&view, &TrainView::start_requested,
+                     [this](std::vector<ftx::TrainRequest> r) { started.push_back(std::move(r)); });
+  }
+};
+
+// GenerationsView with one run listed, the synthetic alphabet, and its requests recorded.
+struct GenerationsHarness {
+  struct Figure4 {
+    QString run;
+    int step;
+    ftx::Figure4Request req;
+  };
+  GenerationsView view;
+  std::vector<Figure4> figure4;
+  int comparisons = 0;
+  GenerationsHarness() {
+    QObject::connect(&view, &GenerationsView::figure4_requested, [this](QString run, int step, ftx::Figure4Request req) {
+      figure4.push_back({run, step, req});
+    });
+    QObject::connect(&view, &GenerationsView::comparison_requested, [this](QStringList, ftx::Figure4Request) { ++comparisons; });
+    view.set_runs({"run-a", "run-b"});
+    view.set_alphabet(kAlphabet);
+  }
+  QLineEdit* prompt() {
+    return line_edit(&view, [](QLineEdit* e) { return e->toolTip().contains("prompt"); }, "prompt");
+  }
+  void resample() {
+    if (QPushButton* b = button(&view, "Resample Z")) b->click();
+  }
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// RunListModel
+
+TEST(RunListModel, FirstRunsOverlayTheNewestFour) {
+  RunListModel model(nullptr);
+  model.set_runs(runs_with_ids({1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(model.overlaid_ids(), (std::vector<int64_t>{3, 4, 5, 6}));
+  EXPECT_EQ(static_cast<int>(model.overlaid_ids().size()), kNewestOverlaid);
+  // Only the first list does that: a later new run is not overlaid by itself.
+  model.set_runs(runs_with_ids({1, 2, 3, 4, 5, 6, 7}));
+  EXPECT_FALSE(model.overlaid(7));
+}
+
+TEST(RunListModel, OverlayAndColourSurviveSetRunsWithSameIds) {
+  RunListModel model(nullptr);
+  model.set_runs(runs_with_ids({1, 2, 3}));  // all three overlaid
+  const QColor chosen(12, 34, 56);
+  model.set_overlaid(2, false);
+  model.set_overlaid(1, true);
+  model.set_colour(3, chosen);
+  const QColor default_of_1 = model.colour(1);
+
+  // The poller sends the same runs again, reordered and with one renamed.
+  std::vector<RunSummary> again = runs_with_ids({3, 1, 2});
+  again[0].info.name = "renamed";
+  model.set_runs(again);
+
+  EXPECT_TRUE(model.overlaid(1));
+  EXPECT_FALSE(model.overlaid(2));
+  EXPECT_TRUE(model.overlaid(3));
+  EXPECT_EQ(model.overlaid_ids(), (std::vector<int64_t>{3, 1})) << "in table order";
+  EXPECT_EQ(model.colour(3), chosen);
+  EXPECT_EQ(model.colour(1), default_of_1);
+  const QModelIndex swatch = model.index(row_of(model, 3), RunListModel::kColour);
+  EXPECT_EQ(model.data(swatch, Qt::DecorationRole).value<QColor>(), chosen);
+  const QModelIndex check = model.index(row_of(model, 2), RunListModel::kOverlay);
+  EXPECT_EQ(model.data(check, Qt::CheckStateRole).toInt(), static_cast<int>(Qt::Unchecked));
+}
+
+TEST(RunListModel, OverlayOfARunThatLeftTheStoreIsDropped) {
+  RunListModel model(nullptr);
+  model.set_runs(runs_with_ids({1, 2}));
+  ASSERT_TRUE(model.overlaid(2));
+  model.set_runs(runs_with_ids({1}));  // run 2 deleted
+  EXPECT_EQ(model.overlaid_ids(), (std::vector<int64_t>{1}));
+  model.set_runs(runs_with_ids({1, 2}));  // an id coming back is a new run: not overlaid
+  EXPECT_FALSE(model.overlaid(2));
+}
+
+TEST(RunListModel, DefaultColoursDifferBetweenNeighbouringRuns) {
+  RunListModel model(nullptr);
+  model.set_runs(runs_with_ids({1, 2, 3}));
+  EXPECT_NE(model.colour(1), model.colour(2));
+  EXPECT_NE(model.colour(2), model.colour(3));
+  EXPECT_TRUE(model.colour(1).isValid());
+}
+
+TEST(RunListModel, RenameEmitsRequestAndLeavesTheModelUnchanged) {
+  RunListModel model(nullptr);
+  model.set_runs(runs_with_ids({7, 8}));
+  std::vector<std::pair<qint64, QString>> requests;
+  QObject::connect(&model, &RunListModel::rename_requested,
+                   [&](qint64 id, QString name) { requests.emplace_back(id, name); });
+  const QModelIndex name_cell = model.index(row_of(model, 8), RunListModel::kName);
+
+  const bool stored = model.setData(name_cell, QString("  kappa-sweep-1  "), Qt::EditRole);
+
+  EXPECT_FALSE(stored) << "the store renames; the poller brings the new name";
+  ASSERT_EQ(requests.size(), 1u);
+  EXPECT_EQ(requests[0].first, 8);
+  EXPECT_EQ(requests[0].second, "kappa-sweep-1") << "trimmed";
+  EXPECT_EQ(model.data(name_cell, Qt::DisplayRole).toString(), "run-8");
+  EXPECT_EQ(model.run_at(name_cell.row())->info.name, "run-8");
+}
+
+TEST(RunListModel, RenameToBlankOrTheSameNameRequestsNothing) {
+  RunListModel model(nullptr);
+  model.set_runs(runs_with_ids({7}));
+  int requests = 0;
+  QObject::connect(&model, &RunListModel::rename_requested, [&](qint64, QString) { ++requests; });
+  const QModelIndex name_cell = model.index(0, RunListModel::kName);
+  model.setData(name_cell, QString("   "), Qt::EditRole);
+  model.setData(name_cell, QString("run-7"), Qt::EditRole);
+  model.setData(name_cell, QString(" run-7 "), Qt::EditRole);
+  model.setData(model.index(0, RunListModel::kStatus), QString("other"), Qt::EditRole);  // not editable
+  EXPECT_EQ(requests, 0);
+}
+
+TEST(RunListModel, OverlayCheckBoxTogglesAndNotifies) {
+  RunListModel model(nullptr);
+  model.set_runs(runs_with_ids({1}));
+  int notices = 0;
+  QObject::connect(&model, &RunListModel::overlay_changed, [&] { ++notices; });
+  const QModelIndex check = model.index(0, RunListModel::kOverlay);
+  ASSERT_TRUE(model.overlaid(1));
+
+  EXPECT_TRUE(model.setData(check, static_cast<int>(Qt::Unchecked), Qt::CheckStateRole));
+  EXPECT_FALSE(model.overlaid(1));
+  EXPECT_EQ(model.data(check, Qt::CheckStateRole).toInt(), static_cast<int>(Qt::Unchecked));
+  EXPECT_TRUE(model.setData(check, static_cast<int>(Qt::Checked), Qt::CheckStateRole));
+  EXPECT_TRUE(model.overlaid(1));
+  EXPECT_EQ(notices, 2);
+}
+
+TEST(RunListModel, OnlyTheNameIsEditableAndOnlyTheOverlayCheckable) {
+  RunListModel model(nullptr);
+  model.set_runs(runs_with_ids({1}));
+  for (int col = 0; col < RunListModel::kColumns; ++col) {
+    const Qt::ItemFlags f = model.flags(model.index(0, col));
+    EXPECT_EQ(f.testFlag(Qt::ItemIsEditable), col == RunListModel::kName) << "column " << col;
+    EXPECT_EQ(f.testFlag(Qt::ItemIsUserCheckable), col == RunListModel::kOverlay) << "column " << col;
+  }
+}
+
+TEST(RunListModel, ShowsKappaForFreeRunsAndFinalValuesFromTheCache) {
+  constexpr int64_t kFree = 1, kBaseline = 2;
+  constexpr int kTotalSteps = 1000, kLastStep = 250;
+  ftx::MetricCache cache;
+  cache.append(kFree, {{100, "train/ce", 3.0, 0.0}, {kLastStep, "train/ce", 2.5, 0.0}, {kLastStep, "train/kl", 0.0866, 0.0}});
+  RunListModel model(&cache);
+  model.set_runs({make_run(kFree, "free", "synthetic", "small", 8, 0.125, kTotalSteps),
+                  make_run(kBaseline, "baseline", "synthetic", "small", 0, 0.125, kTotalSteps)});
+  auto text = [&](int64_t id, int col) { return model.data(model.index(row_of(model, id), col), Qt::DisplayRole).toString(); };
+
+  EXPECT_EQ(text(kFree, RunListModel::kKappa), "0.125");
+  EXPECT_EQ(text(kBaseline, RunListModel::kKappa), "–") << "a baseline has no kappa";
+  EXPECT_EQ(text(kFree, RunListModel::kSteps), QString("%1 / %2").arg(kLastStep).arg(kTotalSteps));
+  EXPECT_EQ(text(kBaseline, RunListModel::kSteps), QString("0 / %1").arg(kTotalSteps));
+  EXPECT_EQ(text(kFree, RunListModel::kCe), "2.5000");
+  EXPECT_EQ(text(kFree, RunListModel::kKl), "0.0866");
+  EXPECT_TRUE(text(kBaseline, RunListModel::kCe).isEmpty());
+}
+
+// ---------------------------------------------------------------------------------------------
+// RunsView
+
+namespace {
+
+// Three runs a filter can tell apart by dataset and preset.
+std::vector<RunSummary> three_runs() {
+  return {make_run(1, "alpha", "synthetic", "small"), make_run(2, "beta", "coinflip", "tiny"),
+          make_run(3, "gamma", "synthetic", "tiny")};
+}
+
+QTableView* table_of(RunsView& view) {
+  auto* t = view.findChild<QTableView*>();
+  EXPECT_NE(t, nullptr);
+  return t;
+}
+
+QLineEdit* filter_of(RunsView& view) {
+  return line_edit(&view, [](QLineEdit* e) { return e->placeholderText().startsWith("Filter"); }, "filter");
+}
+
+QStringList shown_names(QTableView* table) {
+  QStringList names;
+  for (int row = 0; row < table->model()->rowCount(); ++row)
+    names << table->model()->index(row, RunListModel::kName).data().toString();
+  return names;
+}
+
+}  // namespace
+
+TEST(RunsView, TextFilterHidesNonMatchingRows) {
+  RunListModel model(nullptr);
+  RunsView view(&model);
+  model.set_runs(three_runs());
+  QTableView* table = table_of(view);
+  QLineEdit* filter = filter_of(view);
+  ASSERT_TRUE(table && filter);
+  ASSERT_EQ(table->model()->rowCount(), 3);
+
+  filter->setText("COIN");  // case-insensitive, matches the dataset column
+  EXPECT_EQ(shown_names(table), QStringList{"beta"});
+  filter->setText("tiny");  // the preset column
+  EXPECT_EQ(shown_names(table).size(), 2);
+  EXPECT_FALSE(shown_names(table).contains("alpha"));
+  filter->setText("no such run");
+  EXPECT_EQ(table->model()->rowCount(), 0);
+  filter->clear();
+  EXPECT_EQ(table->model()->rowCount(), 3);
+  EXPECT_EQ(model.rowCount(), 3) << "filtering never touches the model";
+}
+
+TEST(RunsView, SelectionThroughTheFilterNamesTheRightRun) {
+  RunListModel model(nullptr);
+  RunsView view(&model);
+  model.set_runs(three_runs());
+  QTableView* table = table_of(view);
+  QLineEdit* filter = filter_of(view);
+  ASSERT_TRUE(table && filter);
+  EXPECT_TRUE(view.current_run().isEmpty()) << "nothing selected yet";
+
+  filter->setText("gamma");  // the only row shown is the model's third
+  ASSERT_EQ(table->model()->rowCount(), 1);
+  table->setCurrentIndex(table->model()->index(0, RunListModel::kName));
+  EXPECT_EQ(view.current_run(), "gamma");
+}
+
+TEST(RunsView, GenerationsAndLatentButtonsOpenTheSelectedRun) {
+  RunListModel model(nullptr);
+  RunsView view(&model);
+  model.set_runs(three_runs());
+  QStringList generations, latent;
+  QObject::connect(&view, &RunsView::open_generations, [&](QString run) { generations << run; });
+  QObject::connect(&view, &RunsView::open_latent, [&](QString run) { latent << run; });
+  QPushButton* gens = button(&view, "Generations");
+  QPushButton* lat = button(&view, "Latent");
+  QTableView* table = table_of(view);
+  ASSERT_TRUE(gens && lat && table);
+
+  gens->click();  // no selection: nothing to open
+  lat->click();
+  EXPECT_TRUE(generations.isEmpty());
+  EXPECT_TRUE(latent.isEmpty());
+
+  table->setCurrentIndex(table->model()->index(1, RunListModel::kName));
+  gens->click();
+  lat->click();
+  EXPECT_EQ(generations, QStringList{"beta"});
+  EXPECT_EQ(latent, QStringList{"beta"});
+}
+
+TEST(RunsView, CountsRunsAlreadyInTheModel) {
+  RunListModel model(nullptr);
+  model.set_runs(three_runs());
+  RunsView view(&model);
+  EXPECT_TRUE(label_texts(&view).contains("3 runs")) << label_texts(&view).toStdString();
+}
+
+TEST(RunsView, NumericColumnsSortAsNumbers) {
+  RunListModel model(nullptr);
+  RunsView view(&model);
+  std::vector<RunSummary> runs = {make_run(1, "k8", "synthetic", "small", 8, 8.0),
+                                  make_run(2, "k16", "synthetic", "small", 8, 16.0),
+                                  make_run(3, "k0.5", "synthetic", "small", 8, 0.5),
+                                  make_run(4, "base", "synthetic", "small", 0, 0.0)};
+  model.set_runs(runs);
+  QTableView* table = table_of(view);
+  ASSERT_TRUE(table);
+  table->sortByColumn(RunListModel::kKappa, Qt::AscendingOrder);
+  EXPECT_EQ(shown_names(table), (QStringList{"base", "k0.5", "k8", "k16"})) << "as text, \"16\" sorts before \"8\"";
+  table->sortByColumn(RunListModel::kKappa, Qt::DescendingOrder);
+  EXPECT_EQ(shown_names(table), (QStringList{"k16", "k8", "k0.5", "base"}));
+  table->sortByColumn(RunListModel::kName, Qt::AscendingOrder);
+  EXPECT_EQ(shown_names(table), (QStringList{"base", "k0.5", "k16", "k8"})) << "text columns sort as text";
+}
+
+TEST(RunsView, CountsTheRunsOfTheStore) {
+  RunListModel model(nullptr);
+  RunsView view(&model);
+  model.set_runs(three_runs());
+  EXPECT_TRUE(label_texts(&view).contains("3 runs")) << label_texts(&view).toStdString();
+  model.set_runs(runs_with_ids({1}));
+  EXPECT_TRUE(label_texts(&view).contains("1 runs")) << label_texts(&view).toStdString();
+}
+
+// ---------------------------------------------------------------------------------------------
+// summarize_run
+
+TEST(SummarizeRun, ReadsAConfigWrittenByTheTrainer) {
+  constexpr int kBits = 6, kSteps = 1234;
+  constexpr double kKappaBits = 0.25;
+  ftx::ModelConfig m = *ftx::model_preset("tiny");
+  m.latent_bits = kBits;
+  ftx::TrainConfig t;
+  t.dataset = "coinflip";
+  t.preset = "tiny";
+  t.steps = kSteps;
+  t.kappa_nats = static_cast<float>(ftx::bits_to_nats(kKappaBits));
+  ftx::RunInfo info;
+  info.id = 42;
+  info.name = "coin-run";
+  info.status = "running";
+  info.config_json = nlohmann::json{{"model", ftx::config_to_json(m)}, {"train", ftx::train_config_to_json(t)}}.dump();
+
+  const RunSummary r = summarize_run(info);
+  EXPECT_EQ(r.info.id, 42);
+  EXPECT_EQ(r.info.name, "coin-run");
+  EXPECT_EQ(r.dataset, "coinflip");
+  EXPECT_EQ(r.preset, "tiny");
+  EXPECT_EQ(r.steps, kSteps);
+  EXPECT_EQ(r.latent_bits, kBits);
+  EXPECT_NEAR(r.kappa_bits, kKappaBits, kFloatTol);
+}
+
+TEST(SummarizeRun, BaselineConfigHasNoLatentBits) {
+  ftx::ModelConfig m = *ftx::model_preset("tiny");
+  m.latent_bits = 0;  // config_to_json writes no free_transformer object
+  ftx::RunInfo info;
+  info.config_json = nlohmann::json{{"model", ftx::config_to_json(m)}, {"train", ftx::train_config_to_json({})}}.dump();
+  EXPECT_EQ(summarize_run(info).latent_bits, 0);
+  EXPECT_EQ(summarize_run(info).dataset, "synthetic");
+}
+
+TEST(SummarizeRun, BadJsonKeepsTheRunWithDefaults) {
+  ftx::RunInfo info;
+  info.id = 9;
+  info.name = "broken";
+  info.config_json = "{not json";
+  const RunSummary r = summarize_run(info);
+  EXPECT_EQ(r.info.id, 9);
+  EXPECT_EQ(r.info.name, "broken");
+  EXPECT_EQ(r.steps, 0);
+  EXPECT_EQ(r.latent_bits, 0);
+  EXPECT_TRUE(r.dataset.isEmpty());
+}
+
+TEST(SummarizeRun, WrongTypesKeepWhatWasRead) {
+  ftx::RunInfo info;
+  info.config_json = R"({"train": {"dataset": "synthetic", "preset": "small", "steps": "many"}})";
+  const RunSummary r = summarize_run(info);  // must not throw
+  EXPECT_EQ(r.dataset, "synthetic");
+  EXPECT_EQ(r.preset, "small");
+  EXPECT_EQ(r.steps, 0);
+}
+
+// ---------------------------------------------------------------------------------------------
+// parse_kappa_bits / parse_kappa_list
+
+TEST(ParseKappaBits, AcceptsFractionsAndDecimals) {
+  EXPECT_NEAR(parse_kappa_bits("1/8").value_or(-1), 0.125, kDoubleTol);
+  EXPECT_NEAR(parse_kappa_bits(" 1 / 64 ").value_or(-1), 1.0 / 64, kDoubleTol);
+  EXPECT_NEAR(parse_kappa_bits("0.125").value_or(-1), 0.125, kDoubleTol);
+  EXPECT_NEAR(parse_kappa_bits(" 2 ").value_or(-1), 2.0, kDoubleTol);
+  EXPECT_NEAR(parse_kappa_bits("0").value_or(-1), 0.0, kDoubleTol) << "no free bits is a valid kappa";
+}
+
+TEST(ParseKappaBits, RefusesTextNegativesInfinitiesAndZeroDenominators) {
+  for (const char* bad : {"abc", "", "  ", "-1", "1/-8", "1/0", "inf", "nan", "/8", "1/", "1/8/2", "1e999", "0.1x"})
+    EXPECT_FALSE(parse_kappa_bits(bad).has_value()) << "'" << bad << "'";
+}
+
+TEST(ParseKappaList, ParsesEveryValueInOrder) {
+  const auto list = parse_kappa_list(kDefaultSweep);
+  ASSERT_TRUE(list.has_value());
+  ASSERT_EQ(list->size(), 4u);
+  const double expected[] = {1.0 / 64, 1.0 / 8, 1.0, 8.0};
+  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR((*list)[i], expected[i], kDoubleTol) << i;
+}
+
+TEST(ParseKappaList, RefusesAnyBadEntryOrNone) {
+  EXPECT_FALSE(parse_kappa_list("1/64, abc, 1").has_value());
+  EXPECT_FALSE(parse_kappa_list("1, -8").has_value());
+  EXPECT_FALSE(parse_kappa_list("").has_value());
+  EXPECT_FALSE(parse_kappa_list(",,").has_value());
+  EXPECT_FALSE(parse_kappa_list(" , ").has_value());
+}
+
+TEST(ParseKappaList, TrailingSeparatorsAndSpacesAreIgnored) {
+  for (const QString text : {"1, 8,", "1, 8, ", " 1 ,, 8 "}) {
+    const auto list = parse_kappa_list(text);
+    ASSERT_TRUE(list.has_value()) << text.toStdString();
+    EXPECT_EQ(*list, (std::vector<double>{1.0, 8.0})) << text.toStdString();
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// TrainView
+
+TEST(TrainView, StartRefusesABadKappaAndNamesIt) {
+  TrainHarness h;
+  QLineEdit* kappa = line_edit_with_text(&h.view, kDefaultKappa);
+  QPushButton* start = button(&h.view, "Start");
+  ASSERT_TRUE(kappa && start);
+  ASSERT_TRUE(start->isEnabled());
+
+  kappa->setText("abc");
+  EXPECT_FALSE(kappa->styleSheet().isEmpty()) << "the field is marked as it is typed";
+  start->click();
+  EXPECT_TRUE(h.started.empty());
+  EXPECT_TRUE(label_texts(&h.view).contains("kappa 'abc' is not a number of bits")) << label_texts(&h.view).toStdString();
+}
+
+TEST(TrainView, StartWithAValidFormRequestsOneRun) {
+  constexpr double kKappaBits = 0.5;
+  TrainHarness h;
+  QLineEdit* kappa = line_edit_with_text(&h.view, kDefaultKappa);
+  QPushButton* start = button(&h.view, "Start");
+  ASSERT_TRUE(kappa && start);
+  kappa->setText("1/2");
+  EXPECT_TRUE(kappa->styleSheet().isEmpty());
+  h.view.set_db_path("/tmp/runs.db");
+  h.view.set_run_name("  my-run ");
+  h.view.set_steps(400);
+
+  start->click();
+  ASSERT_EQ(h.started.size(), 1u);
+  ASSERT_EQ(h.started[0].size(), 1u);
+  const ftx::TrainRequest& r = h.started[0][0];
+  EXPECT_EQ(r.run, "my-run");
+  EXPECT_EQ(r.db_path, "/tmp/runs.db");
+  EXPECT_EQ(r.train.steps, 400);
+  EXPECT_EQ(r.train.dataset, "synthetic");
+  EXPECT_NEAR(r.train.kappa_nats, ftx::bits_to_nats(kKappaBits), kFloatTol);
+  EXPECT_LE(r.train.eval_every, r.train.steps / 4) << "a short run still evaluates a few times";
+}
+
+TEST(TrainView, SweepRequestsOneRunPerKappaInOrder) {
+  TrainHarness h;
+  h.view.set_run_name("sweep");
+  QPushButton* sweep = button(&h.view, "Start κ sweep");
+  ASSERT_TRUE(sweep);
+  sweep->click();
+  ASSERT_EQ(h.started.size(), 1u) << label_texts(&h.view).toStdString();
+  const std::vector<ftx::TrainRequest>& runs = h.started[0];
+  const double expected_bits[] = {1.0 / 64, 1.0 / 8, 1.0, 8.0};
+  ASSERT_EQ(runs.size(), 4u);
+  for (size_t i = 0; i < runs.size(); ++i) {
+    EXPECT_NEAR(runs[i].train.kappa_nats, ftx::bits_to_nats(expected_bits[i]), kFloatTol) << i;
+    EXPECT_EQ(runs[i].run.rfind("sweep-sweep-k", 0), 0u) << runs[i].run;
+    for (size_t j = 0; j < i; ++j) EXPECT_NE(runs[i].run, runs[j].run) << "run names must differ";
+  }
+}
+
+TEST(TrainView, SweepWithABadListStartsNothing) {
+  TrainHarness h;
+  QLineEdit* list = line_edit_with_text(&h.view, kDefaultSweep);
+  QPushButton* sweep = button(&h.view, "Start κ sweep");
+  ASSERT_TRUE(list && sweep);
+  list->setText("1/64, eight");
+  EXPECT_FALSE(list->styleSheet().isEmpty());
+  sweep->click();
+  EXPECT_TRUE(h.started.empty());
+  EXPECT_TRUE(label_texts(&h.view).contains("sweep '1/64, eight'")) << label_texts(&h.view).toStdString();
+}
+
+TEST(TrainView, RunControlsFollowTheSessionState) {
+  TrainHarness h;
+  int pauses = 0, stops = 0, resumes = 0;
+  std::vector<float> kappas;
+  QObject::connect(&h.view, &TrainView::pause_requested, [&] { ++pauses; });
+  QObject::connect(&h.view, &TrainView::stop_requested, [&] { ++stops; });
+  QObject::connect(&h.view, &TrainView::resume_requested, [&] { ++resumes; });
+  QObject::connect(&h.view, &TrainView::kappa_requested, [&](float k) { kappas.push_back(k); });
+  QPushButton *start = button(&h.view, "Start"), *pause = button(&h.view, "Pause"), *stop = button(&h.view, "Stop"),
+              *resume = button(&h.view, "Resume"), *set_kappa = button(&h.view, "Set κ now");
+  ASSERT_TRUE(start && pause && stop && resume && set_kappa);
+
+  pause->click();  // idle: nothing to pause or stop
+  stop->click();
+  EXPECT_EQ(pauses + stops, 0);
+
+  ftx::SessionSnapshot running;
+  running.state = ftx::SessionState::Running;
+  running.run = "r";
+  running.total_steps = 10;
+  h.view.show_snapshot(running);
+  start->click();  // one run at a time
+  EXPECT_TRUE(h.started.empty());
+  pause->click();
+  stop->click();
+  resume->click();  // only when paused
+  set_kappa->click();
+  EXPECT_EQ(pauses, 1);
+  EXPECT_EQ(stops, 1);
+  EXPECT_EQ(resumes, 0);
+  ASSERT_EQ(kappas.size(), 1u);
+  EXPECT_NEAR(kappas[0], ftx::bits_to_nats(0.125), kFloatTol) << "the form's 1/8 bit, in nats";
+}
+
+// ---------------------------------------------------------------------------------------------
+// GenerationsView
+
+TEST(GenerationsView, PromptOutsideTheAlphabetIsRefusedWithTheCharacterNamed) {
+  GenerationsHarness h;
+  QLineEdit* prompt = h.prompt();
+  ASSERT_TRUE(prompt);
+  ASSERT_EQ(prompt->text(), kDefaultPrompt);
+  type_over(prompt, "Kx>");
+  EXPECT_TRUE(label_texts(&h.view).contains("'x' is not in the runs' alphabet"))
+      << "named as it is typed: " << label_texts(&h.view).toStdString();
+  EXPECT_FALSE(prompt->styleSheet().isEmpty()) << "the prompt is marked";
+  h.resample();
+  emit prompt->returnPressed();
+  EXPECT_TRUE(h.figure4.empty()) << "no request for a prompt the model cannot tokenize";
+  EXPECT_TRUE(label_texts(&h.view).contains("'x' is not in the runs' alphabet")) << label_texts(&h.view).toStdString();
+}
+
+TEST(GenerationsView, ValidPromptRequestsFigure4) {
+  GenerationsHarness h;
+  QLineEdit* prompt = h.prompt();
+  ASSERT_TRUE(prompt);
+  type_over(prompt, "B>");
+  h.resample();
+  ASSERT_EQ(h.figure4.size(), 1u);
+  EXPECT_EQ(h.figure4[0].run, "run-a");
+  EXPECT_EQ(h.figure4[0].step, -1) << "no steps known: the owner loads the latest";
+  EXPECT_EQ(h.figure4[0].req.prompt, "B>");
+  EXPECT_EQ(h.figure4[0].req.fixed_groups, kDefaultFixedGroups);
+  EXPECT_EQ(h.figure4[0].req.group_size, kDefaultGroupSize);
+  emit prompt->returnPressed();  // Return in the prompt generates too
+  ASSERT_EQ(h.figure4.size(), 2u);
+  EXPECT_NE(h.figure4[0].req.seed, h.figure4[1].req.seed) << "Resample Z draws new seeds";
+}
+
+TEST(GenerationsView, FixingTheRefusedPromptClearsTheMessage) {
+  GenerationsHarness h;
+  QLineEdit* prompt = h.prompt();
+  ASSERT_TRUE(prompt);
+  type_over(prompt, "K?");
+  ASSERT_TRUE(label_texts(&h.view).contains("'?'"));
+  type_over(prompt, kDefaultPrompt);
+  EXPECT_FALSE(label_texts(&h.view).contains("alphabet"));
+  EXPECT_TRUE(prompt->styleSheet().isEmpty());
+  h.resample();
+  EXPECT_EQ(h.figure4.size(), 1u);
+}
+
+TEST(GenerationsView, NarrowerAlphabetRefusesTheCurrentPromptAtOnce) {
+  GenerationsHarness h;
+  h.view.set_alphabet("AB>");  // no K
+  EXPECT_TRUE(label_texts(&h.view).contains("'K' is not in the runs' alphabet")) << label_texts(&h.view).toStdString();
+  h.resample();
+  EXPECT_TRUE(h.figure4.empty());
+  h.view.set_alphabet(kAlphabet);
+  EXPECT_FALSE(label_texts(&h.view).contains("alphabet")) << "a valid prompt again: the message goes";
+}
+
+TEST(GenerationsView, EmptyPromptIsRefused) {
+  GenerationsHarness h;
+  QLineEdit* prompt = h.prompt();
+  ASSERT_TRUE(prompt);
+  prompt->clear();
+  h.resample();
+  EXPECT_TRUE(h.figure4.empty());
+  EXPECT_TRUE(label_texts(&h.view).contains("Type a prompt first"));
+}
+
+TEST(GenerationsView, SelectRunRequestsThatRunAtItsLatestStep) {
+  GenerationsHarness h;
+  h.view.set_steps("run-b", {500, 1500, 1000});
+  h.view.select_run("run-b");
+  ASSERT_EQ(h.figure4.size(), 1u);
+  EXPECT_EQ(h.figure4[0].run, "run-b");
+  EXPECT_EQ(h.figure4[0].step, 1500);
+}
+
+TEST(GenerationsView, SelectingARunWithoutCheckpointsSaysSoAndRequestsNothing) {
+  GenerationsHarness h;
+  h.view.set_steps("run-b", {500});
+  h.view.select_run("not-listed");
+  EXPECT_TRUE(h.figure4.empty()) << "never the generations of another run";
+  EXPECT_TRUE(label_texts(&h.view).contains("'not-listed' has no checkpoint")) << label_texts(&h.view).toStdString();
+}
+
+TEST(GenerationsView, KappaComparisonWithoutSweepRunsRequestsNothing) {
+  GenerationsHarness h;
+  QPushButton* comparison = button(&h.view, "Kappa comparison");
+  ASSERT_TRUE(comparison);
+  comparison->click();  // toggles on, which asks for a comparison
+  EXPECT_EQ(h.comparisons, 0);
+  EXPECT_TRUE(h.figure4.empty()) << "the comparison mode must not fall back to one run";
+  EXPECT_TRUE(label_texts(&h.view).contains("No kappa sweep runs"));
+  h.view.set_sweep_runs({"run-a", "run-b"});
+  h.resample();
+  EXPECT_EQ(h.comparisons, 1);
+}
+
+// Widgets need a QApplication; the offscreen platform needs no display.
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  qputenv("QT_QPA_PLATFORM", "offscreen");
+  QApplication app(argc, argv);
+  return RUN_ALL_TESTS();
+}
