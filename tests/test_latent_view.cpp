@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <QApplication>
+#include <QElapsedTimer>
 #include <QLabel>
 #include <QMouseEvent>
 #include <QOpenGLWidget>
@@ -24,6 +25,7 @@ namespace {
 using Flips = std::vector<std::pair<int, int>>;
 
 bool g_no_display = false;
+constexpr int kExposeTimeoutMs = 10000;
 
 // A small inspection: T positions, H bits, every probability distinct so the heatmap has colour.
 ftx::LatentInspection inspection(int T, int H) {
@@ -49,6 +51,13 @@ class LatentViewTest : public ::testing::Test {
     layout->addWidget(view_, 1);
     window_.resize(1100, 640);
     window_.show();
+    // The window maps asynchronously (Xvfb under load is slow): frames drawn before it is exposed
+    // never reach paintEvent.
+    QElapsedTimer waited;
+    waited.start();
+    while (!(window_.windowHandle() && window_.windowHandle()->isExposed()) && waited.elapsed() < kExposeTimeoutMs)
+      QApplication::processEvents(QEventLoop::AllEvents, 10);
+    ASSERT_TRUE(window_.windowHandle()->isExposed()) << "the window was not shown within " << kExposeTimeoutMs << " ms";
     QObject::connect(view_, &LatentView::flips_changed, [this](Flips f) { emitted_.push_back(std::move(f)); });
     view_->set_inspection(inspection(12, 4), "run", 100);
     frames(3);
