@@ -22,13 +22,10 @@ int fail(const std::string& message) {
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device, Error* err) {
-  if (device == "cpu") return make_cpu_backend();
-  if (device == "cuda") {
-    *err = make_error("--device cuda: this build has no CUDA backend yet (use --device cpu)");
-    return nullptr;
-  }
-  *err = make_error("--device '" + device + "': unknown (expected cpu or cuda)");
-  return nullptr;
+  std::string why;
+  auto be = make_backend_for(device, &why);
+  if (!be) *err = make_error("--device " + device + ": " + why);
+  return be;
 }
 
 Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device) {

@@ -77,11 +77,17 @@ class Backend {
   virtual void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, float theta) = 0;
 
   // ---- attention (see AttnShape) ---------------------------------------------------------------
-  virtual void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
+  // `saved` is what the backward needs besides q, k, v and out; its size is backend-specific
+  // (attention_saved_floats): the CPU keeps the probabilities (B, NH, Tq, Tk), the CUDA backend
+  // only the log-sum-exp per query row (B, NH, Tq) and recomputes the probabilities (flash style),
+  // so long sequences never hold T x T per head.
+  virtual size_t attention_saved_floats(const AttnShape& s) const = 0;
+  virtual void attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                                  const AttnShape& s) = 0;
-  // dq, dk, dv overwritten (dk/dv shaped like k/v with Tk_cap == Tk).
-  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
-                                  const float* q, const float* k, const float* v, const AttnShape& s) = 0;
+  // dq, dk, dv overwritten (dk/dv shaped like k/v with Tk_cap == Tk). out is the forward's output.
+  virtual void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                                  const float* saved, const float* q, const float* k, const float* v,
+                                  const AttnShape& s) = 0;
 
   // ---- SwiGLU: out (N,F) = silu(gate) * up -----------------------------------------------------
   virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
@@ -125,5 +131,14 @@ class Backend {
 
 // The CPU backend (kernels/cpu), always available.
 std::unique_ptr<Backend> make_cpu_backend();
+
+// The CUDA backend (kernels/cuda) on GPU `device`; null with the reason in *why when this build
+// has no CUDA backend, no GPU is present, or the device cannot be used.
+std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why);
+// Whether this build compiled kernels/cuda (nvcc was found at configure time).
+bool cuda_backend_built();
+// "cpu", "cuda" (GPU 0) or "cuda:N"; null with the reason in *why (unknown name, no CUDA build,
+// no such GPU).
+std::unique_ptr<Backend> make_backend_for(const std::string& device, std::string* why);
 
 }  // namespace ftx

@@ -147,7 +147,7 @@ void compare_attention(Backend& be, const AttnShape& s, uint64_t seed) {
                           k.data(), v.data(), s);
   Out dqf(nq, kNaN), dkf(nk, kNaN), dvf(nk, kNaN);
   const std::vector<float> attv(attf.data(), attf.data() + na);
-  be.attention_backward(dqf.data(), dkf.data(), dvf.data(), doutf.data(), attv.data(), qf.data(),
+  be.attention_backward(dqf.data(), dkf.data(), dvf.data(), doutf.data(), outf.data(), attv.data(), qf.data(),
                         kf.data(), vf.data(), s);
   EXPECT_CLOSE(dqf, dq, kNmseReduction);
   EXPECT_CLOSE(dkf, dk, kNmseReduction);
@@ -487,10 +487,10 @@ TEST_F(CpuBackendTest, RunsRepeatBitForBit) {
   std::vector<float> out(nq), att(size_t(s.B) * s.NH * s.Tq * s.Tk), dq1(nq), dk1(nk), dv1(nk);
   std::vector<float> dq2(nq), dk2(nk), dv2(nk);
   be_->attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s);
-  be_->attention_backward(dq1.data(), dk1.data(), dv1.data(), out.data(), att.data(), q.data(),
-                          k.data(), v.data(), s);
-  be_->attention_backward(dq2.data(), dk2.data(), dv2.data(), out.data(), att.data(), q.data(),
-                          k.data(), v.data(), s);
+  be_->attention_backward(dq1.data(), dk1.data(), dv1.data(), out.data(), out.data(), att.data(),
+                          q.data(), k.data(), v.data(), s);
+  be_->attention_backward(dq2.data(), dk2.data(), dv2.data(), out.data(), out.data(), att.data(),
+                          q.data(), k.data(), v.data(), s);
   EXPECT_EQ(dq1, dq2);
   EXPECT_EQ(dk1, dk2);
   EXPECT_EQ(dv1, dv2);

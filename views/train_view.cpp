@@ -100,7 +100,7 @@ QWidget* TrainView::build_form() {
   device_ = new QComboBox;
   device_->addItem("CPU", "cpu");
   device_->addItem("CUDA (not in this build)", "cuda");
-  set_cuda_available(false);
+  set_cuda_available(ftx::cuda_in_build());
   name_ = new QLineEdit;
   name_->setPlaceholderText("run name (default: dataset-H-kappa-time)");
   form->addRow("Dataset", dataset_);
@@ -193,7 +193,7 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   bool ok = false;
   const double lr = lr_->text().toDouble(&ok);
   if (!ok || !(lr > 0 && lr < 1)) return ftx::make_error("learning rate '" + lr_->text().toStdString() + "' must be a number in (0, 1)");
-  if (device_->currentData().toString() != "cpu") return ftx::make_error("device CUDA: this build has no CUDA backend");
+  r.device = device_->currentData().toString().toStdString();
   const QString preset = preset_->currentText();
   auto base = ftx::model_preset(preset == "custom" ? "small" : preset.toStdString());
   if (!base) return base.error();

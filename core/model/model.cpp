@@ -130,7 +130,15 @@ void Model::zero_grad() { be_.fill(grads_, 0.0f, n_params_); }
 // ---------------------------------------------------------------------------------------------
 // State allocation
 
-static void carve_block(Carver& c, BlockActs& a, const ModelConfig& m, int B, int Tq, int Tk, bool two_inputs) {
+// The attention's saved state for (B, Tq, Tk) on `be`; without a backend (sizing ahead of one),
+// the CPU's probabilities, the largest any backend keeps.
+static size_t attention_saved(const Backend* be, const ModelConfig& m, int B, int Tq, int Tk) {
+  const AttnShape sh{B, m.n_heads, m.n_kv_heads, m.head_dim, Tq, Tk, Tk, 0, true};
+  return be ? be->attention_saved_floats(sh) : size_t(B) * m.n_heads * Tq * Tk;
+}
+
+static void carve_block(Carver& c, BlockActs& a, const ModelConfig& m, int B, int Tq, int Tk, bool two_inputs,
+                        const Backend* be) {
   const size_t N = size_t(B) * Tq, C = m.dim, QD = size_t(m.n_heads) * m.head_dim, KD = size_t(m.n_kv_heads) * m.head_dim;
   a.ln_q = c.take(N * C);
   a.rstd_q = c.take(N);
@@ -139,7 +147,7 @@ static void carve_block(Carver& c, BlockActs& a, const ModelConfig& m, int B, in
   a.q = c.take(N * QD);
   a.k = c.take(N * KD);
   a.v = c.take(N * KD);
-  a.att = c.take(size_t(B) * m.n_heads * Tq * Tk);
+  a.att = c.take(attention_saved(be, m, B, Tq, Tk));
   a.atty = c.take(N * QD);
   a.a = c.take(N * C);
   a.ln2 = c.take(N * C);
@@ -150,7 +158,7 @@ static void carve_block(Carver& c, BlockActs& a, const ModelConfig& m, int B, in
 }
 
 // Lays out every buffer of a ModelState; with base == nullptr it only measures.
-static size_t carve_state(ModelState& s, const ModelConfig& m, float* base) {
+static size_t carve_state(ModelState& s, const ModelConfig& m, float* base, const Backend* be) {
   Carver c(base);
   const int B = s.B, T = s.T, L = m.n_layers;
   const size_t N = size_t(B) * T, C = m.dim, H = m.latent_bits, F = m.ffn_hidden;
@@ -158,9 +166,9 @@ static size_t carve_state(ModelState& s, const ModelConfig& m, float* base) {
   s.xs.assign(L + 1, nullptr);
   for (auto& x : s.xs) x = c.take(N * C);
   s.blocks.assign(L, {});
-  for (int l = 0; l < L; ++l) carve_block(c, s.blocks[l], m, B, T, T, m.is_free() && l == m.inject_after);
+  for (int l = 0; l < L; ++l) carve_block(c, s.blocks[l], m, B, T, T, m.is_free() && l == m.inject_after, be);
   if (m.is_free()) {
-    carve_block(c, s.enc, m, B, T, T, true);
+    carve_block(c, s.enc, m, B, T, T, true, be);
     s.zeta_b = c.take(N * C);
     s.kv_inj = c.take(N * C);
     s.enc_out = c.take(N * C);
@@ -201,16 +209,16 @@ static size_t carve_state(ModelState& s, const ModelConfig& m, float* base) {
 int64_t Model::state_bytes(const ModelConfig& cfg, int B, int T) {
   ModelState s(nullptr);
   s.B = B, s.T = T, s.free = cfg.is_free();
-  return static_cast<int64_t>(carve_state(s, cfg, nullptr) * sizeof(float));
+  return static_cast<int64_t>(carve_state(s, cfg, nullptr, nullptr) * sizeof(float));
 }
 
 std::unique_ptr<ModelState> Model::make_state(int B, int T) {
   FT_ASSERT(B > 0 && T > 0 && T <= cfg_.max_seq_len, "bad state shape B=%d T=%d", B, T);
   auto s = std::make_unique<ModelState>(&be_);
   s->B = B, s->T = T, s->free = cfg_.is_free();
-  s->arena_floats = carve_state(*s, cfg_, nullptr);
+  s->arena_floats = carve_state(*s, cfg_, nullptr, &be_);
   s->arena = static_cast<float*>(be_.alloc(s->arena_floats * sizeof(float)));
-  carve_state(*s, cfg_, s->arena);
+  carve_state(*s, cfg_, s->arena, &be_);
   return s;
 }
 
@@ -260,7 +268,7 @@ void Model::block_backward(const BlockW& w, const BlockW& dw, BlockActs& a, cons
   be_.copy(dq_in, s.d_a, size_t(N) * C * sizeof(float));
   be_.matmul_backward(s.d_atty, dw.wo, s.d_a, a.atty, w.wo, N, QD, C, false);
   AttnShape sh{B, NH, NKV, HS, T, T, T, 0, causal};
-  be_.attention_backward(s.dq, s.dk, s.dv, s.d_atty, a.att, a.q, a.k, a.v, sh);
+  be_.attention_backward(s.dq, s.dk, s.dv, s.d_atty, a.atty, a.att, a.q, a.k, a.v, sh);
   be_.rope_backward(s.dq, B, T, NH, HS, 0, theta);
   be_.rope_backward(s.dk, B, T, NKV, HS, 0, theta);
   float* d_ln_kv = two ? s.d_ln_kv : s.d_ln;
@@ -403,7 +411,7 @@ void Model::read_logits(const ModelState& s, float* host) const {
 // ---------------------------------------------------------------------------------------------
 // Generation with a KV cache
 
-static size_t carve_decode(DecodeState& d, const ModelConfig& m, float* base) {
+static size_t carve_decode(DecodeState& d, const ModelConfig& m, float* base, const Backend* be) {
   Carver c(base);
   const size_t B = d.B, C = m.dim, KD = size_t(m.n_kv_heads) * m.head_dim;
   d.kcache.assign(m.n_layers, nullptr);
@@ -412,7 +420,7 @@ static size_t carve_decode(DecodeState& d, const ModelConfig& m, float* base) {
     d.kcache[l] = c.take(B * d.max_len * KD);
     d.vcache[l] = c.take(B * d.max_len * KD);
   }
-  carve_block(c, d.scratch, m, d.B, 1, d.max_len, true);
+  carve_block(c, d.scratch, m, d.B, 1, d.max_len, true, be);
   d.x = c.take(B * C);
   d.x2 = c.take(B * C);
   d.kv_in = c.take(B * C);
@@ -430,9 +438,9 @@ std::unique_ptr<DecodeState> Model::make_decode_state(int B, int max_len) {
   FT_ASSERT(B > 0 && max_len > 0 && max_len <= cfg_.max_seq_len, "bad decode shape B=%d len=%d", B, max_len);
   auto d = std::make_unique<DecodeState>(be_);
   d->B = B, d->max_len = max_len;
-  const size_t n = carve_decode(*d, cfg_, nullptr);
+  const size_t n = carve_decode(*d, cfg_, nullptr, &be_);
   d->arena = static_cast<float*>(be_.alloc(n * sizeof(float)));
-  carve_decode(*d, cfg_, d->arena);
+  carve_decode(*d, cfg_, d->arena, &be_);
   return d;
 }
 

@@ -17,7 +17,7 @@ struct BlockActs {
   float* q;        // (N, NH*HS) after RoPE
   float* k;        // (N, NKV*HS) after RoPE
   float* v;        // (N, NKV*HS)
-  float* att;      // (B, NH, T, T) probabilities
+  float* att;      // the attention's saved state (Backend::attention_saved_floats)
   float* atty;     // (N, NH*HS)
   float* a;        // (N, C) q_in + o_proj(atty)
   float* ln2;      // (N, C)

@@ -163,6 +163,8 @@ void Session::worker_loop() {
   }
 }
 
+bool cuda_in_build() { return cuda_backend_built(); }
+
 void Session::run_one(TrainRequest& req) {
   SessionSnapshot s;
   s.run = req.run, s.total_steps = req.train.steps, s.kappa_nats = req.train.kappa_nats;
@@ -170,7 +172,12 @@ void Session::run_one(TrainRequest& req) {
   publish(s);
   const int cores = omp_get_num_procs();
   omp_set_num_threads(req.threads > 0 ? req.threads : cores);
-  auto be = make_cpu_backend();
+  std::string why;
+  auto be = make_backend_for(req.device, &why);
+  if (!be) {
+    s.state = SessionState::Failed, s.message = "device " + req.device + ": " + why;
+    return publish(s);
+  }
   auto data = datasets_(req.train);
   auto trainer = Trainer::start(*be, req.model, req.train, data->seq_len(), req.db_path, req.run);
   if (!trainer) {

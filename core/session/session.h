@@ -30,7 +30,12 @@ struct TrainRequest {
   ModelConfig model;  // vocab and max_seq_len filled by the session from the dataset
   TrainConfig train;
   int threads = 0;    // OpenMP threads for the worker; 0 = all cores (it runs at idle priority)
+  std::string device = "cpu";  // "cpu", "cuda" or "cuda:N" (make_backend_for)
 };
+
+// Whether this build has the CUDA backend (a GPU may still be missing: start() then fails with
+// the reason).
+bool cuda_in_build();
 
 enum class SessionState { Idle, Running, Paused, Finished, Failed, Stopped };
 const char* session_state_name(SessionState s);

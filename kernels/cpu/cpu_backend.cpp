@@ -109,12 +109,15 @@ class CpuBackend final : public Backend {
   }
 
   // ---- attention ----
+  size_t attention_saved_floats(const AttnShape& s) const override {
+    return size_t(s.B) * s.NH * s.Tq * s.Tk;  // the probabilities
+  }
   void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                          const AttnShape& s) override {
     cpu::attention_forward(out, att, q, k, v, s);
   }
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* att,
-                          const float* q, const float* k, const float* v,
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* /*out*/,
+                          const float* att, const float* q, const float* k, const float* v,
                           const AttnShape& s) override {
     cpu::attention_backward(dq, dk, dv, dout, att, q, k, v, s);
   }

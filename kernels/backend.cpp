@@ -1,0 +1,24 @@
+// Backend by device name, for every front end (ftx's --device, the studio's Train form).
+#include <charconv>
+#include <memory>
+#include <string>
+
+#include "kernels/backend.h"
+
+namespace ftx {
+
+std::unique_ptr<Backend> make_backend_for(const std::string& device, std::string* why) {
+  if (device == "cpu") return make_cpu_backend();
+  if (device == "cuda") return make_cuda_backend(0, why);
+  if (device.rfind("cuda:", 0) == 0) {
+    int index = -1;
+    const char* first = device.data() + 5;
+    const char* last = device.data() + device.size();
+    const auto [end, ec] = std::from_chars(first, last, index);
+    if (ec == std::errc() && end == last && first != last && index >= 0) return make_cuda_backend(index, why);
+  }
+  *why = "unknown device (expected cpu, cuda or cuda:N)";
+  return nullptr;
+}
+
+}  // namespace ftx

@@ -1,0 +1,50 @@
+// Shared by the .cu files of the CUDA backend: error checks and launch geometry. Errors of the
+// CUDA runtime or cuBLAS inside an op are bugs or a lost device: they print file:line and abort
+// (FT_ASSERT's policy); what a user controls (no GPU, too little memory) is answered earlier, by
+// make_cuda_backend and try_alloc.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+
+#define FTX_CUDA_CHECK(call)                                                                    \
+  do {                                                                                          \
+    cudaError_t err_ = (call);                                                                  \
+    if (err_ != cudaSuccess) {                                                                  \
+      std::fprintf(stderr, "%s:%d: CUDA error: %s: %s\n", __FILE__, __LINE__, #call,            \
+                   cudaGetErrorString(err_));                                                   \
+      std::abort();                                                                             \
+    }                                                                                           \
+  } while (0)
+
+#define FTX_CUBLAS_CHECK(call)                                                                  \
+  do {                                                                                          \
+    cublasStatus_t st_ = (call);                                                                \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+      std::fprintf(stderr, "%s:%d: cuBLAS error %d: %s\n", __FILE__, __LINE__, int(st_), #call); \
+      std::abort();                                                                             \
+    }                                                                                           \
+  } while (0)
+
+// After a kernel launch: a bad configuration is reported where it happened.
+#define FTX_CUDA_LAUNCHED() FTX_CUDA_CHECK(cudaGetLastError())
+
+namespace ftx::cuda {
+
+inline unsigned blocks_for(size_t n, unsigned threads) { return unsigned((n + threads - 1) / threads); }
+
+constexpr unsigned kWarp = 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+}  // namespace ftx::cuda

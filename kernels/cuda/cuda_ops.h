@@ -1,0 +1,40 @@
+// The CUDA backend's kernels that live in their own .cu files, as launchers on a stream. Each has
+// exactly the semantics of the Backend op of the same name (kernels/backend.h), which the CPU
+// backend defines (kernels/cpu/ops_*.h); test_backend_ops checks them against it.
+#pragma once
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/backend.h"
+
+namespace ftx::cuda {
+
+// ---- attention.cu: flash-style, the probabilities are never stored ----------------------------
+// saved: log-sum-exp of the scaled scores per query row, (B, NH, Tq). A row with no visible key
+// (cannot happen for causal with q_pos0 >= 0) would be a bug.
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                       const AttnShape& s, cudaStream_t st);
+// dq, dk, dv overwritten; dk/dv (B, Tk, NKV, HS). `out` is the forward's output (for
+// D_i = <dout_i, out_i>). Scratch from the caller: none; dk/dv accumulate across the query heads of
+// a GQA group inside the kernel.
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                        const float* lse, const float* q, const float* k, const float* v,
+                        const AttnShape& s, cudaStream_t st);
+
+// ---- latent.cu: the binary mapper, the post-sampler gather, the KL with free bits --------------
+void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, uint64_t seed,
+                           uint64_t stream, cudaStream_t st);
+// Tiled over codes: never holds N x 2^H. `cublas` is the backend's handle (bound to `st`).
+void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
+                            int H, cublasHandle_t cublas, cudaStream_t st);
+void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H, cudaStream_t st);
+void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H,
+                           cudaStream_t st);
+void kl_forward(float* kl, const float* p, int N, int H, cudaStream_t st);
+void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale,
+                 cudaStream_t st);
+
+}  // namespace ftx::cuda
