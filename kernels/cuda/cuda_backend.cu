@@ -296,7 +296,7 @@ class CudaBackend final : public Backend {
   void* try_alloc(size_t bytes) override {
     void* p = nullptr;
     if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) {
-      cudaGetLastError();  // clear the sticky-free allocation error
+      cudaGetLastError();  // an allocation failure is not sticky: clear it for the next check
       return nullptr;
     }
     FTX_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
