@@ -1,6 +1,7 @@
 #include "views/run_list_model.h"
 
 #include <cmath>
+#include <optional>
 
 #include "views/metric_cache.h"
 
@@ -10,10 +11,16 @@ namespace {
 const QColor kPalette[] = {QColor(0x4e79a7), QColor(0xf28e2b), QColor(0xe15759), QColor(0x76b7b2), QColor(0x59a14f),
                            QColor(0xedc948), QColor(0xb07aa1), QColor(0xff9da7), QColor(0x9c755f), QColor(0xbab0ac)};
 
-QVariant last_value(const ftx::MetricCache* cache, int64_t run, const char* key) {
+// The run's last finite value of `key`, if any.
+std::optional<double> last_value(const ftx::MetricCache* cache, int64_t run, const char* key) {
   const ftx::Series* s = cache ? cache->series(run, key) : nullptr;
-  if (!s || s->y.empty() || !std::isfinite(s->y.back())) return {};
-  return QString::number(s->y.back(), 'f', 4);
+  if (!s || s->y.empty() || !std::isfinite(s->y.back())) return std::nullopt;
+  return s->y.back();
+}
+
+QVariant last_value_text(const ftx::MetricCache* cache, int64_t run, const char* key) {
+  const auto v = last_value(cache, run, key);
+  return v ? QVariant(QString::number(*v, 'f', 4)) : QVariant();
 }
 
 }  // namespace
@@ -86,10 +93,7 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
       case kKappa: return r->latent_bits > 0 ? r->kappa_bits : -1.0;
       case kSteps: return done_steps;
       case kCe:
-      case kKl: {
-        const QVariant v = last_value(cache_, id, col == kCe ? "train/ce" : "train/kl");
-        return v.isValid() ? v.toDouble() : -1.0;
-      }
+      case kKl: return last_value(cache_, id, col == kCe ? "train/ce" : "train/kl").value_or(-1.0);
       default: return data(index, Qt::DisplayRole);
     }
   }
@@ -102,8 +106,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
     case kBits: return r->latent_bits;
     case kKappa: return r->latent_bits > 0 ? QVariant(QString::number(r->kappa_bits, 'g', 3)) : QVariant("–");
     case kSteps: return QString("%1 / %2").arg(done_steps).arg(r->steps);
-    case kCe: return last_value(cache_, id, "train/ce");
-    case kKl: return last_value(cache_, id, "train/kl");
+    case kCe: return last_value_text(cache_, id, "train/ce");
+    case kKl: return last_value_text(cache_, id, "train/kl");
     default: return {};
   }
 }

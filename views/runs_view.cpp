@@ -37,9 +37,11 @@ RunsView::RunsView(RunListModel* model, QWidget* parent) : QWidget(parent), mode
   connect(table_, &QTableView::doubleClicked, this, [this](const QModelIndex& i) {
     if (i.column() == RunListModel::kColour) choose_colour(i);
   });
-  count_ = new QLabel(QString("%1 runs").arg(model_->rowCount()));
-  connect(model_, &QAbstractItemModel::modelReset, this, [this] {
-    count_->setText(QString("%1 runs").arg(model_->rowCount()));
+  count_ = new QLabel;
+  auto show_count = [this] { count_->setText(QString("%1 runs").arg(model_->rowCount())); };
+  show_count();
+  connect(model_, &QAbstractItemModel::modelReset, this, [this, show_count] {
+    show_count();
     table_->resizeColumnsToContents();
   });
 
