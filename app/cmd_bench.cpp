@@ -1,10 +1,18 @@
-// ftx bench train: training throughput of one configuration as JSON (median over timed steps
-// after warm-up) with peak memory. Nothing is written to disk.
+// ftx bench train: training throughput of one configuration (a preset, optionally reshaped) as
+// JSON: median step time over timed steps after warm-up, peak memory, and model FLOP/s with the
+// model FLOPs utilization when the GPU's peak is known.
+// ftx bench mapper: Backend::binary_mapper_backward against the GEMM of the same
+// (N x C)(C x 2^H) shape on the same backend, as JSON.
+//
+// Deliberately not here: anything written to disk (the run store is ":memory:"), and data that
+// matter (a reshaped model trains on uniform random tokens: throughput does not depend on them).
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 #include <omp.h>
@@ -12,61 +20,362 @@
 #include "app/commands.h"
 #include "app/common.h"
 #include "core/train/trainer.h"
+#include "kernels/philox.h"
 
 namespace ftx::app {
+namespace {
+
+using nlohmann::json;
+
+// Uniform random tokens for shapes the synthetic task does not have (another vocabulary or
+// length). Sequence i is a pure function of (seed, i); validation sequences start at 2^40.
+class RandomTokens final : public BatchSource {
+ public:
+  RandomTokens(int vocab, int seq_len, uint64_t seed) : vocab_(vocab), seq_len_(seq_len), seed_(seed) {}
+  std::string name() const override { return "random"; }
+  int seq_len() const override { return seq_len_; }
+  const std::string& alphabet() const override { return alphabet_; }
+  void next(int32_t* tokens, int B) override {
+    fill(tokens, pos_, B);
+    pos_ += B;
+  }
+  void validation(int32_t* tokens, int64_t first, int B) const override { fill(tokens, (int64_t{1} << 40) + first, B); }
+  int64_t position() const override { return pos_; }
+  void seek(int64_t position) override { pos_ = position; }
+
+ private:
+  void fill(int32_t* tokens, int64_t first, int B) const {
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < seq_len_; ++t) {
+        const float u = philox_uniform(seed_, kStreamData + static_cast<uint64_t>(first + b), static_cast<uint64_t>(t));
+        tokens[int64_t{b} * seq_len_ + t] = std::min(vocab_ - 1, static_cast<int32_t>(u * static_cast<float>(vocab_)));
+      }
+  }
+  int32_t vocab_;
+  int seq_len_;
+  uint64_t seed_;
+  int64_t pos_ = 0;
+  std::string alphabet_;  // none: token ids only
+};
+
+// Training FLOPs per predicted token, PaLM's convention (Chowdhery et al. 2022, appendix B):
+//   6 per weight of every GEMM (2 forward, 4 backward for the input and weight gradients): the
+//   decoder blocks, the encoder block and its readout, the LM head; not the embedding gather,
+//   the norms or the post-sampler (a gather),
+// + 12 * L_att * T * D_att for the attention scores and weighted sums, forward and backward, over
+//   the full T x T (not halved for causal masking); L_att counts the encoder block too,
+// + for a Free Transformer the binary mapper backward: dG = dR W^T over all 2^H codes
+//   (2 * 2^H * D) and the per-bit reduction of dG * G (2 * 2^H * H), as `ftx bench mapper` counts.
+double train_flops_per_token(const ModelConfig& c, int T) {
+  const double D = c.dim, Q = double(c.n_heads) * c.head_dim, KV = double(c.n_kv_heads) * c.head_dim;
+  const double block = D * Q + 2 * D * KV + Q * D + 3 * D * c.ffn_hidden;  // q, k, v, o; gate, up, down
+  const int blocks = c.n_layers + (c.is_free() ? 1 : 0);
+  double gemm_params = blocks * block + double(c.vocab_size) * D;
+  if (c.is_free()) gemm_params += double(c.latent_bits) * D;
+  double flops = 6 * gemm_params + 12.0 * blocks * T * Q;
+  if (c.is_free()) flops += 2.0 * double(c.num_codes()) * (D + c.latent_bits);
+  return flops;
+}
+constexpr const char* kFlopsConvention =
+    "PaLM: 6 x GEMM weights + 12 x L_att x T x D_att (+ mapper backward 2 x 2^H x (D + H)) per token";
+
+// Dense peak TFLOP/s (no sparsity: half the datasheets' starred figures) by substring of the CUDA
+// device name, e.g. "cuda:0 (NVIDIA H100 80GB HBM3)". Source: NVIDIA H100, H200 and A100
+// datasheets. NVL boards run at other clocks and are left unknown; so is anything not listed.
+struct PeakRow {
+  const char* name_part;
+  double fp32, tf32, bf16;  // fp32: CUDA cores, no tensor cores
+};
+constexpr PeakRow kPeaks[] = {
+    {"H100 PCIe", 51.2, 378.0, 756.0},
+    {"H100 80GB HBM3", 66.9, 494.7, 989.4},  // SXM5
+    {"H100 SXM", 66.9, 494.7, 989.4},
+    {"H200", 66.9, 494.7, 989.4},
+    {"A100", 19.5, 156.0, 312.0},
+};
+
+json peak_tflops(const Backend& be, MatmulPrecision p) {
+  const std::string name = be.name();
+  if (be.kind() != DeviceKind::Cuda || name.find("NVL") != std::string::npos) return nullptr;
+  for (const PeakRow& r : kPeaks)
+    if (name.find(r.name_part) != std::string::npos)
+      return p == MatmulPrecision::Fp32 ? r.fp32 : p == MatmulPrecision::Tf32 ? r.tf32 : r.bf16;
+  return nullptr;
+}
+
+Result<MatmulPrecision> parse_precision(const std::string& s) {
+  for (MatmulPrecision p : {MatmulPrecision::Fp32, MatmulPrecision::Tf32, MatmulPrecision::Bf16})
+    if (s == matmul_precision_name(p)) return p;
+  return make_error("--precision " + s + ": unknown (expected fp32, tf32 or bf16)");
+}
+
+// The preset reshaped by the overrides, sized for `data` (its vocabulary when it has an alphabet).
+Result<ModelConfig> bench_model_config(const BenchArgs& a, const BatchSource& data) {
+  auto cfg = model_preset(a.preset);
+  if (!cfg) return make_error("--" + cfg.error().message);
+  if (a.latent_bits < 0 || a.latent_bits > kMaxLatentBits)
+    return make_error("--latent-bits " + std::to_string(a.latent_bits) + ": H must be in 0.." +
+                      std::to_string(kMaxLatentBits));
+  if (a.layers) cfg->n_layers = *a.layers;
+  if (a.dim) cfg->dim = *a.dim;
+  if (a.heads) cfg->n_heads = *a.heads, cfg->n_kv_heads = *a.heads;
+  if (a.kv_heads) cfg->n_kv_heads = *a.kv_heads;
+  if (a.ffn) cfg->ffn_hidden = *a.ffn;
+  if (cfg->n_heads > 0 && cfg->dim % cfg->n_heads != 0)
+    return make_error("--dim " + std::to_string(cfg->dim) + " is not a multiple of --heads " +
+                      std::to_string(cfg->n_heads));
+  if (cfg->n_heads > 0) cfg->head_dim = cfg->dim / cfg->n_heads;
+  cfg->latent_bits = a.latent_bits;
+  if (cfg->is_free() && cfg->n_layers < 2)
+    return make_error("--layers " + std::to_string(cfg->n_layers) +
+                      ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
+  cfg->inject_after = cfg->n_layers / 2;
+  cfg->alphabet = data.alphabet();
+  cfg->vocab_size = data.alphabet().empty() ? a.vocab.value_or(cfg->vocab_size) : int(data.alphabet().size());
+  cfg->max_seq_len = std::max(cfg->max_seq_len, data.seq_len());
+  FTX_TRY(cfg->validate());
+  return cfg;
+}
+
+// The synthetic task when the shape is its own (vocabulary 29, T = 65), else random tokens.
+Result<std::unique_ptr<BatchSource>> bench_data(const BenchArgs& a, const TrainConfig& t) {
+  if (a.seq_len && *a.seq_len <= 0) return make_error("--seq-len must be positive, got " + std::to_string(*a.seq_len));
+  if (a.vocab && *a.vocab <= 0) return make_error("--vocab must be positive, got " + std::to_string(*a.vocab));
+  auto synthetic = make_dataset(t);
+  const int vocab = static_cast<int>(synthetic->alphabet().size()), T = synthetic->seq_len() - 1;
+  if (a.vocab.value_or(vocab) == vocab && a.seq_len.value_or(T) == T) return synthetic;
+  return std::unique_ptr<BatchSource>(
+      std::make_unique<RandomTokens>(a.vocab.value_or(vocab), a.seq_len.value_or(T) + 1, t.seed));
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Seconds per step of `steps` timed steps after `warmup` untimed ones.
+std::vector<double> time_train_steps(Backend& be, Trainer& trainer, BatchSource& data, int warmup, int steps) {
+  std::vector<double> secs;
+  for (int i = 0; i < warmup + steps; ++i) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)trainer.step_once(data);
+    be.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) secs.push_back(s);
+  }
+  return secs;
+}
+
+json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const BatchSource& data,
+                  const std::vector<double>& secs) {
+  const ModelConfig& m = trainer.model_config();
+  const int T = data.seq_len() - 1;
+  const double med = median(secs), tokens_per_s = double(a.batch) * T / med;
+  const double flops = train_flops_per_token(m, T), tflops = flops * tokens_per_s / 1e12;
+  const json peak = peak_tflops(be, be.matmul_precision());
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return json{{"device", be.name()},
+              {"threads", omp_get_max_threads()},
+              {"precision", matmul_precision_name(be.matmul_precision())},
+              {"preset", a.preset},
+              {"data", data.name()},
+              {"layers", m.n_layers},
+              {"dim", m.dim},
+              {"heads", m.n_heads},
+              {"kv_heads", m.n_kv_heads},
+              {"head_dim", m.head_dim},
+              {"ffn", m.ffn_hidden},
+              {"vocab", m.vocab_size},
+              {"latent_bits", m.latent_bits},
+              {"params", trainer.model().num_params()},
+              {"batch", a.batch},
+              {"seq_len", T},
+              {"tokens_per_step", a.batch * T},
+              {"timed_steps", a.steps},
+              {"step_ms_median", med * 1e3},
+              {"step_ms_min", *std::min_element(secs.begin(), secs.end()) * 1e3},
+              {"tokens_per_s", tokens_per_s},
+              {"model_flops_per_token", flops},
+              {"model_tflops", tflops},
+              {"peak_tflops", peak},
+              {"mfu", peak.is_null() ? json(nullptr) : json(tflops / peak.get<double>())},
+              {"flops_convention", kFlopsConvention},
+              {"peak_rss_mb", ru.ru_maxrss / 1024.0}};
+}
+
+int run_bench_train(const BenchArgs& a) {
+  if (a.steps <= 0 || a.warmup < 0 || a.batch <= 0) return fail("bench: --steps and --batch must be positive");
+  TrainConfig t;
+  t.preset = a.preset, t.batch = a.batch, t.lr = 1e-3f, t.steps = a.warmup + a.steps;
+  t.eval_every = 0, t.checkpoint_every = 0;
+  auto data = bench_data(a, t);
+  if (!data) return fail(data.error());
+  auto mcfg = bench_model_config(a, **data);
+  if (!mcfg) return fail(mcfg.error());
+  std::optional<MatmulPrecision> precision;
+  if (a.precision) {
+    auto p = parse_precision(*a.precision);
+    if (!p) return fail(p.error());
+    precision = *p;
+  }
+  Error err;
+  auto backend = make_backend(a.device, &err);
+  if (!backend) return fail(err);
+  std::string why;
+  if (precision && !backend->set_matmul_precision(*precision, &why))
+    return fail("--precision " + *a.precision + ": " + why);
+  auto trainer = Trainer::start(*backend, *mcfg, t, (*data)->seq_len(), ":memory:", "bench");
+  if (!trainer) return fail(trainer.error());
+  const auto secs = time_train_steps(*backend, **trainer, **data, a.warmup, a.steps);
+  std::printf("%s\n", train_report(a, *backend, **trainer, **data, secs).dump(2).c_str());
+  return 0;
+}
+
+// Backend buffers released together (also on the early returns of a refused allocation).
+class DeviceBuffers {
+ public:
+  explicit DeviceBuffers(Backend& be) : be_(be) {}
+  ~DeviceBuffers() {
+    for (void* p : ptrs_) be_.release(p);
+  }
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+  float* floats(size_t n) {  // null when out of memory
+    void* p = be_.try_alloc(n * sizeof(float));
+    if (p) ptrs_.push_back(p);
+    return static_cast<float*>(p);
+  }
+
+ private:
+  Backend& be_;
+  std::vector<void*> ptrs_;
+};
+
+// Uploads n values lo + (hi - lo) * u, u uniform from Philox(seed, stream).
+void upload_uniform(Backend& be, float* dst, size_t n, uint64_t stream, float lo, float hi) {
+  std::vector<float> host(n);
+  for (size_t i = 0; i < n; ++i) host[i] = lo + (hi - lo) * philox_uniform(1, stream, i);
+  be.upload(dst, host.data(), n * sizeof(float));
+}
+
+// Milliseconds of each of `steps` calls of f after `warmup` untimed ones.
+template <class F>
+std::vector<double> time_calls(Backend& be, int warmup, int steps, F&& f) {
+  for (int i = 0; i < warmup; ++i) f();
+  std::vector<double> ms;
+  for (int i = 0; i < steps; ++i) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    be.synchronize();
+    ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+  }
+  return ms;
+}
+
+double physical_memory_gib() {
+  return static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE)) / (1 << 30);
+}
+
+Status check_mapper_args(const BenchArgs::Mapper& m) {
+  if (m.tokens <= 0) return make_error("--tokens must be positive, got " + std::to_string(m.tokens));
+  if (m.dim <= 0) return make_error("--dim must be positive, got " + std::to_string(m.dim));
+  if (m.latent_bits < 1 || m.latent_bits > kMaxLatentBits)
+    return make_error("--latent-bits " + std::to_string(m.latent_bits) + ": H must be in 1.." +
+                      std::to_string(kMaxLatentBits));
+  if (m.steps <= 0 || m.warmup < 0) return make_error("bench mapper: --steps must be positive, --warmup >= 0");
+  return {};
+}
+
+int run_bench_mapper(const BenchArgs::Mapper& m) {
+  if (auto s = check_mapper_args(m); !s) return fail(s.error());
+  Error err;
+  auto backend = make_backend(m.device, &err);
+  if (!backend) return fail(err);
+  Backend& be = *backend;
+  const int N = m.tokens, C = m.dim, H = m.latent_bits, K = 1 << H;
+  const double out_gib = double(N) * K * sizeof(float) / (1 << 30);
+  char too_big[256];
+  std::snprintf(too_big, sizeof too_big,
+                "bench mapper: the GEMM output (%d x 2^%d floats, %.1f GiB) does not fit on %s: lower --tokens or "
+                "--latent-bits",
+                N, H, out_gib, be.name());
+  // The CPU backend zero-fills what it allocates: refuse before touching more than the machine has
+  // (the output, plus the inputs twice: on the backend and staged on the host).
+  const double host_gib = (double(N) * C + double(C) * K + 2.0 * N * H) * sizeof(float) / (1 << 30);
+  if (be.kind() == DeviceKind::Cpu && out_gib + 2 * host_gib > 0.9 * physical_memory_gib()) return fail(too_big);
+  DeviceBuffers buf(be);
+  float* out = buf.floats(size_t(N) * K);  // (N, 2^H) the GEMM's output, the largest: first
+  if (!out) return fail(too_big);
+  float* dR = buf.floats(size_t(N) * C);       // (N, C)
+  float* W = buf.floats(size_t(C) * K);        // (C, 2^H) post-sampler; the GEMM reads it as (2^H, C)
+  float* p = buf.floats(size_t(N) * H);        // (N, H) bit probabilities
+  float* dlogits = buf.floats(size_t(N) * H);  // (N, H)
+  if (!dR || !W || !p || !dlogits) return fail("bench mapper: out of memory on " + std::string(be.name()));
+  upload_uniform(be, dR, size_t(N) * C, 1, -1.0f, 1.0f);
+  upload_uniform(be, W, size_t(C) * K, 2, -0.05f, 0.05f);
+  upload_uniform(be, p, size_t(N) * H, 3, 0.05f, 0.95f);
+  const double mapper_ms =
+      median(time_calls(be, m.warmup, m.steps, [&] { be.binary_mapper_backward(dlogits, dR, W, p, N, C, H); }));
+  const double gemm_ms =
+      median(time_calls(be, m.warmup, m.steps, [&] { be.matmul_forward(out, dR, W, N, C, K, false); }));
+  const double gemm_flops = 2.0 * N * C * K, mapper_flops = 2.0 * N * K * (C + H);
+  const json j{{"device", be.name()},
+               {"threads", omp_get_max_threads()},
+               {"precision", matmul_precision_name(be.matmul_precision())},
+               {"tokens", N},
+               {"dim", C},
+               {"latent_bits", H},
+               {"codes", K},
+               {"timed_steps", m.steps},
+               {"mapper_ms_median", mapper_ms},
+               {"gemm_ms_median", gemm_ms},
+               {"mapper_flops", mapper_flops},
+               {"gemm_flops", gemm_flops},
+               {"mapper_tflops", mapper_flops / mapper_ms / 1e9},  // flops / (ms * 1e-3) / 1e12
+               {"gemm_tflops", gemm_flops / gemm_ms / 1e9},
+               {"mapper_vs_gemm", gemm_ms / mapper_ms}};
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+}  // namespace
 
 void add_bench_options(CLI::App& app, BenchArgs& a) {
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
-  auto* c = bench->add_subcommand("train", "Training throughput (tokens/s) on the synthetic task");
+  auto* c = bench->add_subcommand("train", "Training throughput (tokens/s, model TFLOP/s) of a preset, maybe reshaped");
+  c->callback([&a] { a.command = "train"; });
   c->add_option("--preset", a.preset, "tiny | small")->capture_default_str();
+  c->add_option("--layers", a.layers, "Override the preset's number of blocks");
+  c->add_option("--dim", a.dim, "Override the model width");
+  c->add_option("--heads", a.heads, "Override the number of query heads");
+  c->add_option("--kv-heads", a.kv_heads, "Override the number of key/value heads (GQA)");
+  c->add_option("--ffn", a.ffn, "Override the SwiGLU hidden width");
+  c->add_option("--vocab", a.vocab, "Vocabulary size (other than 29: uniform random tokens)");
+  c->add_option("--seq-len", a.seq_len, "Predicted positions T (other than 65: uniform random tokens)");
   c->add_option("--latent-bits", a.latent_bits, "H (0 = baseline decoder)")->capture_default_str();
   c->add_option("--batch", a.batch, "Sequences per step")->capture_default_str();
   c->add_option("--warmup", a.warmup, "Untimed steps first")->capture_default_str();
   c->add_option("--steps", a.steps, "Timed steps")->capture_default_str();
+  c->add_option("--precision", a.precision, "GEMM inputs: fp32 | tf32 | bf16 (default: the backend's)");
   c->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+
+  auto* mp = bench->add_subcommand("mapper", "Binary mapper backward against the GEMM of the same shape");
+  mp->callback([&a] { a.command = "mapper"; });
+  mp->add_option("--tokens", a.mapper.tokens, "Rows N")->capture_default_str();
+  mp->add_option("--dim", a.mapper.dim, "Model width C")->capture_default_str();
+  mp->add_option("--latent-bits", a.mapper.latent_bits, "H (2^H codes)")->capture_default_str();
+  mp->add_option("--warmup", a.mapper.warmup, "Untimed calls first")->capture_default_str();
+  mp->add_option("--steps", a.mapper.steps, "Timed calls")->capture_default_str();
+  mp->add_option("--device", a.mapper.device, "cpu | cuda")->capture_default_str();
 }
 
 int run_bench(const BenchArgs& a) {
-  if (a.steps <= 0 || a.warmup < 0 || a.batch <= 0) return fail("bench: --steps and --batch must be positive");
-  Error err;
-  auto backend = make_backend(a.device, &err);
-  if (!backend) return fail(err);
-  auto mcfg = model_preset(a.preset);
-  if (!mcfg) return fail(mcfg.error());
-  mcfg->latent_bits = a.latent_bits;
-  TrainConfig t;
-  t.batch = a.batch, t.lr = 1e-3f, t.steps = a.warmup + a.steps, t.eval_every = 0, t.checkpoint_every = 0;
-  auto trainer = Trainer::start(*backend, *mcfg, t, make_dataset(t)->seq_len(), ":memory:", "bench");
-  if (!trainer) return fail(trainer.error());
-  auto data = make_dataset(t);
-  std::vector<double> secs;
-  for (int i = 0; i < a.warmup + a.steps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)(*trainer)->step_once(*data);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= a.warmup) secs.push_back(s);
-  }
-  std::sort(secs.begin(), secs.end());
-  const double median = secs[secs.size() / 2];
-  const int T = data->seq_len() - 1;
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  nlohmann::json out{{"device", backend->name()},
-                     {"threads", omp_get_max_threads()},
-                     {"preset", a.preset},
-                     {"latent_bits", a.latent_bits},
-                     {"params", (*trainer)->model().num_params()},
-                     {"batch", a.batch},
-                     {"seq_len", T},
-                     {"tokens_per_step", a.batch * T},
-                     {"timed_steps", a.steps},
-                     {"step_ms_median", median * 1e3},
-                     {"step_ms_min", secs.front() * 1e3},
-                     {"tokens_per_s", a.batch * T / median},
-                     {"peak_rss_mb", ru.ru_maxrss / 1024.0}};
-  std::printf("%s\n", out.dump(2).c_str());
-  return 0;
+  if (a.command == "mapper") return run_bench_mapper(a.mapper);
+  return run_bench_train(a);
 }
 
 }  // namespace ftx::app

@@ -51,9 +51,17 @@ void add_metrics_options(CLI::App& app, StoreArgs& a);
 int run_runs(const StoreArgs& a);
 int run_metrics(const StoreArgs& a);
 
+// ftx bench train | mapper. `command` is the subcommand given (set while parsing).
 struct BenchArgs {
+  std::string command;
   std::string preset = "small", device = "cpu";
+  std::optional<int> layers, dim, heads, kv_heads, ffn, vocab, seq_len;  // overrides of the preset
+  std::optional<std::string> precision;  // fp32 | tf32 | bf16; absent: the backend's default
   int latent_bits = 8, batch = 64, warmup = 5, steps = 20;
+  struct Mapper {  // binary_mapper_backward against the GEMM of the same shape
+    std::string device = "cpu";
+    int tokens = 8192, dim = 768, latent_bits = 16, warmup = 3, steps = 10;
+  } mapper;
 };
 void add_bench_options(CLI::App& app, BenchArgs& a);
 int run_bench(const BenchArgs& a);

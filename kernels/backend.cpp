@@ -7,6 +7,21 @@
 
 namespace ftx {
 
+const char* matmul_precision_name(MatmulPrecision p) {
+  switch (p) {
+    case MatmulPrecision::Fp32: return "fp32";
+    case MatmulPrecision::Tf32: return "tf32";
+    case MatmulPrecision::Bf16: return "bf16";
+  }
+  return "?";
+}
+
+bool Backend::set_matmul_precision(MatmulPrecision p, std::string* why) {
+  if (p == MatmulPrecision::Fp32) return true;
+  *why = std::string(name()) + " computes GEMMs in fp32 only (" + matmul_precision_name(p) + " needs --device cuda)";
+  return false;
+}
+
 std::unique_ptr<Backend> make_backend_for(const std::string& device, std::string* why) {
   if (device == "cpu") return make_cpu_backend();
   if (device == "cuda") return make_cuda_backend(0, why);

@@ -17,6 +17,25 @@ namespace ftx {
 
 enum class DeviceKind { Cpu, Cuda };
 
+// Input precision of the GEMMs (matmul_forward / matmul_backward); accumulation is fp32 always.
+//   Fp32: full fp32 products (the CPU backend; on CUDA the slow exact reference).
+//   Tf32: tensor cores with 10-bit mantissa inputs (the CUDA default for fp32 training).
+//   Bf16: tensor cores on bf16 inputs (8-bit mantissa): activations are rounded per call, weights
+//         come from a bf16 copy the backend keeps of every buffer given to track_weights.
+enum class MatmulPrecision { Fp32, Tf32, Bf16 };
+const char* matmul_precision_name(MatmulPrecision p);
+
+// One tensor of a fused AdamW update: elements [offset, offset + numel) of the flat buffers.
+struct AdamWSegment {
+  size_t offset = 0, numel = 0;
+  float weight_decay = 0.0f;
+};
+// The per-step hyperparameters; t counts steps from 1 (bias correction).
+struct AdamWStep {
+  float lr = 0.0f, beta1 = 0.9f, beta2 = 0.95f, eps = 1e-8f;
+  int t = 1;
+};
+
 // Geometry of one attention call. q: (B, Tq, NH, HS); k, v: (B, Tk_cap, NKV, HS) of which the
 // first Tk rows per sequence are used; out: (B, Tq, NH, HS); att: (B, NH, Tq, Tk) probabilities.
 // Query i sits at absolute position q_pos0 + i; keys at 0..Tk-1. Causal: key j visible to query i
@@ -124,9 +143,32 @@ class Backend {
   virtual void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa,
                            float scale) = 0;
 
-  // ---- optimizer: AdamW, bias-corrected, decoupled weight decay (lr * wd * param) ---------------
-  virtual void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                            float beta1, float beta2, float eps, float weight_decay, int t) = 0;
+  // ---- optimizer -----------------------------------------------------------------------------
+  // Gradient clipping without a host round trip: *norm (one float in backend memory) = ||g||_2
+  // (accumulated in double); when max_norm > 0 and the norm exceeds it, g *= max_norm / norm.
+  virtual void clip_grad_norm(float* g, size_t n, float max_norm, float* norm) = 0;
+  // AdamW, bias-corrected, decoupled weight decay (lr * wd * param), over every segment of the
+  // flat buffers param / grad / m / v in one call (one kernel on CUDA).
+  virtual void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments,
+                            int n_segments, const AdamWStep& step) = 0;
+
+  // ---- precision and step graphs (both optional: the defaults are what the CPU does) ------------
+  // False, with the reason in *why, when this backend cannot compute GEMMs at that precision.
+  virtual bool set_matmul_precision(MatmulPrecision p, std::string* why);
+  virtual MatmulPrecision matmul_precision() const { return MatmulPrecision::Fp32; }
+  // Buffers whose contents are weights read by GEMMs (the model's parameters). At Bf16 the
+  // backend keeps a bf16 copy and refreshes it after any op that writes into the buffer.
+  virtual void track_weights(const float* base, size_t n) { (void)base, (void)n; }
+  // The ops between begin_graph() and end_graph() form one unit that a backend may record once
+  // and replay (CUDA graphs) instead of launching op by op: a training step. Scalar arguments may
+  // change from one replay to the next; when buffers or shapes change the backend records again.
+  // In between: no upload, download, sum_squares, alloc or release. The CPU runs ops as they come.
+  virtual void begin_graph() {}
+  virtual void end_graph() {}
+  struct GraphStats {
+    int captures = 0, replays = 0;  // graphs recorded, graphs replayed unchanged
+  };
+  virtual GraphStats graph_stats() const { return {}; }
 };
 
 // The CPU backend (kernels/cpu), always available.

@@ -9,7 +9,10 @@
 // carries guard words after its last element: an op that writes past its output fails. NaN and Inf
 // in the inputs of a few elementwise ops must come out at exactly the same places on both. Last,
 // an end-to-end check: the tiny preset trained for 50 steps from the same seed on both backends
-// gives the same loss curve within TF32 rounding.
+// gives the same loss curve within TF32 rounding, and within bf16 rounding at MatmulPrecision::Bf16.
+// Also: GEMMs at fp32 and bf16 (with and without the bf16 copy of tracked weights, which must
+// follow every write), and step graphs: ops recorded once and replayed with new scalars, recorded
+// again when the step changes, and a whole training run replayed against the same GPU op by op.
 //
 // Without a GPU (or in a build without kernels/cuda) make_cuda_backend returns null and every test
 // is skipped with its reason. The CPU backend is the reference: test_cpu_backend.cpp checks it
@@ -22,6 +25,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <map>
@@ -72,6 +76,16 @@ constexpr double kTf32 = 3e-3;
 // weighted sums of dG, which can cancel a little (the simulated TF32 error was 2e-4..7e-4, like a
 // plain GEMM's): kTf32 with headroom for a reduction in float instead of the CPU's double.
 constexpr double kMapperTf32 = 5e-3;
+// MatmulPrecision::Fp32 on CUDA: no tensor cores, fp32 products summed in another order than the
+// CPU's: a reduction's error.
+constexpr double kFp32Gemm = kReduction;
+// bf16 GEMM inputs (8-bit mantissa, unit roundoff 2^-9 = 2e-3): each input rounded to nearest,
+// so a product is off by about 2e-3 / sqrt(3) * sqrt(2) = 1.6e-3 RMS, and a sum of many random
+// products keeps that relative size. 1e-2 bounds it with room; a stale bf16 copy of a weight
+// (an update the mirror missed) or a wrong offset into the mirror gives O(1).
+constexpr double kBf16 = 1e-2;
+// The binary mapper's backward at bf16: kBf16 with the same cancellation headroom as kMapperTf32.
+constexpr double kMapperBf16 = 2e-2;
 // Attention is a flash-style fp32 kernel (not a cuBLAS GEMM): out sums up to 1024 probability-
 // weighted rows, the backward recomputes the probabilities from the log-sum-exp and forms
 // dS = P * (dP - <dout, out>) instead of the CPU's stored P: about 1e-6..1e-5. This limit assumes
@@ -89,6 +103,10 @@ constexpr double kAdamDelta = 1e-4;
 // room for the GPU's other reorderings; a wrong op gives diverging curves well beyond that (an
 // embedding backward that overwrites instead of accumulating, or a flipped causal mask, fail it).
 constexpr double kTrainLossRel = 2e-2;
+// Step graphs against op by op on the same GPU: identical kernels, only float atomics reorder.
+constexpr double kGraphLossRel = 2e-3;
+// bf16 GEMMs perturb every step about 4x more than TF32 (8-bit against 10-bit mantissas).
+constexpr double kTrainLossRelBf16 = 5e-2;
 // Step 1 has the same weights and data on both: only one forward in TF32 separates them.
 constexpr double kFirstLossRel = 1e-3;
 // The CPU curve must fall by at least this much over the 50 steps, so that the comparison is of
@@ -338,6 +356,22 @@ TEST_F(BackendOps, SumSquares) {
   }
   DevBuf<float> empty(gpu(), 4, 1.0f);
   EXPECT_EQ(gpu().sum_squares(empty.get(), 0), 0.0);
+}
+
+// The norm stays on the device; clipping happens there too (no host round trip in a step graph).
+TEST_F(BackendOps, ClipGradNorm) {
+  for (size_t n : {size_t(1), size_t(1000003)}) {
+    const std::vector<float> g0 = rnd(n, 40 + n, -3, 3);
+    for (const float limit : {0.0f, 1e9f, 0.5f}) {
+      auto [c, g] = on_both(gpu(), [&](Backend& be) {
+        DevBuf<float> grad(be, g0), norm(be, 1, kNaN);
+        be.clip_grad_norm(grad.get(), n, limit, norm.get());
+        return Outs{{"grad", take(grad, "grad")}, {"norm", take(norm, "norm")}};
+      });
+      expect_close(c, g, "norm", kSumSquares);
+      expect_close(c, g, "grad", kSumSquares);
+    }
+  }
 }
 
 TEST_F(BackendOps, BroadcastRowsAndSumRows) {
@@ -750,15 +784,17 @@ TEST_F(BackendOps, KlForwardBackwardFreeBits) {
 
 // ---- optimizer ------------------------------------------------------------------------------------
 
-TEST_F(BackendOps, AdamwSeveralSteps) {
+// Segments that straddle the CUDA kernel's chunks, one of a single element, one without decay.
+TEST_F(BackendOps, AdamwSeveralStepsOverSegments) {
   const size_t n = 100003;
-  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  const float lr = 1e-2f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+  const AdamWSegment segs[] = {{0, 70001, 0.1f}, {70001, 1, 0.0f}, {70002, 30001, 0.05f}};
   const std::vector<float> param0 = rnd(n, 210);
   auto [c, g] = on_both(gpu(), [&](Backend& be) {
     DevBuf<float> param(be, param0), m(be, n, 0.0f), v(be, n, 0.0f);
     for (int t = 1; t <= 5; ++t) {
       DevBuf<float> grad(be, rnd(n, 210 + t, -2, 2));
-      be.adamw_update(param.get(), grad.get(), m.get(), v.get(), n, lr, b1, b2, eps, wd, t);
+      be.adamw_update(param.get(), grad.get(), m.get(), v.get(), segs, 3, AdamWStep{lr, b1, b2, eps, t});
       take(grad, "grad");
     }
     return Outs{{"param", take(param, "param")}, {"m", take(m, "m")}, {"v", take(v, "v")}};
@@ -884,6 +920,193 @@ TEST_F(BackendOps, TrainingCurveMatchesTheCpu) {
                                   << lg[worst_step];
   EXPECT_GE(lc.front() - lc.back(), kMinLossDrop) << "the CPU curve did not fall: " << lc.front() << " -> "
                                                   << lc.back();
+}
+
+
+// ---- precision: fp32 and bf16 GEMMs ---------------------------------------------------------------
+
+// Sets the CUDA backend's GEMM precision for one test and restores the default (TF32) after it.
+class PrecisionScope {
+ public:
+  PrecisionScope(Backend& be, MatmulPrecision p) : be_(be) {
+    std::string why;
+    ok_ = be_.set_matmul_precision(p, &why);
+    EXPECT_TRUE(ok_) << why;
+  }
+  ~PrecisionScope() {
+    std::string why;
+    be_.track_weights(nullptr, 0);
+    EXPECT_TRUE(be_.set_matmul_precision(MatmulPrecision::Tf32, &why)) << why;
+  }
+
+ private:
+  Backend& be_;
+  bool ok_ = false;
+};
+
+TEST_F(BackendOps, MatmulAtFp32AndBf16) {
+  const MatmulShape s{257, 96, 130};
+  const std::vector<float> inp = rnd(size_t(s.N) * s.IC, 700), w = rnd(size_t(s.OC) * s.IC, 701);
+  const std::vector<float> dout = rnd(size_t(s.N) * s.OC, 702), base = rnd(size_t(s.N) * s.OC, 703);
+  for (const auto& [prec, limit] : {std::pair{MatmulPrecision::Fp32, kFp32Gemm}, std::pair{MatmulPrecision::Bf16, kBf16}}) {
+    for (const bool tracked : {false, true}) {
+      SCOPED_TRACE(std::string(matmul_precision_name(prec)) + (tracked ? ", weights tracked" : ", weights untracked"));
+      auto [c, g] = on_both(gpu(), [&](Backend& be) {
+        std::unique_ptr<PrecisionScope> scope;
+        if (&be == &gpu()) scope = std::make_unique<PrecisionScope>(be, prec);
+        DevBuf<float> i(be, inp), ww(be, w), d(be, dout), out(be, base), dinp(be, inp.size(), kNaN), dw(be, w.size(), 0.0f);
+        if (tracked) be.track_weights(ww.get(), w.size());
+        be.matmul_forward(out.get(), i.get(), ww.get(), s.N, s.IC, s.OC, true);
+        be.matmul_backward(dinp.get(), dw.get(), d.get(), i.get(), ww.get(), s.N, s.IC, s.OC, false);
+        Outs o{{"out", take(out, "out")}, {"dinp", take(dinp, "dinp")}, {"dw", take(dw, "dw")}};
+        if (tracked) be.track_weights(nullptr, 0);
+        return o;
+      });
+      expect_close(c, g, "out", limit);
+      expect_close(c, g, "dinp", limit);
+      expect_close(c, g, "dw", limit);
+    }
+  }
+}
+
+// The bf16 copy of tracked weights follows every write: an upload, a copy, a fill and AdamW. A
+// stale copy would compute with the old weights (error O(1)).
+TEST_F(BackendOps, Bf16MirrorFollowsWeightWrites) {
+  const int N = 64, IC = 48, OC = 40;
+  const size_t nw = size_t(OC) * IC;
+  const std::vector<float> inp = rnd(size_t(N) * IC, 710), w1 = rnd(nw, 711), w2 = rnd(nw, 712), grad = rnd(nw, 713);
+  const AdamWSegment seg{0, nw, 0.1f};
+  auto [c, g] = on_both(gpu(), [&](Backend& be) {
+    std::unique_ptr<PrecisionScope> scope;
+    if (&be == &gpu()) scope = std::make_unique<PrecisionScope>(be, MatmulPrecision::Bf16);
+    DevBuf<float> i(be, inp), ww(be, w1), other(be, w2), gr(be, grad), m(be, nw, 0.0f), v(be, nw, 0.0f);
+    DevBuf<float> out(be, size_t(N) * OC, kNaN);
+    be.track_weights(ww.get(), nw);
+    Outs o;
+    auto product = [&](const std::string& what) {
+      be.matmul_forward(out.get(), i.get(), ww.get(), N, IC, OC, false);
+      o[what] = take(out, what);
+    };
+    product("initial");
+    be.upload(ww.get(), w2.data(), nw * sizeof(float));
+    product("after upload");
+    be.copy(ww.get(), other.get(), nw / 2 * sizeof(float));
+    be.fill(ww.get() + nw / 2, 0.25f, nw / 4);
+    product("after copy and fill");
+    for (int t = 1; t <= 3; ++t) be.adamw_update(ww.get(), gr.get(), m.get(), v.get(), &seg, 1, AdamWStep{0.05f, 0.9f, 0.95f, 1e-8f, t});
+    product("after adamw");
+    be.track_weights(nullptr, 0);
+    return o;
+  });
+  for (const char* what : {"initial", "after upload", "after copy and fill", "after adamw"}) expect_close(c, g, what, kBf16);
+}
+
+TEST_F(BackendOps, BinaryMapperBackwardAtBf16) {
+  const int N = 300, C = 40, H = 10;
+  const std::vector<float> dR = rnd(size_t(N) * C, 720), W = rnd(size_t(C) << H, 721);
+  const std::vector<float> p = rnd(size_t(N) * H, 722, 0.02, 0.98), d0 = rnd(size_t(N) * H, 723);
+  for (const bool tracked : {false, true}) {
+    SCOPED_TRACE(tracked ? "W tracked" : "W untracked");
+    auto [c, g] = on_both(gpu(), [&](Backend& be) {
+      std::unique_ptr<PrecisionScope> scope;
+      if (&be == &gpu()) scope = std::make_unique<PrecisionScope>(be, MatmulPrecision::Bf16);
+      DevBuf<float> dr(be, dR), w(be, W), pp(be, p), dl(be, d0);
+      if (tracked) be.track_weights(w.get(), W.size());
+      be.binary_mapper_backward(dl.get(), dr.get(), w.get(), pp.get(), N, C, H);
+      Outs o{{"dlogits", take(dl, "dlogits")}};
+      if (tracked) be.track_weights(nullptr, 0);
+      return o;
+    });
+    expect_close(c, g, "dlogits", kMapperBf16);
+  }
+}
+
+// ---- step graphs ------------------------------------------------------------------------------------
+
+// Ops recorded in a step graph and replayed with new scalars (kappa, lr and t, the Philox stream)
+// give what the CPU gives step by step; a step whose buffers or constants differ is recorded anew.
+TEST_F(BackendOps, StepGraphReplaysWithNewScalars) {
+  const int N = 200, H = 6;
+  const size_t n = 5000;
+  const std::vector<float> logits0 = rnd(size_t(N) * H, 730, -3, 3), param0 = rnd(n, 731), grad = rnd(n, 732);
+  const AdamWSegment segs[] = {{0, 3000, 0.1f}, {3000, 2000, 0.0f}};
+  const Backend::GraphStats before = gpu().graph_stats();
+  auto [c, g] = on_both(gpu(), [&](Backend& be) {
+    DevBuf<float> logits(be, logits0), p(be, logits0.size(), kNaN), kl(be, N, kNaN), dl(be, logits0.size(), 0.0f);
+    DevBuf<uint32_t> codes(be, N, 0u);
+    DevBuf<float> param(be, param0), gr(be, grad), m(be, n, 0.0f), v(be, n, 0.0f), extra(be, n, 1.0f);
+    Outs o;
+    for (int step = 1; step <= 6; ++step) {
+      const float kappa = 0.5f + 0.25f * float(step);
+      be.begin_graph();
+      be.binary_mapper_forward(codes.get(), p.get(), logits.get(), N, H, 11, 100 + step);
+      be.kl_forward(kl.get(), p.get(), N, H);
+      be.kl_backward(dl.get(), p.get(), kl.get(), N, H, kappa, 1.0f / N);
+      be.adamw_update(param.get(), gr.get(), m.get(), v.get(), segs, 2, AdamWStep{1e-2f / float(step), 0.9f, 0.95f, 1e-8f, step});
+      if (step == 4) be.scale(extra.get(), 3.0f, n);  // a different step: recorded again
+      be.end_graph();
+      const std::string at = " step " + std::to_string(step);
+      const std::vector<uint32_t> cd = codes.to_host();
+      o["codes" + at] = std::vector<float>(cd.begin(), cd.end());
+      o["dlogits" + at] = take(dl, "dlogits");
+      o["param" + at] = take(param, "param");
+    }
+    o["extra"] = take(extra, "extra");
+    return o;
+  });
+  for (const auto& [key, ref] : c) {
+    SCOPED_TRACE(key);
+    if (key.rfind("codes", 0) == 0) {
+      EXPECT_EQ(g[key], ref) << "the Philox stream must reach the replayed mapper";
+    } else {
+      expect_close(c, g, key, key.rfind("param", 0) == 0 ? kElementwise : kReduction);
+    }
+  }
+  const Backend::GraphStats after = gpu().graph_stats();
+  // steps 1 (first), 4 (different) and 5 (back to the first shape) are recorded; 2, 3, 6 replay.
+  EXPECT_EQ(after.captures - before.captures, 3);
+  EXPECT_EQ(after.replays - before.replays, 3);
+}
+
+
+// The training step as one CUDA graph (recorded at step 1, replayed after) against the same
+// backend running op by op (FTX_CUDA_GRAPHS=0): the same kernels on the same data, so the curves
+// differ only by the order of float atomics in the scatter-adds.
+TEST_F(BackendOps, TrainingWithStepGraphsMatchesOpByOp) {
+  test::TempDir dir("ftx_test_backend_ops_");
+  ASSERT_FALSE(dir.path().empty());
+  setenv("FTX_CUDA_GRAPHS", "0", 1);
+  std::string why;
+  std::unique_ptr<Backend> eager = make_cuda_backend(0, &why);
+  unsetenv("FTX_CUDA_GRAPHS");
+  ASSERT_TRUE(eager) << why;
+  const Backend::GraphStats before = gpu().graph_stats();
+  const std::vector<double> lg = train_losses(gpu(), dir / "graph.db");
+  const std::vector<double> le = train_losses(*eager, dir / "eager.db");
+  ASSERT_EQ(lg.size(), size_t(kTrainSteps));
+  ASSERT_EQ(le.size(), size_t(kTrainSteps));
+  const Backend::GraphStats after = gpu().graph_stats();
+  EXPECT_EQ(after.captures - before.captures, 1) << "one recording for the whole run";
+  EXPECT_EQ(after.replays - before.replays, kTrainSteps - 1);
+  EXPECT_EQ(eager->graph_stats().captures + eager->graph_stats().replays, 0);
+  for (int s = 0; s < kTrainSteps; ++s)
+    EXPECT_LE(std::abs(lg[s] - le[s]), kGraphLossRel * le[s]) << "step " << s + 1 << ": graph " << lg[s] << ", op by op " << le[s];
+}
+
+// bf16 GEMMs end to end (the model tracks its weights, AdamW refreshes their bf16 copy).
+TEST_F(BackendOps, TrainingCurveAtBf16FollowsTheCpu) {
+  test::TempDir dir("ftx_test_backend_ops_");
+  ASSERT_FALSE(dir.path().empty());
+  const std::vector<double> lc = train_losses(cpu(), dir / "cpu.db");
+  std::vector<double> lb;
+  {
+    PrecisionScope bf16(gpu(), MatmulPrecision::Bf16);
+    lb = train_losses(gpu(), dir / "bf16.db");
+  }
+  ASSERT_EQ(lc.size(), size_t(kTrainSteps));
+  ASSERT_EQ(lb.size(), size_t(kTrainSteps));
+  for (int s = 0; s < kTrainSteps; ++s)
+    EXPECT_LE(std::abs(lb[s] - lc[s]), kTrainLossRelBf16 * lc[s]) << "step " << s + 1 << ": cpu " << lc[s] << ", bf16 " << lb[s];
 }
 
 }  // namespace

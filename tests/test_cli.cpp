@@ -448,5 +448,125 @@ TEST_F(CliWithRun, RunsAndMetricsCsvListWhatWasTrained) {
   expect_one_line_error(ftx({"metrics", "--db", db_, "--run", "nobody"}, dir_), {"nobody"});
 }
 
+// ---------------------------------------------------------------------------------------------
+// ftx bench train | mapper: the JSON other tools read, the FLOP count, one-line refusals.
+
+// model_tflops against flops_per_token * tokens_per_s / 1e12 recomputed from the printed doubles:
+// the same three operations on the same values, up to the last bit of the printing.
+constexpr double kTflopsRelTol = 1e-12;
+
+class CliBench : public test::TempDirTest {
+ protected:
+  CliBench() : TempDirTest("ftx_test_cli_bench_") {}
+  json bench_json(const std::vector<std::string>& args) {
+    std::vector<std::string> all = {"bench"};
+    all.insert(all.end(), args.begin(), args.end());
+    const Outcome r = ftx(all, dir_);
+    EXPECT_EQ(r.code, 0) << describe(r);
+    EXPECT_EQ(r.err, "");
+    return json::parse(r.out, nullptr, false);  // discarded (is_discarded) when not JSON
+  }
+  void expect_refused(const std::vector<std::string>& args, const std::vector<std::string>& needles) {
+    std::vector<std::string> all = {"bench"};
+    all.insert(all.end(), args.begin(), args.end());
+    SCOPED_TRACE(testing::PrintToString(args));
+    const Outcome r = ftx(all, dir_);
+    expect_one_line_error(r, needles);
+    EXPECT_EQ(r.out, "") << "a refused benchmark printed a report";
+  }
+};
+
+TEST_F(CliBench, TrainOnTheSyntheticTaskReportsThroughputAndModelFlops) {
+  const json j = bench_json({"train", "--preset", "tiny", "--batch", "2", "--warmup", "0", "--steps", "1"});
+  ASSERT_TRUE(j.is_object()) << j;
+  EXPECT_EQ(j["data"], "synthetic");
+  EXPECT_EQ(j["seq_len"], 65);
+  EXPECT_EQ(j["vocab"], 29);
+  EXPECT_EQ(j["precision"], "fp32");
+  EXPECT_EQ(j["tokens_per_step"], 2 * 65);
+  for (const char* k : {"step_ms_median", "tokens_per_s", "model_flops_per_token", "model_tflops", "peak_rss_mb"})
+    EXPECT_GT(j[k].get<double>(), 0) << k;
+  EXPECT_TRUE(j["peak_tflops"].is_null()) << "no peak is known for a CPU";
+  EXPECT_TRUE(j["mfu"].is_null());
+  EXPECT_TRUE(j["flops_convention"].is_string());
+  const double want = j["model_flops_per_token"].get<double>() * j["tokens_per_s"].get<double>() / 1e12;
+  EXPECT_NEAR(j["model_tflops"].get<double>(), want, kTflopsRelTol * want);
+}
+
+// A reshaped model trains on random tokens of its own vocabulary and length. Hand count of the
+// training FLOPs per token for L = 2, D = 16, 2 query heads of 8 (D_att = 16), 1 kv head (8),
+// F = 24, V = 10, T = 8:
+//   one block's GEMM weights: q 16x16 + k 16x8 + v 16x8 + o 16x16 + gate, up, down 3 x 16x24
+//                           = 256 + 128 + 128 + 256 + 1152 = 1920
+//   baseline: 6 x (2 x 1920 + head 10x16) + 12 x 2 x 8 x 16 = 6 x 4000 + 3072 = 27072
+//   H = 3: one more block (the encoder) and the readout 3x16:
+//          6 x (3 x 1920 + 160 + 48) + 12 x 3 x 8 x 16 + mapper 2 x 2^3 x (16 + 3)
+//        = 35808 + 4608 + 304 = 40720
+TEST_F(CliBench, TrainFlopsPerTokenMatchAHandCount) {
+  const std::vector<std::string> shape = {"train", "--preset", "tiny", "--layers", "2", "--dim", "16",
+                                          "--heads", "2", "--kv-heads", "1", "--ffn", "24", "--vocab", "10",
+                                          "--seq-len", "8", "--batch", "2", "--warmup", "0", "--steps", "1"};
+  for (const auto& [bits, flops] : std::vector<std::pair<std::string, double>>{{"0", 27072}, {"3", 40720}}) {
+    SCOPED_TRACE("--latent-bits " + bits);
+    std::vector<std::string> args = shape;
+    args.insert(args.end(), {"--latent-bits", bits});
+    const json j = bench_json(args);
+    ASSERT_TRUE(j.is_object()) << j;
+    EXPECT_EQ(j["data"], "random");
+    EXPECT_EQ(j["seq_len"], 8);
+    EXPECT_EQ(j["vocab"], 10);
+    EXPECT_EQ(j["head_dim"], 8);
+    EXPECT_EQ(j["kv_heads"], 1);
+    EXPECT_EQ(j["ffn"], 24);
+    EXPECT_EQ(j["model_flops_per_token"].get<double>(), flops);
+    EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+  }
+}
+
+TEST_F(CliBench, TrainRefusesBadShapesAndPrecisionsTheCpuLacks) {
+  expect_refused({"train", "--preset", "tiny", "--dim", "30", "--heads", "4"}, {"--dim 30", "--heads 4"});
+  expect_refused({"train", "--preset", "tiny", "--heads", "4", "--kv-heads", "3"}, {"n_kv_heads"});
+  expect_refused({"train", "--preset", "tiny", "--layers", "1"}, {"--layers 1"});
+  expect_refused({"train", "--preset", "tiny", "--seq-len", "0"}, {"--seq-len", "positive"});
+  expect_refused({"train", "--preset", "tiny", "--vocab", "-3"}, {"--vocab", "positive"});
+  expect_refused({"train", "--preset", "tiny", "--latent-bits", "25"}, {"--latent-bits 25", "0..20"});
+  expect_refused({"train", "--preset", "tiny", "--precision", "fp16"}, {"--precision fp16", "fp32, tf32 or bf16"});
+  expect_refused({"train", "--preset", "tiny", "--precision", "bf16"}, {"--precision bf16", "fp32 only"});
+  expect_refused({"train", "--preset", "tiny", "--precision", "tf32"}, {"--precision tf32", "fp32 only"});
+}
+
+TEST_F(CliBench, TrainAtFp32RunsOnTheCpu) {
+  const json j = bench_json({"train", "--preset", "tiny", "--latent-bits", "0", "--batch", "1", "--warmup", "0",
+                             "--steps", "1", "--precision", "fp32"});
+  ASSERT_TRUE(j.is_object()) << j;
+  EXPECT_EQ(j["precision"], "fp32");
+}
+
+TEST_F(CliBench, MapperAgainstTheGemmOfTheSameShape) {
+  const json j = bench_json({"mapper", "--tokens", "256", "--dim", "64", "--latent-bits", "8", "--warmup", "1",
+                             "--steps", "3"});
+  ASSERT_TRUE(j.is_object()) << j;
+  EXPECT_EQ(j["tokens"], 256);
+  EXPECT_EQ(j["dim"], 64);
+  EXPECT_EQ(j["codes"], 256);
+  EXPECT_EQ(j["gemm_flops"].get<double>(), 2.0 * 256 * 64 * 256);
+  EXPECT_EQ(j["mapper_flops"].get<double>(), 2.0 * 256 * 256 * (64 + 8));
+  for (const char* k : {"mapper_ms_median", "gemm_ms_median", "mapper_tflops", "gemm_tflops", "mapper_vs_gemm"})
+    EXPECT_GT(j[k].get<double>(), 0) << k;
+  const double ratio = j["gemm_ms_median"].get<double>() / j["mapper_ms_median"].get<double>();
+  EXPECT_NEAR(j["mapper_vs_gemm"].get<double>(), ratio, kTflopsRelTol * ratio);
+}
+
+TEST_F(CliBench, MapperRefusesBadArguments) {
+  expect_refused({"mapper", "--latent-bits", "0"}, {"--latent-bits 0", "1..20"});
+  expect_refused({"mapper", "--latent-bits", "25"}, {"--latent-bits 25", "1..20"});
+  expect_refused({"mapper", "--tokens", "0"}, {"--tokens", "positive"});
+  expect_refused({"mapper", "--dim", "-1"}, {"--dim", "positive"});
+  expect_refused({"mapper", "--tokens", "256", "--dim", "64", "--latent-bits", "8", "--steps", "0"}, {"--steps"});
+  // 2^25 x 2^20 floats (128 TiB) exceed the x86-64 user address space: refused, not crashed.
+  expect_refused({"mapper", "--tokens", "33554432", "--dim", "1", "--latent-bits", "20"},
+                 {"GEMM output", "does not fit"});
+}
+
 }  // namespace
 }  // namespace ftx

@@ -339,32 +339,66 @@ TEST_F(CpuBackendTest, KlMatchesDouble) {
 TEST_F(CpuBackendTest, AdamwFirstStepByHand) {
   float param = 2.0f, m = 0.0f, v = 0.0f;
   const float grad = 0.5f, lr = 1e-3f, eps = 1e-8f, wd = 0.1f;
-  be_->adamw_update(&param, &grad, &m, &v, 1, lr, 0.9f, 0.95f, eps, wd, 1);
+  const AdamWSegment seg{0, 1, wd};
+  be_->adamw_update(&param, &grad, &m, &v, &seg, 1, AdamWStep{lr, 0.9f, 0.95f, eps, 1});
   EXPECT_FLOAT_EQ(m, 0.05f);
   EXPECT_FLOAT_EQ(v, 0.0125f);
   EXPECT_FLOAT_EQ(param, static_cast<float>(2.0 - 1e-3 * (0.5 / (0.5 + 1e-8) + 0.1 * 2.0)));
 }
 
-TEST_F(CpuBackendTest, AdamwThreeStepsMatchTheFormula) {
+// Three segments with their own weight decay (one with none, as norms get), one call per step.
+TEST_F(CpuBackendTest, AdamwThreeStepsOverSegmentsMatchTheFormula) {
   const size_t n = 1001;
-  const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f, wd = 0.1f;
+  const float lr = 3e-3f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+  const AdamWSegment segs[] = {{0, 400, 0.1f}, {400, 1, 0.0f}, {401, 600, 0.05f}};
   Vec param = random_vec(n, 150), m(n, 0.0), v(n, 0.0);
   Out paramf(param), mf(n), vf(n);
   for (int t = 1; t <= 3; ++t) {
     const Vec grad = random_vec(n, 150 + t);
-    for (size_t i = 0; i < n; ++i) {  // the formula of kernels/backend.h, in double
-      m[i] = b1 * m[i] + (1.0 - b1) * grad[i];
-      v[i] = b2 * v[i] + (1.0 - b2) * grad[i] * grad[i];
-      const double mhat = m[i] / (1.0 - std::pow(double(b1), t));
-      const double vhat = v[i] / (1.0 - std::pow(double(b2), t));
-      param[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + wd * param[i]);
-    }
+    for (const AdamWSegment& sg : segs)
+      for (size_t i = sg.offset; i < sg.offset + sg.numel; ++i) {  // the formula of kernels/backend.h, in double
+        m[i] = b1 * m[i] + (1.0 - b1) * grad[i];
+        v[i] = b2 * v[i] + (1.0 - b2) * grad[i] * grad[i];
+        const double mhat = m[i] / (1.0 - std::pow(double(b1), t));
+        const double vhat = v[i] / (1.0 - std::pow(double(b2), t));
+        param[i] -= lr * (mhat / (std::sqrt(vhat) + eps) + double(sg.weight_decay) * param[i]);
+      }
     const auto gf = to_float(grad);
-    be_->adamw_update(paramf.data(), gf.data(), mf.data(), vf.data(), n, lr, b1, b2, eps, wd, t);
+    be_->adamw_update(paramf.data(), gf.data(), mf.data(), vf.data(), segs, 3, AdamWStep{lr, b1, b2, eps, t});
   }
   EXPECT_CLOSE(paramf, param, kNmseElementwise);
   EXPECT_CLOSE(mf, m, kNmseElementwise);
   EXPECT_CLOSE(vf, v, kNmseElementwise);
+}
+
+// The norm is written to backend memory; the gradient is scaled only above a positive limit.
+TEST_F(CpuBackendTest, ClipGradNormScalesOnlyAboveTheLimit) {
+  const size_t n = 5003;
+  const Vec g0 = random_vec(n, 155, -2, 2);
+  double norm = 0.0;
+  for (double x : g0) norm += x * x;
+  norm = std::sqrt(norm);
+  for (const double limit : {0.0, norm * 2, norm / 3}) {
+    Out g(g0);
+    float got = -1.0f;
+    be_->clip_grad_norm(g.data(), n, static_cast<float>(limit), &got);
+    EXPECT_NEAR(got, norm, 1e-6 * norm);
+    const double k = limit > 0 && limit < norm ? limit / norm : 1.0;
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(g[i], g0[i] * k, 1e-6 * std::fabs(g0[i]) + 1e-12) << "limit " << limit;
+  }
+}
+
+// The CPU computes GEMMs in fp32 only and says so, naming the precision it refuses.
+TEST_F(CpuBackendTest, RefusesReducedPrecision) {
+  std::string why;
+  EXPECT_TRUE(be_->set_matmul_precision(MatmulPrecision::Fp32, &why));
+  EXPECT_EQ(be_->matmul_precision(), MatmulPrecision::Fp32);
+  for (const MatmulPrecision p : {MatmulPrecision::Tf32, MatmulPrecision::Bf16}) {
+    why.clear();
+    EXPECT_FALSE(be_->set_matmul_precision(p, &why));
+    EXPECT_NE(why.find(matmul_precision_name(p)), std::string::npos) << why;
+    EXPECT_EQ(be_->matmul_precision(), MatmulPrecision::Fp32);
+  }
 }
 
 // ---- elementwise and reductions ----------------------------------------------------------------

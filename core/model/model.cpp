@@ -57,6 +57,7 @@ Model::Model(Backend& backend, const ModelConfig& config) : be_(backend), cfg_(c
   n_params_ = param_count(specs_);
   params_ = static_cast<float*>(be_.alloc(n_params_ * sizeof(float)));
   grads_ = static_cast<float*>(be_.alloc(n_params_ * sizeof(float)));
+  be_.track_weights(params_, static_cast<size_t>(n_params_));  // GEMMs at bf16 read a bf16 copy
 }
 
 Model::~Model() {
@@ -287,14 +288,23 @@ void Model::block_backward(const BlockW& w, const BlockW& dw, BlockActs& a, cons
 
 StepStats Model::forward(ModelState& s, const int32_t* inputs, const int32_t* targets, const uint32_t* codes,
                          uint64_t seed, uint64_t stream, float kappa) {
+  upload_batch(s, inputs, targets);
+  forward_ops(s, codes, seed, stream, kappa);
+  return read_stats(s);
+}
+
+void Model::upload_batch(ModelState& s, const int32_t* inputs, const int32_t* targets) {
+  const size_t N = size_t(s.B) * s.T;
+  be_.upload(s.tokens, inputs, N * sizeof(int32_t));
+  s.has_targets = targets != nullptr;
+  if (targets) be_.upload(s.tokens + N, targets, N * sizeof(int32_t));
+}
+
+void Model::forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uint64_t stream, float kappa) {
   const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
   const int k = cfg_.inject_after, H = cfg_.latent_bits;
   const float eps = cfg_.rms_norm_eps;
-  be_.upload(s.tokens, inputs, size_t(N) * sizeof(int32_t));
-  s.has_targets = targets != nullptr;
-  if (targets) be_.upload(s.tokens + N, targets, size_t(N) * sizeof(int32_t));
   s.kappa = kappa;
-  StepStats st;
 
   be_.embedding_forward(s.xs[0], s.tokens, param("model.embed_tokens.weight"), N, C);
   for (int l = 0; l < L; ++l) {
@@ -325,19 +335,23 @@ StepStats Model::forward(ModelState& s, const int32_t* inputs, const int32_t* ta
   be_.rmsnorm_forward(s.ln_f, s.rstd_f, s.xs[L], param("model.norm.weight"), N, C, eps);
   const float* head = cfg_.tie_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
   be_.matmul_forward(s.logits, s.ln_f, head, N, C, V, false);
+  if (s.has_targets) be_.crossentropy_forward(s.losses, s.logits, s.tokens + N, N, V);
+}
 
+StepStats Model::read_stats(const ModelState& s) const {
+  const size_t N = size_t(s.B) * s.T;
+  StepStats st;
   std::vector<float> host(N);
-  if (targets) {
-    be_.crossentropy_forward(s.losses, s.logits, s.tokens + N, N, V);
-    be_.download(host.data(), s.losses, size_t(N) * sizeof(float));
+  if (s.has_targets) {
+    read_token_losses(s, host.data());
     double sum = 0;
     for (float x : host) sum += x;
     st.ce = sum / N;
   }
   if (s.free) {
-    be_.download(host.data(), s.kl, size_t(N) * sizeof(float));
+    read_kl(s, host.data());
     double sum = 0, excess = 0;
-    for (float x : host) sum += x, excess += x > kappa ? x - kappa : 0.0;
+    for (float x : host) sum += x, excess += x > s.kappa ? x - s.kappa : 0.0;
     st.kl = sum / N;
     st.kl_excess = excess / N;
   }

@@ -62,6 +62,11 @@ class Model {
   // for a Free Transformer, so KL and the pass-through gradient exist in both cases.
   StepStats forward(ModelState& s, const int32_t* inputs, const int32_t* targets, const uint32_t* codes,
                     uint64_t seed, uint64_t stream, float kappa_nats);
+  // forward() in its three parts, for a caller that wraps the device work in a step graph
+  // (Backend::begin_graph): forward_ops neither uploads nor downloads unless codes are given.
+  void upload_batch(ModelState& s, const int32_t* inputs, const int32_t* targets);
+  void forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uint64_t stream, float kappa_nats);
+  StepStats read_stats(const ModelState& s) const;  // mean CE and KL of the last forward_ops
   // Accumulates d(loss)/d(params) into grads() for the last forward of s (which needs targets).
   void backward(ModelState& s);
 

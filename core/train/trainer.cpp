@@ -113,11 +113,16 @@ Trainer::Trainer(Backend& be, RunStore store, const ModelConfig& mcfg, const Tra
   const size_t bytes = model_->num_params() * sizeof(float);
   adam_m_ = static_cast<float*>(be_.alloc(bytes));
   adam_v_ = static_cast<float*>(be_.alloc(bytes));
+  grad_norm_ = static_cast<float*>(be_.alloc(sizeof(float)));
+  for (const ParamSpec& p : model_->specs())
+    adam_segments_.push_back(
+        {static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay ? tcfg_.weight_decay : 0.0f});
 }
 
 Trainer::~Trainer() {
   be_.release(adam_m_);
   be_.release(adam_v_);
+  be_.release(grad_norm_);
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& mcfg, const TrainConfig& tcfg,
@@ -179,19 +184,23 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   data_position_ = data.position();
   split_inputs_targets(batch_.data(), B, S, inputs_.data(), targets_.data());
   const float kappa = tcfg_.kappa_at(step_);
-  model_->zero_grad();
-  rep.stats = model_->forward(*state_, inputs_.data(), targets_.data(), nullptr, tcfg_.seed,
-                              kStreamLatent + static_cast<uint64_t>(step_), kappa);
-  model_->backward(*state_);
-  float* g = model_->grads();
-  const size_t n = model_->num_params();
-  rep.grad_norm = std::sqrt(be_.sum_squares(g, n));
-  if (tcfg_.grad_clip > 0 && rep.grad_norm > tcfg_.grad_clip) be_.scale(g, float(tcfg_.grad_clip / rep.grad_norm), n);
   const float lr = tcfg_.lr_at(step_);
-  for (const ParamSpec& p : model_->specs()) {
-    be_.adamw_update(model_->params() + p.offset, g + p.offset, adam_m_ + p.offset, adam_v_ + p.offset, p.numel, lr,
-                     tcfg_.beta1, tcfg_.beta2, tcfg_.adam_eps, p.decay ? tcfg_.weight_decay : 0.0f, step_ + 1);
-  }
+  const AdamWStep adam{lr, tcfg_.beta1, tcfg_.beta2, tcfg_.adam_eps, step_ + 1};
+  // Everything between upload and download is one step graph: on CUDA it is recorded once and
+  // replayed (only lr, t, kappa and the Philox stream change from step to step).
+  model_->upload_batch(*state_, inputs_.data(), targets_.data());
+  be_.begin_graph();
+  model_->zero_grad();
+  model_->forward_ops(*state_, nullptr, tcfg_.seed, kStreamLatent + static_cast<uint64_t>(step_), kappa);
+  model_->backward(*state_);
+  be_.clip_grad_norm(model_->grads(), model_->num_params(), tcfg_.grad_clip, grad_norm_);
+  be_.adamw_update(model_->params(), model_->grads(), adam_m_, adam_v_, adam_segments_.data(),
+                   static_cast<int>(adam_segments_.size()), adam);
+  be_.end_graph();
+  rep.stats = model_->read_stats(*state_);
+  float norm = 0;
+  be_.download(&norm, grad_norm_, sizeof norm);
+  rep.grad_norm = norm;
   rep.lr = lr, rep.kappa = kappa;
   ++step_;
   rep.step = step_;

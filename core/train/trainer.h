@@ -112,6 +112,8 @@ class Trainer {
   int last_checkpoint_step_ = -1;
   bool thread_change_ = false;
   int64_t data_position_ = 0;
+  std::vector<AdamWSegment> adam_segments_;  // one per parameter tensor, its weight decay
+  float* grad_norm_ = nullptr;               // (1) on the backend: clip_grad_norm's output
   float* adam_m_ = nullptr;  // (num_params)
   float* adam_v_ = nullptr;  // (num_params)
   std::vector<int32_t> batch_, inputs_, targets_;

@@ -167,9 +167,18 @@ class CpuBackend final : public Backend {
   }
 
   // ---- optimizer ----
-  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr,
-                    float beta1, float beta2, float eps, float weight_decay, int t) override {
-    cpu::adamw_update(param, grad, m, v, n, lr, beta1, beta2, eps, weight_decay, t);
+  void clip_grad_norm(float* g, size_t n, float max_norm, float* norm) override {
+    const double total = std::sqrt(cpu::sum_squares(g, n));
+    *norm = static_cast<float>(total);
+    if (max_norm > 0 && total > max_norm) cpu::scale(g, static_cast<float>(max_norm / total), n);
+  }
+  void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments,
+                    int n_segments, const AdamWStep& s) override {
+    for (int i = 0; i < n_segments; ++i) {
+      const size_t o = segments[i].offset;
+      cpu::adamw_update(param + o, grad + o, m + o, v + o, segments[i].numel, s.lr, s.beta1, s.beta2, s.eps,
+                        segments[i].weight_decay, s.t);
+    }
   }
 };
 

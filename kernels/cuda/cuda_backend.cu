@@ -11,22 +11,27 @@
 // Reductions that the CPU does in double (sum_squares, sum_rows, the RMSNorm weight gradient)
 // are in double here too, in a fixed order, so a run repeats bit for bit. The embedding and
 // post-sampler scatter-adds use float atomics (order-dependent in the last bits).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/common.h"
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/step_graph.h"
 
 namespace ftx {
 namespace {
 
 using cuda::blocks_for;
+using cuda::Dyn;
 using cuda::warp_sum;
 using cuda::warp_max;
 
@@ -248,22 +253,68 @@ __global__ void crossentropy_backward_kernel(float* dlogits, const float* logits
   }
 }
 
-// ---- AdamW -----------------------------------------------------------------------------------
+// ---- gradient clipping: the norm and the factor stay on the device --------------------------
 
-__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1,
-                             float beta2, float eps, float wd, float inv_bc1, float inv_bc2) {
+// One thread: adds the kReduceBlocks partials in order, writes the norm and the clip factor.
+__global__ void clip_factor_kernel(float* norm, float* factor, const double* partial, float max_norm) {
+  double t = 0.0;
+  for (unsigned b = 0; b < kReduceBlocks; ++b) t += partial[b];
+  const double r = sqrt(t);
+  *norm = float(r);
+  *factor = max_norm > 0.0f && r > double(max_norm) ? float(double(max_norm) / r) : 1.0f;
+}
+
+__global__ void scale_by_kernel(float* x, const float* factor, size_t n) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float g = grad[i];
-  const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-  const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-  m[i] = mi;
-  v[i] = vi;
-  const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
-  param[i] -= lr * (mhat / (sqrtf(vhat) + eps) + wd * param[i]);
+  if (i < n) x[i] *= *factor;
+}
+
+// ---- AdamW over segments, one launch ---------------------------------------------------------
+
+constexpr size_t kAdamChunk = 8192;  // elements per block
+
+// Block b updates elements [b * kAdamChunk, (b + 1) * kAdamChunk) of the flat buffers; each
+// element takes the weight decay of its segment (segments sorted, disjoint; gaps are skipped).
+// With a bf16 mirror of the parameters (MatmulPrecision::Bf16), the new value is written there too.
+__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, __nv_bfloat16* mirror,
+                             const AdamWSegment* segs, int nseg, Dyn<float> lr_arg, float beta1, float beta2,
+                             float eps, Dyn<float> inv_bc1_arg, Dyn<float> inv_bc2_arg) {
+  const size_t start = size_t(blockIdx.x) * kAdamChunk, stop = start + kAdamChunk;
+  int lo = 0, hi = nseg;  // first segment that ends after start
+  while (lo < hi) {
+    const int mid = (lo + hi) / 2;
+    if (segs[mid].offset + segs[mid].numel <= start) lo = mid + 1;
+    else hi = mid;
+  }
+  const float lr = lr_arg.get(), inv_bc1 = inv_bc1_arg.get(), inv_bc2 = inv_bc2_arg.get();
+  int sg = lo;
+  for (size_t i = start + threadIdx.x; i < stop; i += blockDim.x) {
+    while (sg < nseg && segs[sg].offset + segs[sg].numel <= i) ++sg;
+    if (sg == nseg) return;
+    if (i < segs[sg].offset) continue;
+    const float g = grad[i];
+    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
+    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
+    m[i] = mi;
+    v[i] = vi;
+    const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
+    const float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + segs[sg].weight_decay * param[i]);
+    param[i] = p;
+    if (mirror != nullptr) mirror[i] = __float2bfloat16(p);
+  }
+}
+
+__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* x, size_t n) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __float2bfloat16(x[i]);
 }
 
 // ---------------------------------------------------------------------------------------------
+
+constexpr size_t kCublasWorkspace = size_t(32) << 20;
+
+// Column-major extent, in elements, of a stored (rows x cols) matrix with leading dimension ld.
+size_t extent(int rows, int cols, int ld) { return rows == 0 || cols == 0 ? 0 : size_t(ld) * (cols - 1) + rows; }
 
 class CudaBackend final : public Backend {
  public:
@@ -272,14 +323,30 @@ class CudaBackend final : public Backend {
     FTX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     FTX_CUBLAS_CHECK(cublasCreate(&cublas_));
     FTX_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
+    // An explicit workspace (set after the stream, which resets it): cuBLAS then allocates
+    // nothing while a step graph is being captured.
+    FTX_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspace));
+    FTX_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspace));
     FTX_CUDA_CHECK(cudaMalloc(&partial_, kReduceBlocks * sizeof(double)));
+    FTX_CUDA_CHECK(cudaMalloc(&clip_factor_, sizeof(float)));
+    // Scratch (mapper tiles, bf16 activations) comes from the stream-ordered pool: keep what it
+    // has freed instead of returning it to the driver at every synchronisation.
+    cudaMemPool_t pool = nullptr;
+    FTX_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t keep = UINT64_MAX;
+    FTX_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    graph_ = std::make_unique<cuda::StepGraph>(stream_);
     cudaDeviceProp prop{};
     FTX_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
   }
   ~CudaBackend() override {
     cudaStreamSynchronize(stream_);
+    graph_.reset();
+    cudaFree(mirror_);
+    cudaFree(clip_factor_);
     cudaFree(partial_);
+    cudaFree(cublas_workspace_);
     cublasDestroy(cublas_);
     cudaStreamDestroy(stream_);
   }
@@ -294,6 +361,7 @@ class CudaBackend final : public Backend {
     return p;
   }
   void* try_alloc(size_t bytes) override {
+    outside_graph("alloc");
     void* p = nullptr;
     if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) {
       cudaGetLastError();  // an allocation failure is not sticky: clear it for the next check
@@ -304,44 +372,65 @@ class CudaBackend final : public Backend {
   }
   void release(void* p) override {
     if (p == nullptr) return;
+    outside_graph("release");
     FTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    if (p == tracked_) track_weights(nullptr, 0);
     FTX_CUDA_CHECK(cudaFree(p));
   }
   void upload(void* dst, const void* host_src, size_t bytes) override {
+    outside_graph("upload");
     FTX_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream_));
     FTX_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the caller may reuse host_src at once
+    weights_written(dst, bytes);
   }
   void download(void* host_dst, const void* src, size_t bytes) override {
+    outside_graph("download");
     FTX_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream_));
     FTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
   }
   void copy(void* dst, const void* src, size_t bytes) override {
-    FTX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_));
+    if (bytes == 0) return;
+    run(cuda::make_key("copy", dst, src, bytes),
+        [=, st = stream_] { FTX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st)); });
+    weights_written(dst, bytes);
   }
   void fill(float* x, float value, size_t n) override {
     if (n == 0) return;
-    fill_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(x, value, n);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("fill", x, value, n), [=, st = stream_] {
+      fill_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(x, value, n);
+      FTX_CUDA_LAUNCHED();
+    });
+    weights_written(x, n * sizeof(float));
   }
-  void synchronize() override { FTX_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
+  void synchronize() override {
+    outside_graph("synchronize");
+    FTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+  }
 
   // ---- elementwise / reductions ----
   void add(float* out, const float* a, const float* b, size_t n) override {
     if (n == 0) return;
-    add_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(out, a, b, n);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("add", out, a, b, n), [=, st = stream_] {
+      add_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, a, b, n);
+      FTX_CUDA_LAUNCHED();
+    });
   }
   void add_inplace(float* acc, const float* x, size_t n) override {
     if (n == 0) return;
-    add_inplace_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(acc, x, n);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("add_inplace", acc, x, n), [=, st = stream_] {
+      add_inplace_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(acc, x, n);
+      FTX_CUDA_LAUNCHED();
+    });
   }
   void scale(float* x, float s, size_t n) override {
     if (n == 0) return;
-    scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(x, s, n);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("scale", x, s, n), [=, st = stream_] {
+      scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(x, s, n);
+      FTX_CUDA_LAUNCHED();
+    });
   }
   double sum_squares(const float* x, size_t n) override {
+    outside_graph("sum_squares");
     sum_squares_kernel<<<kReduceBlocks, kThreads, 0, stream_>>>(partial_, x, n);
     FTX_CUDA_LAUNCHED();
     double host[kReduceBlocks];
@@ -353,45 +442,57 @@ class CudaBackend final : public Backend {
   void broadcast_rows(float* out, const float* v, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    broadcast_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(out, v, N, C);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("broadcast_rows", out, v, N, C), [=, st = stream_] {
+      broadcast_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, v, N, C);
+      FTX_CUDA_LAUNCHED();
+    });
   }
   void sum_rows(float* dv, const float* dout, int N, int C) override {
     if (C == 0) return;
-    sum_rows_kernel<<<blocks_for(size_t(C), 32), dim3(32, kColumnRows), 0, stream_>>>(dv, dout, N, C);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("sum_rows", dv, dout, N, C), [=, st = stream_] {
+      sum_rows_kernel<<<blocks_for(size_t(C), 32), dim3(32, kColumnRows), 0, st>>>(dv, dout, N, C);
+      FTX_CUDA_LAUNCHED();
+    });
   }
 
   // ---- embedding ----
   void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    embedding_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(out, tok, wte, N, C);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("embedding_forward", out, tok, wte, N, C), [=, st = stream_] {
+      embedding_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, tok, wte, N, C);
+      FTX_CUDA_LAUNCHED();
+    });
   }
   void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    embedding_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(dwte, dout, tok, N, C);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("embedding_backward", dwte, dout, tok, N, C), [=, st = stream_] {
+      embedding_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(dwte, dout, tok, N, C);
+      FTX_CUDA_LAUNCHED();
+    });
   }
 
   // ---- RMSNorm ----
   void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override {
     if (N == 0) return;
-    rmsnorm_forward_kernel<<<blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, stream_>>>(out, rstd, x, w, N,
-                                                                                            C, eps);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("rmsnorm_forward", out, rstd, x, w, N, C, eps), [=, st = stream_] {
+      rmsnorm_forward_kernel<<<blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, st>>>(out, rstd, x, w, N, C,
+                                                                                         eps);
+      FTX_CUDA_LAUNCHED();
+    });
   }
   void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
                         int N, int C) override {
     if (N == 0) return;
-    rmsnorm_backward_dx_kernel<<<blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, stream_>>>(dx, dout, x, w,
-                                                                                                rstd, N, C);
-    FTX_CUDA_LAUNCHED();
-    rmsnorm_backward_dw_kernel<<<blocks_for(size_t(C), 32), dim3(32, kColumnRows), 0, stream_>>>(dw, dout, x, rstd,
-                                                                                                N, C);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("rmsnorm_backward", dx, dw, dout, x, w, rstd, N, C), [=, st = stream_] {
+      rmsnorm_backward_dx_kernel<<<blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, st>>>(dx, dout, x, w, rstd,
+                                                                                             N, C);
+      FTX_CUDA_LAUNCHED();
+      rmsnorm_backward_dw_kernel<<<blocks_for(size_t(C), 32), dim3(32, kColumnRows), 0, st>>>(dw, dout, x, rstd, N,
+                                                                                             C);
+      FTX_CUDA_LAUNCHED();
+    });
   }
 
   // ---- matmul: row-major out (N,OC) = inp (N,IC) @ w^T. cuBLAS is column-major, where a
@@ -400,12 +501,13 @@ class CudaBackend final : public Backend {
   //   dinp^T (IC x N) = w^T (IC x OC) . dout^T       -> gemm(N, N, IC, N, OC)
   //   dw^T (IC x OC) += inp^T (IC x N) . dout (N x OC) -> gemm(N, T, IC, OC, N)
   void matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, bool accumulate) override {
-    gemm(CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, inp, IC, out, OC, accumulate);
+    gemm("matmul_forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, inp, IC, out, OC, accumulate);
   }
   void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
                        int OC, bool accumulate_dinp) override {
-    if (dinp != nullptr) gemm(CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, dout, OC, dinp, IC, accumulate_dinp);
-    if (dw != nullptr) gemm(CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dw, IC, true);
+    if (dinp != nullptr)
+      gemm("matmul_backward_dinp", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, dout, OC, dinp, IC, accumulate_dinp);
+    if (dw != nullptr) gemm("matmul_backward_dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dw, IC, true);
   }
 
   // ---- RoPE ----
@@ -420,94 +522,287 @@ class CudaBackend final : public Backend {
   size_t attention_saved_floats(const AttnShape& s) const override { return size_t(s.B) * s.NH * s.Tq; }
   void attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                          const AttnShape& s) override {
-    cuda::attention_forward(out, saved, q, k, v, s, stream_);
+    run(cuda::make_key("attention_forward", out, saved, q, k, v, s.B, s.NH, s.NKV, s.HS, s.Tq, s.Tk, s.Tk_cap,
+                       s.q_pos0, s.causal),
+        [=, st = stream_] { cuda::attention_forward(out, saved, q, k, v, s, st); });
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* saved,
                           const float* q, const float* k, const float* v, const AttnShape& s) override {
-    cuda::attention_backward(dq, dk, dv, dout, out, saved, q, k, v, s, stream_);
+    run(cuda::make_key("attention_backward", dq, dk, dv, dout, out, saved, q, k, v, s.B, s.NH, s.NKV, s.HS, s.Tq,
+                       s.Tk, s.Tk_cap, s.q_pos0, s.causal),
+        [=, st = stream_] { cuda::attention_backward(dq, dk, dv, dout, out, saved, q, k, v, s, st); });
   }
 
   // ---- SwiGLU ----
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
     if (n == 0) return;
-    swiglu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(out, gate, up, n);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("swiglu_forward", out, gate, up, n), [=, st = stream_] {
+      swiglu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, gate, up, n);
+      FTX_CUDA_LAUNCHED();
+    });
   }
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                        size_t n) override {
     if (n == 0) return;
-    swiglu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(dgate, dup, dout, gate, up, n);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("swiglu_backward", dgate, dup, dout, gate, up, n), [=, st = stream_] {
+      swiglu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(dgate, dup, dout, gate, up, n);
+      FTX_CUDA_LAUNCHED();
+    });
   }
 
   // ---- cross-entropy ----
   void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
     if (N == 0) return;
-    crossentropy_forward_kernel<<<N, kThreads, 0, stream_>>>(losses, logits, targets, V);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("crossentropy_forward", losses, logits, targets, N, V), [=, st = stream_] {
+      crossentropy_forward_kernel<<<N, kThreads, 0, st>>>(losses, logits, targets, V);
+      FTX_CUDA_LAUNCHED();
+    });
   }
   void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V,
                              float scale) override {
     if (N == 0) return;
-    crossentropy_backward_kernel<<<N, kThreads, 0, stream_>>>(dlogits, logits, targets, V, scale);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("crossentropy_backward", dlogits, logits, targets, N, V, scale), [=, st = stream_] {
+      crossentropy_backward_kernel<<<N, kThreads, 0, st>>>(dlogits, logits, targets, V, scale);
+      FTX_CUDA_LAUNCHED();
+    });
   }
 
   // ---- latent ----
   void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, uint64_t seed,
                              uint64_t stream) override {
-    cuda::binary_mapper_forward(codes, p, logits, N, H, seed, stream, stream_);
+    const auto sd = graph_->scalar(seed), sm = graph_->scalar(stream);
+    run(cuda::make_key("binary_mapper_forward", codes, p, logits, N, H),
+        [=, st = stream_] { cuda::binary_mapper_forward(codes, p, logits, N, H, sd, sm, st); });
   }
   void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
                               int H) override {
-    cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, cublas_, stream_);
+    const MatmulPrecision prec = precision_;
+    const __nv_bfloat16* W16 = prec == MatmulPrecision::Bf16 ? mirror_of(W) : nullptr;
+    run(cuda::make_key("binary_mapper_backward", dlogits, dR, W, p, N, C, H, prec, W16), [=, st = stream_] {
+      if (prec != MatmulPrecision::Bf16) {
+        const cuda::TileGemm tile = [=](int m, int n, int k, const float* A, int lda, const float* B, int ldb,
+                                        float* Cm, int ldc) {
+          cublas_gemm(CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A, lda, B, ldb, Cm, ldc, false, prec);
+        };
+        cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
+        return;
+      }
+      // bf16: dR is rounded once for all the tiles; W's columns come from the mirror (or are
+      // rounded per tile when W is not a tracked weight).
+      BfScratch scratch(st);
+      const __nv_bfloat16* dR16 = scratch.convert(dR, size_t(N) * C);
+      const cuda::TileGemm tile = [=, &scratch](int m, int n, int k, const float* A, int lda, const float* B, int ldb,
+                                                float* Cm, int ldc) {
+        (void)B;
+        const __nv_bfloat16* A16 = W16 != nullptr ? W16 + (A - W) : scratch.convert(A, extent(m, k, lda));
+        cublas_gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A16, lda, dR16, ldb, Cm, ldc, false);
+      };
+      cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
+    });
   }
   void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H) override {
-    cuda::post_sampler_forward(R, codes, W, N, C, H, stream_);
+    run(cuda::make_key("post_sampler_forward", R, codes, W, N, C, H),
+        [=, st = stream_] { cuda::post_sampler_forward(R, codes, W, N, C, H, st); });
   }
   void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H) override {
-    cuda::post_sampler_backward(dW, dR, codes, N, C, H, stream_);
+    run(cuda::make_key("post_sampler_backward", dW, dR, codes, N, C, H),
+        [=, st = stream_] { cuda::post_sampler_backward(dW, dR, codes, N, C, H, st); });
   }
-  void kl_forward(float* kl, const float* p, int N, int H) override { cuda::kl_forward(kl, p, N, H, stream_); }
+  void kl_forward(float* kl, const float* p, int N, int H) override {
+    run(cuda::make_key("kl_forward", kl, p, N, H), [=, st = stream_] { cuda::kl_forward(kl, p, N, H, st); });
+  }
   void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale) override {
-    cuda::kl_backward(dlogits, p, kl, N, H, kappa, scale, stream_);
+    const auto kp = graph_->scalar(kappa);
+    run(cuda::make_key("kl_backward", dlogits, p, kl, N, H, scale),
+        [=, st = stream_] { cuda::kl_backward(dlogits, p, kl, N, H, kp, scale, st); });
   }
 
-  // ---- AdamW ----
-  void adamw_update(float* param, const float* grad, float* m, float* v, size_t n, float lr, float beta1, float beta2,
-                    float eps, float weight_decay, int t) override {
-    FT_ASSERT(t >= 1, "adamw: step %d (steps count from 1)", t);
-    if (n == 0) return;
-    const float inv_bc1 = float(1.0 / (1.0 - std::pow(double(beta1), t)));
-    const float inv_bc2 = float(1.0 / (1.0 - std::pow(double(beta2), t)));
-    adamw_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(param, grad, m, v, n, lr, beta1, beta2, eps,
-                                                                   weight_decay, inv_bc1, inv_bc2);
-    FTX_CUDA_LAUNCHED();
+  // ---- optimizer ----
+  void clip_grad_norm(float* g, size_t n, float max_norm, float* norm) override {
+    double* partial = partial_;
+    float* factor = clip_factor_;
+    run(cuda::make_key("clip_grad_norm", g, n, max_norm, norm), [=, st = stream_] {
+      sum_squares_kernel<<<kReduceBlocks, kThreads, 0, st>>>(partial, g, n);
+      FTX_CUDA_LAUNCHED();
+      clip_factor_kernel<<<1, 1, 0, st>>>(norm, factor, partial, max_norm);
+      FTX_CUDA_LAUNCHED();
+      if (n == 0) return;
+      scale_by_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(g, factor, n);
+      FTX_CUDA_LAUNCHED();
+    });
   }
+  void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments,
+                    int n_segments, const AdamWStep& s) override {
+    FT_ASSERT(s.t >= 1, "adamw: step %d (steps count from 1)", s.t);
+    size_t end = 0;
+    for (int i = 0; i < n_segments; ++i) {
+      FT_ASSERT(segments[i].offset >= end, "adamw: segments must be sorted and disjoint (segment %d)", i);
+      end = segments[i].offset + segments[i].numel;
+    }
+    if (end == 0) return;
+    const auto lr = graph_->scalar(s.lr);
+    const auto bc1 = graph_->scalar(float(1.0 / (1.0 - std::pow(double(s.beta1), s.t))));
+    const auto bc2 = graph_->scalar(float(1.0 / (1.0 - std::pow(double(s.beta2), s.t))));
+    const auto* table = static_cast<const AdamWSegment*>(graph_->table(segments, sizeof(AdamWSegment) * n_segments));
+    __nv_bfloat16* mirror = precision_ == MatmulPrecision::Bf16 ? mirror_of(param) : nullptr;
+    const unsigned blocks = unsigned((end + kAdamChunk - 1) / kAdamChunk);
+    run(cuda::make_key("adamw_update", param, grad, m, v, mirror, table, n_segments, end, s.beta1, s.beta2, s.eps),
+        [=, st = stream_, b1 = s.beta1, b2 = s.beta2, eps = s.eps] {
+          adamw_kernel<<<blocks, kThreads, 0, st>>>(param, grad, m, v, mirror, table, n_segments, lr, b1, b2, eps, bc1,
+                                                   bc2);
+          FTX_CUDA_LAUNCHED();
+        });
+  }
+
+  // ---- precision and step graphs ----
+  bool set_matmul_precision(MatmulPrecision p, std::string* why) override {
+    (void)why;
+    outside_graph("set_matmul_precision");
+    precision_ = p;
+    refresh_mirror();
+    return true;
+  }
+  MatmulPrecision matmul_precision() const override { return precision_; }
+  void track_weights(const float* base, size_t n) override {
+    outside_graph("track_weights");
+    if (mirror_ != nullptr) {
+      FTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+      FTX_CUDA_CHECK(cudaFree(mirror_));
+    }
+    mirror_ = nullptr;
+    tracked_ = base, tracked_n_ = base != nullptr ? n : 0;
+    refresh_mirror();
+  }
+  void begin_graph() override { graph_->begin(); }
+  void end_graph() override { graph_->end(); }
+  GraphStats graph_stats() const override { return {graph_->captures(), graph_->replays()}; }
 
  private:
-  // Column-major C (m x n) = op(A) op(B) (+ C when accumulate), TF32 tensor cores, fp32 in and out.
-  void gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A, int lda, const float* B,
-            int ldb, float* C, int ldc, bool accumulate) {
+  template <class F>
+  void run(std::vector<uint64_t>&& key, F&& launch) {
+    if (!graph_->active()) {
+      launch();
+      return;
+    }
+    graph_->run(std::move(key), std::forward<F>(launch));
+  }
+  void outside_graph(const char* what) const {
+    FT_ASSERT(!graph_->active(), "cuda backend: %s inside a step graph", what);
+  }
+
+  // ---- bf16 copies of the tracked weights ----
+  bool tracked(const void* p) const {
+    const auto* f = static_cast<const float*>(p);
+    return tracked_ != nullptr && f >= tracked_ && f < tracked_ + tracked_n_;
+  }
+  __nv_bfloat16* mirror_of(const float* p) const { return mirror_ != nullptr && tracked(p) ? mirror_ + (p - tracked_) : nullptr; }
+  // Allocates the mirror when the precision is bf16 and rounds the whole tracked buffer into it.
+  void refresh_mirror() {
+    if (precision_ != MatmulPrecision::Bf16 || tracked_ == nullptr) return;
+    if (mirror_ == nullptr) {
+      if (cudaMalloc(&mirror_, tracked_n_ * sizeof(__nv_bfloat16)) != cudaSuccess) {
+        cudaGetLastError();
+        mirror_ = nullptr;  // no room for the copy: GEMMs round the weights per call instead
+        return;
+      }
+    }
+    rounded_copy(mirror_, tracked_, tracked_n_);
+  }
+  // A write into the tracked buffer outside AdamW (upload, copy, fill): round that range again.
+  void weights_written(const void* dst, size_t bytes) {
+    if (mirror_ == nullptr || !tracked(dst)) return;
+    const float* d = static_cast<const float*>(dst);
+    rounded_copy(mirror_ + (d - tracked_), d, std::min(bytes / sizeof(float), size_t(tracked_ + tracked_n_ - d)));
+  }
+  void rounded_copy(__nv_bfloat16* out, const float* x, size_t n) {
+    if (n == 0) return;
+    run(cuda::make_key("to_bf16", out, x, n), [=, st = stream_] {
+      to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, x, n);
+      FTX_CUDA_LAUNCHED();
+    });
+  }
+
+  // bf16 roundings of activations for one op, from the stream-ordered pool, freed with the op.
+  class BfScratch {
+   public:
+    explicit BfScratch(cudaStream_t st) : st_(st) {}
+    ~BfScratch() {
+      for (void* p : blocks_) FTX_CUDA_CHECK(cudaFreeAsync(p, st_));
+    }
+    const __nv_bfloat16* convert(const float* x, size_t n) {
+      __nv_bfloat16* out = nullptr;
+      FTX_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&out), std::max<size_t>(n, 1) * sizeof(__nv_bfloat16), st_));
+      blocks_.push_back(out);
+      if (n > 0) {
+        to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, st_>>>(out, x, n);
+        FTX_CUDA_LAUNCHED();
+      }
+      return out;
+    }
+
+   private:
+    cudaStream_t st_;
+    std::vector<void*> blocks_;
+  };
+
+  // Column-major C (m x n) = op(A) op(B) (+ C when accumulate) at the backend's precision. The
+  // op's key holds the precision and the mirror pointers, so a step graph records again when
+  // either changes.
+  void gemm(const char* tag, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A, int lda,
+            const float* B, int ldb, float* C, int ldc, bool accumulate) {
     if (m == 0 || n == 0) return;
+    const MatmulPrecision prec = precision_;
+    const __nv_bfloat16* A16 = prec == MatmulPrecision::Bf16 ? mirror_of(A) : nullptr;
+    const __nv_bfloat16* B16 = prec == MatmulPrecision::Bf16 ? mirror_of(B) : nullptr;
+    run(cuda::make_key(tag, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec, A16, B16), [=, st = stream_] {
+      if (prec != MatmulPrecision::Bf16) {
+        cublas_gemm(ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);
+        return;
+      }
+      BfScratch scratch(st);
+      // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
+      const __nv_bfloat16* a = A16 != nullptr ? A16 : scratch.convert(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda));
+      const __nv_bfloat16* b = B16 != nullptr ? B16 : scratch.convert(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb));
+      cublas_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
+    });
+  }
+  void cublas_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A, int lda,
+                   const float* B, int ldb, float* C, int ldc, bool accumulate, MatmulPrecision prec) const {
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const cublasComputeType_t compute =
+        prec == MatmulPrecision::Fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
     FTX_CUBLAS_CHECK(cublasGemmEx(cublas_, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F_FAST_TF32, CUBLAS_GEMM_DEFAULT));
+                                  CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
+  }
+  void cublas_gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const __nv_bfloat16* A,
+                        int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, bool accumulate) const {
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    FTX_CUBLAS_CHECK(cublasGemmEx(cublas_, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
+                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
   }
 
   void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign) {
     FT_ASSERT(HS % 2 == 0, "rope: head size %d", HS);
     const size_t n = size_t(B) * T * nh * (HS / 2);
     if (n == 0) return;
-    rope_kernel<<<blocks_for(n, kThreads), kThreads, 0, stream_>>>(x, B, T, nh, HS, pos0, double(theta), sign);
-    FTX_CUDA_LAUNCHED();
+    run(cuda::make_key("rope", x, B, T, nh, HS, pos0, theta, sign), [=, st = stream_] {
+      rope_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(x, B, T, nh, HS, pos0, double(theta), sign);
+      FTX_CUDA_LAUNCHED();
+    });
   }
 
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
-  double* partial_ = nullptr;  // sum_squares partials (kReduceBlocks)
+  void* cublas_workspace_ = nullptr;
+  double* partial_ = nullptr;      // sum_squares / clip_grad_norm partials (kReduceBlocks)
+  float* clip_factor_ = nullptr;   // (1): clip_grad_norm's factor, read by its scaling kernel
+  std::unique_ptr<cuda::StepGraph> graph_;
+  MatmulPrecision precision_ = MatmulPrecision::Tf32;
+  const float* tracked_ = nullptr;  // track_weights: the weights whose bf16 copy is mirror_
+  size_t tracked_n_ = 0;
+  __nv_bfloat16* mirror_ = nullptr;
 };
 
 }  // namespace

@@ -33,6 +33,15 @@
 
 namespace ftx::cuda {
 
+// A kernel argument that a replayed step graph may change (kernels/cuda/step_graph.h): kernels
+// read *p when it is set (a slot the graph's launch refreshes), v otherwise.
+template <class T>
+struct Dyn {
+  const T* p = nullptr;
+  T v{};
+  __host__ __device__ T get() const { return p != nullptr ? *p : v; }
+};
+
 inline unsigned blocks_for(size_t n, unsigned threads) { return unsigned((n + threads - 1) / threads); }
 
 constexpr unsigned kWarp = 32;

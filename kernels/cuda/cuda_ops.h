@@ -7,8 +7,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "kernels/backend.h"
+#include "kernels/cuda/cuda_common.h"
 
 namespace ftx::cuda {
 
@@ -25,16 +27,20 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const AttnShape& s, cudaStream_t st);
 
 // ---- latent.cu: the binary mapper, the post-sampler gather, the KL with free bits --------------
-void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, uint64_t seed,
-                           uint64_t stream, cudaStream_t st);
-// Tiled over codes: never holds N x 2^H. `cublas` is the backend's handle (bound to `st`).
+void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, Dyn<uint64_t> seed,
+                           Dyn<uint64_t> stream, cudaStream_t st);
+// Column-major C (m x n) = A (m x k, ld lda) B (k x n, ld ldb), no transposes, C overwritten: the
+// backend's GEMM at its precision, on `st`.
+using TileGemm = std::function<void(int m, int n, int k, const float* A, int lda, const float* B, int ldb,
+                                    float* C, int ldc)>;
+// Tiled over codes: never holds N x 2^H.
 void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
-                            int H, cublasHandle_t cublas, cudaStream_t st);
+                            int H, const TileGemm& gemm, cudaStream_t st);
 void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H, cudaStream_t st);
 void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H,
                            cudaStream_t st);
 void kl_forward(float* kl, const float* p, int N, int H, cudaStream_t st);
-void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale,
+void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa, float scale,
                  cudaStream_t st);
 
 }  // namespace ftx::cuda

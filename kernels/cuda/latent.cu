@@ -11,7 +11,8 @@
 // tile (g_high), and a tile's sum adds to the high bits that are set in its first code, exactly
 // as the CPU splits it, which also makes the float products of the low bits identical to the
 // CPU's table. Cross-tile sums are in double, as on the CPU. Each accumulator entry is written by
-// one lane, and tiles run in stream order: the result is deterministic.
+// one lane, and tiles run in stream order: the result is deterministic. The tile GEMMs run at the
+// backend's matmul precision (TF32 by default, like every other GEMM of the backend).
 //
 // post_sampler_backward scatters with atomicAdd (rows sharing a code): the order of those float
 // additions, and so the last bits of dW, may vary from run to run.
@@ -43,9 +44,10 @@ constexpr unsigned kRowsPerBlock = kThreads / kWarp;  // of the warp-per-row red
 // One thread per row: H draws and H sigmoids, each in double as the CPU does, so that the float
 // p and the comparison with the float uniform give the CPU's bits.
 __global__ void mapper_forward_kernel(uint32_t* codes, float* p, const float* logits, int N, int H,
-                                      uint64_t seed, uint64_t stream) {
+                                      Dyn<uint64_t> seed_arg, Dyn<uint64_t> stream_arg) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
+  const uint64_t seed = seed_arg.get(), stream = stream_arg.get();
   uint32_t code = 0;
   for (int h = 0; h < H; ++h) {
     const size_t i = size_t(n) * H + h;
@@ -168,10 +170,10 @@ __global__ void kl_forward_kernel(float* kl, const float* p, int N, int H) {
 // One thread per element; rows at or under kappa, and p = 0 or 1 (derivative's limit 0), add
 // nothing.
 __global__ void kl_backward_kernel(float* dlogits, const float* p, const float* kl, int N, int H,
-                                   float kappa, float scale) {
+                                   Dyn<float> kappa, float scale) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(N) * H) return;
-  if (!(kl[i / H] > kappa)) return;
+  if (!(kl[i / H] > kappa.get())) return;
   const double ph = static_cast<double>(p[i]);
   if (!(ph > 0.0 && ph < 1.0)) return;
   const double g = ph * (1.0 - ph) * log(ph / (1.0 - ph));
@@ -188,7 +190,7 @@ int mapper_tile_log2(int N, int H) {
 }  // namespace
 
 void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H,
-                           uint64_t seed, uint64_t stream, cudaStream_t st) {
+                           Dyn<uint64_t> seed, Dyn<uint64_t> stream, cudaStream_t st) {
   FT_ASSERT(H >= 1 && H <= 31, "binary mapper: H = %d", H);
   if (N == 0) return;
   mapper_forward_kernel<<<blocks_for(N, kThreads), kThreads, 0, st>>>(codes, p, logits, N, H, seed,
@@ -197,7 +199,7 @@ void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N
 }
 
 void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N,
-                            int C, int H, cublasHandle_t cublas, cudaStream_t st) {
+                            int C, int H, const TileGemm& gemm, cudaStream_t st) {
   FT_ASSERT(H >= 1 && H <= kMaxH, "binary mapper backward: H = %d", H);
   if (N == 0 || C == 0) return;  // C = 0: every dG is 0, nothing to add
   const int k = mapper_tile_log2(N, H);
@@ -210,16 +212,13 @@ void binary_mapper_backward(float* dlogits, const float* dR, const float* W, con
       cudaMallocAsync(reinterpret_cast<void**>(&acc), size_t(N) * (H + 1) * sizeof(double), st));
   FTX_CUDA_CHECK(cudaMemsetAsync(acc, 0, size_t(N) * (H + 1) * sizeof(double), st));
 
-  const float one = 1.0f, zero = 0.0f;
   for (uint32_t d0 = 0; d0 < D; d0 += Dt) {
     // tile (N x Dt, row-major) = dR (N x C, row-major) @ W[:, d0 : d0 + Dt] (C x Dt, row-major
     // with leading dimension D). cuBLAS is column-major, and a row-major (r x c) matrix with
     // leading dimension ld is the column-major (c x r) matrix with the same ld, i.e. its
     // transpose. So compute the column-major tile^T (Dt x N, ld Dt) = W_slice^T (Dt x C, ld D,
     // starting at W + d0) times dR^T (C x N, ld C): both operands as stored, no transposes.
-    FTX_CUBLAS_CHECK(cublasSgemm(cublas, CUBLAS_OP_N, CUBLAS_OP_N, static_cast<int>(Dt), N, C, &one,
-                                 W + d0, static_cast<int>(D), dR, C, &zero, tile,
-                                 static_cast<int>(Dt)));
+    gemm(static_cast<int>(Dt), N, C, W + d0, static_cast<int>(D), dR, C, tile, static_cast<int>(Dt));
     mapper_reduce_tile_kernel<<<blocks_for(N, kRowsPerBlock), kThreads, 0, st>>>(acc, tile, p, N, H,
                                                                                  k, d0);
     FTX_CUDA_LAUNCHED();
@@ -251,7 +250,7 @@ void kl_forward(float* kl, const float* p, int N, int H, cudaStream_t st) {
   FTX_CUDA_LAUNCHED();
 }
 
-void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa,
+void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa,
                  float scale, cudaStream_t st) {
   if (N == 0 || H == 0) return;
   kl_backward_kernel<<<blocks_for(size_t(N) * H, kThreads), kThreads, 0, st>>>(dlogits, p, kl, N, H,

@@ -68,12 +68,12 @@ class Block(nn.Module):
 
 
 class FT(nn.Module):
-    def __init__(s, H=8, D=128, L=4, nh=4, hf=344, Tmax=66):
+    def __init__(s, H=8, D=128, L=4, nh=4, hf=344, Tmax=66, vocab=V):
         super().__init__()
-        s.H, s.D, s.L = H, D, L
-        s.emb = nn.Embedding(V, D)
+        s.H, s.D, s.L, s.vocab = H, D, L, vocab
+        s.emb = nn.Embedding(vocab, D)
         s.blocks = nn.ModuleList([Block(D, nh, hf) for _ in range(L)])
-        s.norm = RMSNorm(D); s.head = nn.Linear(D, V, bias=False)
+        s.norm = RMSNorm(D); s.head = nn.Linear(D, vocab, bias=False)
         s.zeta = nn.Parameter(torch.randn(D))
         s.enc = Block(D, nh, hf); s.enc_norm = RMSNorm(D)
         s.enc_out = nn.Linear(D, H, bias=True)
@@ -118,7 +118,7 @@ class FT(nn.Module):
         Ys = Y + G - G.detach()
         R = Ys @ s.post
         logits = s.second_half(h, R)
-        ce = F.cross_entropy(logits.reshape(-1, V), y.reshape(-1))
+        ce = F.cross_entropy(logits.reshape(-1, s.vocab), y.reshape(-1))
         # KL_t = sum_h log2 - Hb(p)
         kl_t = (math.log(2) + p * F.logsigmoid(lg) + (1 - p) * F.logsigmoid(-lg)).sum(-1)
         excess = F.relu(kl_t - kappa).mean()
