@@ -103,12 +103,6 @@ json peak_tflops(const Backend& be, MatmulPrecision p) {
   return nullptr;
 }
 
-Result<MatmulPrecision> parse_precision(const std::string& s) {
-  for (MatmulPrecision p : {MatmulPrecision::Fp32, MatmulPrecision::Tf32, MatmulPrecision::Bf16})
-    if (s == matmul_precision_name(p)) return p;
-  return make_error("--precision " + s + ": unknown (expected fp32, tf32 or bf16)");
-}
-
 // The preset reshaped by the overrides, sized for `data` (its vocabulary when it has an alphabet).
 Result<ModelConfig> bench_model_config(const BenchArgs& a, const BatchSource& data) {
   auto cfg = model_preset(a.preset);
@@ -202,6 +196,9 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
               {"peak_tflops", peak},
               {"mfu", peak.is_null() ? json(nullptr) : json(tflops / peak.get<double>())},
               {"flops_convention", kFlopsConvention},
+              // Step graphs recorded and replayed (CUDA; 0 and 0 on the CPU, or with FTX_CUDA_GRAPHS=0)
+              {"graph_captures", be.graph_stats().captures},
+              {"graph_replays", be.graph_stats().replays},
               {"peak_rss_mb", ru.ru_maxrss / 1024.0}};
 }
 
@@ -214,18 +211,9 @@ int run_bench_train(const BenchArgs& a) {
   if (!data) return fail(data.error());
   auto mcfg = bench_model_config(a, **data);
   if (!mcfg) return fail(mcfg.error());
-  std::optional<MatmulPrecision> precision;
-  if (a.precision) {
-    auto p = parse_precision(*a.precision);
-    if (!p) return fail(p.error());
-    precision = *p;
-  }
   Error err;
-  auto backend = make_backend(a.device, &err);
+  auto backend = make_backend(a.device, a.precision, &err);
   if (!backend) return fail(err);
-  std::string why;
-  if (precision && !backend->set_matmul_precision(*precision, &why))
-    return fail("--precision " + *a.precision + ": " + why);
   auto trainer = Trainer::start(*backend, *mcfg, t, (*data)->seq_len(), ":memory:", "bench");
   if (!trainer) return fail(trainer.error());
   const auto secs = time_train_steps(*backend, **trainer, **data, a.warmup, a.steps);
@@ -292,7 +280,7 @@ Status check_mapper_args(const BenchArgs::Mapper& m) {
 int run_bench_mapper(const BenchArgs::Mapper& m) {
   if (auto s = check_mapper_args(m); !s) return fail(s.error());
   Error err;
-  auto backend = make_backend(m.device, &err);
+  auto backend = make_backend(m.device, m.precision, &err);
   if (!backend) return fail(err);
   Backend& be = *backend;
   const int N = m.tokens, C = m.dim, H = m.latent_bits, K = 1 << H;
@@ -360,8 +348,7 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
   c->add_option("--batch", a.batch, "Sequences per step")->capture_default_str();
   c->add_option("--warmup", a.warmup, "Untimed steps first")->capture_default_str();
   c->add_option("--steps", a.steps, "Timed steps")->capture_default_str();
-  c->add_option("--precision", a.precision, "GEMM inputs: fp32 | tf32 | bf16 (default: the backend's)");
-  c->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+  add_device_options(c, a.device, a.precision);
 
   auto* mp = bench->add_subcommand("mapper", "Binary mapper backward against the GEMM of the same shape");
   mp->callback([&a] { a.command = "mapper"; });
@@ -370,7 +357,7 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
   mp->add_option("--latent-bits", a.mapper.latent_bits, "H (2^H codes)")->capture_default_str();
   mp->add_option("--warmup", a.mapper.warmup, "Untimed calls first")->capture_default_str();
   mp->add_option("--steps", a.mapper.steps, "Timed calls")->capture_default_str();
-  mp->add_option("--device", a.mapper.device, "cpu | cuda")->capture_default_str();
+  add_device_options(mp, a.mapper.device, a.mapper.precision);
 }
 
 int run_bench(const BenchArgs& a) {

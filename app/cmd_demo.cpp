@@ -114,7 +114,7 @@ double final_metric(RunStore& store, int64_t run, const char* key) {
 }
 
 Status show_result(const std::string& db, const DemoRun& r) {
-  auto lm = load_run_model(db, r.name, std::nullopt, "cpu");
+  auto lm = load_run_model(db, r.name, std::nullopt, "cpu", "");
   if (!lm) return lm.error();
   const std::string& alphabet = lm->model->config().alphabet;
   SampleConfig sc;

@@ -73,7 +73,7 @@ void add_generate_options(CLI::App& app, GenerateArgs& a) {
   c->add_option("--seed", a.seed, "Seed of the latents and the samples")->capture_default_str()->check(CLI::NonNegativeNumber);
   c->add_option("--temperature", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
   c->add_option("--top-k", a.top_k, "Sample among the k most likely tokens (0 = all)")->capture_default_str();
-  c->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+  add_device_options(c, a.device, a.precision);
   c->add_flag("--json", a.json, "One JSON object per generated sequence");
 }
 
@@ -84,7 +84,7 @@ int run_generate(const GenerateArgs& a) {
     return fail("--independent + --fixed-groups x --group-size: at most " + std::to_string(kMaxSequences) +
                 " sequences per call");
   if (a.prompt.empty()) return fail("--prompt: empty (the synthetic task's prompts look like \"K>\")");
-  auto lm = load_run_model(a.db, a.run, a.step, a.device);
+  auto lm = load_run_model(a.db, a.run, a.step, a.device, a.precision);
   if (!lm) return fail(lm.error());
   const ModelConfig& m = lm->model->config();
   auto prompt = encode_chars(a.prompt, m.alphabet, "--prompt");

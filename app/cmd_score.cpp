@@ -72,11 +72,11 @@ void add_score_options(CLI::App& app, ScoreArgs& a) {
   c->add_option("--checkpoint", a.checkpoint, "Checkpoint directory")->required();
   c->add_option("--input", a.input, "JSON file {\"tokens\": [[...]], \"codes\": [[...]]}")->required();
   c->add_option("--seed", a.seed, "Seed of the encoder's samples when no codes are given")->capture_default_str();
-  c->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+  add_device_options(c, a.device, a.precision);
 }
 
 int run_score(const ScoreArgs& a) {
-  auto lm = load_model_dir(a.checkpoint, a.device);
+  auto lm = load_model_dir(a.checkpoint, a.device, a.precision);
   if (!lm) return fail(lm.error());
   Model& model = *lm->model;
   auto in = read_input(a.input, model.config());

@@ -67,7 +67,7 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   c->add_flag("--resume", a.resume, "Continue the run from its latest checkpoint");
   c->add_option("--eval-every", a.train.eval_every, "Evaluate every N steps (0 = only at the end)")->capture_default_str();
   c->add_option("--checkpoint-every", a.train.checkpoint_every, "Checkpoint every N steps")->capture_default_str();
-  c->add_option("--device", a.device, "cpu | cuda")->capture_default_str();
+  add_device_options(c, a.device, a.precision);
   c->add_flag("--quiet", a.quiet, "No progress line");
 }
 
@@ -100,7 +100,7 @@ static Result<ModelConfig> model_config_from(const TrainArgs& a, const BatchSour
 
 int run_train(TrainArgs& a) {
   Error err;
-  auto backend = make_backend(a.device, &err);
+  auto backend = make_backend(a.device, a.precision, &err);
   if (!backend) return fail(err);
   if (a.kappa_bits) a.train.kappa_nats = static_cast<float>(bits_to_nats(*a.kappa_bits));
   if (a.kappa_nats) a.train.kappa_nats = *a.kappa_nats;

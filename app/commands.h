@@ -18,14 +18,14 @@ struct TrainArgs {
   std::optional<double> kappa_bits, kappa_nats, kappa_start_bits;
   int steps = 3000;
   bool steps_given = false;
-  std::string db = kDefaultDb, run, device = "cpu";
+  std::string db = kDefaultDb, run, device = "cpu", precision;
   bool resume = false, quiet = false;
 };
 void add_train_options(CLI::App& app, TrainArgs& a);
 int run_train(TrainArgs& a);
 
 struct GenerateArgs {
-  std::string db = kDefaultDb, run, checkpoint, prompt, device = "cpu";
+  std::string db = kDefaultDb, run, checkpoint, prompt, device = "cpu", precision;
   std::optional<int> step;
   int independent = 8, fixed_groups = 3, group_size = 8, top_k = 0;
   uint64_t seed = 1;
@@ -36,7 +36,7 @@ void add_generate_options(CLI::App& app, GenerateArgs& a);
 int run_generate(const GenerateArgs& a);
 
 struct ScoreArgs {
-  std::string checkpoint, input, device = "cpu";
+  std::string checkpoint, input, device = "cpu", precision;
   uint64_t seed = 1;
 };
 void add_score_options(CLI::App& app, ScoreArgs& a);
@@ -56,10 +56,10 @@ struct BenchArgs {
   std::string command;
   std::string preset = "small", device = "cpu";
   std::optional<int> layers, dim, heads, kv_heads, ffn, vocab, seq_len;  // overrides of the preset
-  std::optional<std::string> precision;  // fp32 | tf32 | bf16; absent: the backend's default
+  std::string precision;  // fp32 | tf32 | bf16; empty: the backend's default
   int latent_bits = 8, batch = 64, warmup = 5, steps = 20;
   struct Mapper {  // binary_mapper_backward against the GEMM of the same shape
-    std::string device = "cpu";
+    std::string device = "cpu", precision;
     int tokens = 8192, dim = 768, latent_bits = 16, warmup = 3, steps = 10;
   } mapper;
 };

@@ -1,5 +1,7 @@
 #include "app/common.h"
 
+#include <CLI/CLI.hpp>
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,17 +23,34 @@ int fail(const std::string& message) {
   return 1;
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, Error* err) {
+void add_device_options(CLI::App* c, std::string& device, std::string& precision) {
+  c->add_option("--device", device, "cpu | cuda | cuda:N")->capture_default_str();
+  c->add_option("--precision", precision, "GEMM inputs: fp32 | tf32 | bf16 (default: fp32 on cpu, tf32 on cuda)");
+}
+
+std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& precision, Error* err) {
+  std::optional<MatmulPrecision> prec;
+  for (MatmulPrecision p : {MatmulPrecision::Fp32, MatmulPrecision::Tf32, MatmulPrecision::Bf16})
+    if (precision == matmul_precision_name(p)) prec = p;
+  if (!precision.empty() && !prec) {
+    *err = make_error("--precision " + precision + ": unknown (expected fp32, tf32 or bf16)");
+    return nullptr;
+  }
   std::string why;
   auto be = make_backend_for(device, &why);
-  if (!be) *err = make_error("--device " + device + ": " + why);
+  if (!be) {
+    *err = make_error("--device " + device + ": " + why);
+  } else if (prec && !be->set_matmul_precision(*prec, &why)) {
+    *err = make_error("--precision " + precision + ": " + why);
+    return nullptr;
+  }
   return be;
 }
 
-Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device) {
+Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision) {
   LoadedModel lm;
   Error err;
-  lm.backend = make_backend(device, &err);
+  lm.backend = make_backend(device, precision, &err);
   if (!lm.backend) return err;
   auto ck = load_checkpoint(dir, false);
   if (!ck) return ck.error();
@@ -42,12 +61,12 @@ Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& de
 }
 
 Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,
-                                   const std::string& device) {
+                                   const std::string& device, const std::string& precision) {
   auto store = RunStore::open_readonly(db);
   if (!store) return store.error();
   auto ref = find_run_checkpoint(*store, run, step);
   if (!ref) return ref.error();
-  auto lm = load_model_dir(ref->dir, device);
+  auto lm = load_model_dir(ref->dir, device, precision);
   if (!lm) return lm.error();
   lm->step = ref->step;
   return lm;

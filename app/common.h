@@ -11,12 +11,20 @@
 #include "core/util/result.h"
 #include "datasets/registry.h"
 
+namespace CLI {
+class App;
+}
+
 namespace ftx::app {
 
 int fail(const Error& e);                 // prints the error, returns 1
 int fail(const std::string& message);
 
-std::unique_ptr<Backend> make_backend(const std::string& device, Error* err);
+// --device and --precision, for every command that computes.
+void add_device_options(CLI::App* c, std::string& device, std::string& precision);
+// The backend named by --device with its GEMMs at --precision ("": the backend's default); null
+// with a one-line error naming the option otherwise.
+std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& precision, Error* err);
 
 // A loaded model with its checkpoint directory and step.
 struct LoadedModel {
@@ -25,10 +33,10 @@ struct LoadedModel {
   std::string dir;
   int step = 0;
 };
-Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device);
+Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision);
 // The checkpoint of run `run` at `step` (latest when absent) in the database.
 Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,
-                                   const std::string& device);
+                                   const std::string& device, const std::string& precision);
 
 // Terminal styling (only when stdout is a terminal and NO_COLOR is unset).
 bool use_color();

@@ -94,6 +94,11 @@ class CliTrainArgs : public test::TempDirTest {
 
 TEST_F(CliTrainArgs, UnknownDataset) { expect_refused({"--dataset", "imagenet"}, {"--dataset", "imagenet", "unknown"}); }
 
+TEST_F(CliTrainArgs, PrecisionUnknownOrNotOnTheCpu) {
+  expect_refused({"--precision", "fp8"}, {"--precision fp8", "fp32, tf32 or bf16"});
+  expect_refused({"--precision", "bf16"}, {"--precision bf16", "fp32 only"});
+}
+
 TEST_F(CliTrainArgs, UnknownPreset) { expect_refused({"--preset", "huge"}, {"preset", "huge", "unknown"}); }
 
 TEST_F(CliTrainArgs, NegativeKappa) {
@@ -376,6 +381,13 @@ TEST_F(CliWithRun, GenerateRefusesBadPrompts) {
   expect_one_line_error(gen(std::string(66, 'K')), {"--prompt", "66"});
   expect_one_line_error(gen(""), {"prompt", "empty"});
   EXPECT_EQ(count_generations(), before) << "a refused generate recorded generations";
+}
+
+TEST_F(CliWithRun, GenerateAndScoreAtBf16OnTheCpuAreRefused) {
+  const Outcome g = ftx({"generate", "--db", db_, "--run", "base", "--prompt", "K>", "--precision", "bf16"}, dir_);
+  expect_one_line_error(g, {"--precision bf16", "fp32 only"});
+  const Outcome s = ftx({"score", "--checkpoint", dir_ + "/nowhere", "--input", "x", "--precision", "tf32"}, dir_);
+  expect_one_line_error(s, {"--precision tf32", "fp32 only"});
 }
 
 TEST_F(CliWithRun, ResumeOfARunThatDoesNotExist) {

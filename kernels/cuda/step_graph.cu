@@ -32,7 +32,7 @@ void StepGraph::begin() {
     mode_ = Mode::Replay;
   } else {
     mode_ = Mode::Capture;
-    FTX_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+    capture({});
   }
 }
 
@@ -72,8 +72,10 @@ const void* StepGraph::table(const void* host, size_t bytes) {
   return dev_slots_ + at;
 }
 
+// Relaxed capture: other threads (the studio's UI, an explorer on another backend) may use CUDA
+// meanwhile, and library calls made while capturing (cuBLAS, cudaFuncSetAttribute) are allowed.
 void StepGraph::capture(const std::vector<std::function<void()>>& launches) {
-  FTX_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+  FTX_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed));
   for (const auto& f : launches) f();
 }
 
