@@ -91,6 +91,10 @@ constexpr double kMapperBf16 = 2e-2;
 // dS = P * (dP - <dout, out>) instead of the CPU's stored P: about 1e-6..1e-5. This limit assumes
 // fp32 FMAs; a TF32 tensor-core attention would need kTf32 here.
 constexpr double kAttention = 1e-4;
+// At bf16 the attention products run on tensor cores with bf16 operands (Q, K, V, P, dO, dS):
+// a CPU emulation of the kernels gave 2.5e-3..5.6e-3 (max error over max value) on these shapes;
+// a dropped mask or a wrong operand gave 0.1..1.7.
+constexpr double kAttentionBf16 = 2e-2;
 // AdamW over several steps: param, m and v are compared elementwise (kElementwise), and the update
 // param - param0 on its own, since it is only ~5e-2 of |param| here and would hide in param. Each
 // step rounds param to float (an ulp, 6e-8 of |param|, is ~1e-6 of the update), five steps plus
@@ -253,6 +257,25 @@ std::pair<Outs, Outs> on_both(Backend& gpu, F&& f) {
   Outs g = f(gpu);
   return {std::move(c), std::move(g)};
 }
+
+// Sets the CUDA backend's GEMM precision for one test and restores the default (TF32) after it.
+class PrecisionScope {
+ public:
+  PrecisionScope(Backend& be, MatmulPrecision p) : be_(be) {
+    std::string why;
+    ok_ = be_.set_matmul_precision(p, &why);
+    EXPECT_TRUE(ok_) << why;
+  }
+  ~PrecisionScope() {
+    std::string why;
+    be_.track_weights(nullptr, 0);
+    EXPECT_TRUE(be_.set_matmul_precision(MatmulPrecision::Tf32, &why)) << why;
+  }
+
+ private:
+  Backend& be_;
+  bool ok_ = false;
+};
 
 // NaN where the CPU has NaN, Inf of the same sign where it has Inf, and the finite rest within
 // `limit`. The inputs were built to produce some non-finite outputs: there must be some.
@@ -538,7 +561,7 @@ TEST_F(BackendOps, RopeForwardBackward) {
 
 // out always; dq, dk, dv when Tk_cap == Tk (the backward's contract). Each backend's backward gets
 // its own forward's out and saved buffer.
-void compare_attention(Backend& gpu, const AttnShape& s, uint64_t seed) {
+void compare_attention(Backend& gpu, const AttnShape& s, uint64_t seed, double limit = kAttention) {
   const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk_cap * s.NKV * s.HS;
   const std::vector<float> q = rnd(nq, seed, -2, 2), k = rnd(nk, seed + 1, -2, 2);
   const std::vector<float> v = rnd(nk, seed + 2), dout = rnd(nq, seed + 3);
@@ -559,11 +582,11 @@ void compare_attention(Backend& gpu, const AttnShape& s, uint64_t seed) {
     }
     return o;
   });
-  expect_close(c, g, "out", kAttention);
+  expect_close(c, g, "out", limit);
   if (backward) {
-    expect_close(c, g, "dq", kAttention);
-    expect_close(c, g, "dk", kAttention);
-    expect_close(c, g, "dv", kAttention);
+    expect_close(c, g, "dq", limit);
+    expect_close(c, g, "dk", limit);
+    expect_close(c, g, "dv", limit);
   }
 }
 
@@ -592,6 +615,24 @@ TEST_F(BackendOps, AttentionTOneOddHeadSize) {
 
 TEST_F(BackendOps, AttentionLongSequence) {
   compare_attention(gpu(), attn_shape(1, 4, 2, 64, 1024, 1024, 1024, 0, true), 140);
+}
+
+// At bf16 the shapes with HS 32, 64 or 128 and Tq >= 16 run on tensor cores (attention_tc.cu):
+// partial tiles, GQA, a query block at the end of a longer context, non-causal with Tq != Tk, a
+// KV buffer longer than Tk (forward only), T = 1024. Shapes it does not take (Tq = 1, odd HS) go
+// to the fp32 kernel and must still be right.
+TEST_F(BackendOps, AttentionOnTensorCoresAtBf16) {
+  PrecisionScope bf16(gpu(), MatmulPrecision::Bf16);
+  const AttnShape shapes[] = {attn_shape(1, 2, 1, 32, 70, 70, 70, 0, true),   attn_shape(2, 2, 2, 64, 16, 100, 100, 84, true),
+                              attn_shape(1, 1, 1, 32, 130, 77, 77, 0, false), attn_shape(1, 4, 2, 128, 64, 64, 80, 0, true),
+                              attn_shape(3, 4, 2, 64, 65, 65, 65, 0, true),   attn_shape(1, 4, 2, 64, 1024, 1024, 1024, 0, true),
+                              attn_shape(2, 4, 1, 32, 1, 70, 70, 69, true),   attn_shape(5, 2, 2, 7, 17, 17, 17, 0, true)};
+  uint64_t seed = 150;
+  for (const AttnShape& s : shapes) {
+    SCOPED_TRACE("HS " + std::to_string(s.HS) + " Tq " + std::to_string(s.Tq) + " Tk " + std::to_string(s.Tk) +
+                 (s.causal ? " causal" : " full"));
+    compare_attention(gpu(), s, seed += 10, kAttentionBf16);
+  }
 }
 
 // ---- SwiGLU ---------------------------------------------------------------------------------------
@@ -924,25 +965,6 @@ TEST_F(BackendOps, TrainingCurveMatchesTheCpu) {
 
 
 // ---- precision: fp32 and bf16 GEMMs ---------------------------------------------------------------
-
-// Sets the CUDA backend's GEMM precision for one test and restores the default (TF32) after it.
-class PrecisionScope {
- public:
-  PrecisionScope(Backend& be, MatmulPrecision p) : be_(be) {
-    std::string why;
-    ok_ = be_.set_matmul_precision(p, &why);
-    EXPECT_TRUE(ok_) << why;
-  }
-  ~PrecisionScope() {
-    std::string why;
-    be_.track_weights(nullptr, 0);
-    EXPECT_TRUE(be_.set_matmul_precision(MatmulPrecision::Tf32, &why)) << why;
-  }
-
- private:
-  Backend& be_;
-  bool ok_ = false;
-};
 
 TEST_F(BackendOps, MatmulAtFp32AndBf16) {
   const MatmulShape s{257, 96, 130};

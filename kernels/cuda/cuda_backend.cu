@@ -520,17 +520,27 @@ class CudaBackend final : public Backend {
 
   // ---- attention ----
   size_t attention_saved_floats(const AttnShape& s) const override { return size_t(s.B) * s.NH * s.Tq; }
+  // At bf16 the products run on tensor cores (attention_tc.cu) where the shape allows; both
+  // kernels save the same log-sum-exp, so either backward follows either forward.
   void attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                          const AttnShape& s) override {
+    const bool tc = precision_ == MatmulPrecision::Bf16 && cuda::attention_tc_supports(s);
     run(cuda::make_key("attention_forward", out, saved, q, k, v, s.B, s.NH, s.NKV, s.HS, s.Tq, s.Tk, s.Tk_cap,
-                       s.q_pos0, s.causal),
-        [=, st = stream_] { cuda::attention_forward(out, saved, q, k, v, s, st); });
+                       s.q_pos0, s.causal, tc),
+        [=, st = stream_] {
+          if (tc) cuda::attention_tc_forward(out, saved, q, k, v, s, st);
+          else cuda::attention_forward(out, saved, q, k, v, s, st);
+        });
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* saved,
                           const float* q, const float* k, const float* v, const AttnShape& s) override {
+    const bool tc = precision_ == MatmulPrecision::Bf16 && cuda::attention_tc_supports(s);
     run(cuda::make_key("attention_backward", dq, dk, dv, dout, out, saved, q, k, v, s.B, s.NH, s.NKV, s.HS, s.Tq,
-                       s.Tk, s.Tk_cap, s.q_pos0, s.causal),
-        [=, st = stream_] { cuda::attention_backward(dq, dk, dv, dout, out, saved, q, k, v, s, st); });
+                       s.Tk, s.Tk_cap, s.q_pos0, s.causal, tc),
+        [=, st = stream_] {
+          if (tc) cuda::attention_tc_backward(dq, dk, dv, dout, out, saved, q, k, v, s, st);
+          else cuda::attention_backward(dq, dk, dv, dout, out, saved, q, k, v, s, st);
+        });
   }
 
   // ---- SwiGLU ----

@@ -26,6 +26,15 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
                         const float* lse, const float* q, const float* k, const float* v,
                         const AttnShape& s, cudaStream_t st);
 
+// ---- attention_tc.cu: the same ops on bf16 tensor cores (MatmulPrecision::Bf16), same saved
+// log-sum-exp; for head sizes 32, 64, 128 and at least 16 query rows (else attention.cu).
+bool attention_tc_supports(const AttnShape& s);
+void attention_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v,
+                          const AttnShape& s, cudaStream_t st);
+void attention_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
+                           const float* lse, const float* q, const float* k, const float* v,
+                           const AttnShape& s, cudaStream_t st);
+
 // ---- latent.cu: the binary mapper, the post-sampler gather, the KL with free bits --------------
 void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, Dyn<uint64_t> seed,
                            Dyn<uint64_t> stream, cudaStream_t st);
