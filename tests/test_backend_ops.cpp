@@ -623,10 +623,11 @@ TEST_F(BackendOps, AttentionLongSequence) {
 // to the fp32 kernel and must still be right.
 TEST_F(BackendOps, AttentionOnTensorCoresAtBf16) {
   PrecisionScope bf16(gpu(), MatmulPrecision::Bf16);
-  const AttnShape shapes[] = {attn_shape(1, 2, 1, 32, 70, 70, 70, 0, true),   attn_shape(2, 2, 2, 64, 16, 100, 100, 84, true),
-                              attn_shape(1, 1, 1, 32, 130, 77, 77, 0, false), attn_shape(1, 4, 2, 128, 64, 64, 80, 0, true),
-                              attn_shape(3, 4, 2, 64, 65, 65, 65, 0, true),   attn_shape(1, 4, 2, 64, 1024, 1024, 1024, 0, true),
-                              attn_shape(2, 4, 1, 32, 1, 70, 70, 69, true),   attn_shape(5, 2, 2, 7, 17, 17, 17, 0, true)};
+  const AttnShape shapes[] = {
+      attn_shape(1, 2, 1, 32, 70, 70, 70, 0, true),   attn_shape(2, 2, 2, 64, 16, 100, 100, 84, true),
+      attn_shape(1, 1, 1, 32, 130, 77, 77, 0, false), attn_shape(1, 4, 2, 128, 64, 64, 80, 0, true),
+      attn_shape(3, 4, 2, 64, 65, 65, 65, 0, true),   attn_shape(1, 4, 2, 64, 1024, 1024, 1024, 0, true),
+      attn_shape(2, 4, 1, 32, 1, 70, 70, 69, true),   attn_shape(5, 2, 2, 7, 17, 17, 17, 0, true)};
   uint64_t seed = 150;
   for (const AttnShape& s : shapes) {
     SCOPED_TRACE("HS " + std::to_string(s.HS) + " Tq " + std::to_string(s.Tq) + " Tk " + std::to_string(s.Tk) +
@@ -970,13 +971,15 @@ TEST_F(BackendOps, MatmulAtFp32AndBf16) {
   const MatmulShape s{257, 96, 130};
   const std::vector<float> inp = rnd(size_t(s.N) * s.IC, 700), w = rnd(size_t(s.OC) * s.IC, 701);
   const std::vector<float> dout = rnd(size_t(s.N) * s.OC, 702), base = rnd(size_t(s.N) * s.OC, 703);
-  for (const auto& [prec, limit] : {std::pair{MatmulPrecision::Fp32, kFp32Gemm}, std::pair{MatmulPrecision::Bf16, kBf16}}) {
+  for (const auto& [prec, limit] :
+       {std::pair{MatmulPrecision::Fp32, kFp32Gemm}, std::pair{MatmulPrecision::Bf16, kBf16}}) {
     for (const bool tracked : {false, true}) {
       SCOPED_TRACE(std::string(matmul_precision_name(prec)) + (tracked ? ", weights tracked" : ", weights untracked"));
       auto [c, g] = on_both(gpu(), [&](Backend& be) {
         std::unique_ptr<PrecisionScope> scope;
         if (&be == &gpu()) scope = std::make_unique<PrecisionScope>(be, prec);
-        DevBuf<float> i(be, inp), ww(be, w), d(be, dout), out(be, base), dinp(be, inp.size(), kNaN), dw(be, w.size(), 0.0f);
+        DevBuf<float> i(be, inp), ww(be, w), d(be, dout), out(be, base), dinp(be, inp.size(), kNaN),
+            dw(be, w.size(), 0.0f);
         if (tracked) be.track_weights(ww.get(), w.size());
         be.matmul_forward(out.get(), i.get(), ww.get(), s.N, s.IC, s.OC, true);
         be.matmul_backward(dinp.get(), dw.get(), d.get(), i.get(), ww.get(), s.N, s.IC, s.OC, false);
@@ -1015,12 +1018,14 @@ TEST_F(BackendOps, Bf16MirrorFollowsWeightWrites) {
     be.copy(ww.get(), other.get(), nw / 2 * sizeof(float));
     be.fill(ww.get() + nw / 2, 0.25f, nw / 4);
     product("after copy and fill");
-    for (int t = 1; t <= 3; ++t) be.adamw_update(ww.get(), gr.get(), m.get(), v.get(), &seg, 1, AdamWStep{0.05f, 0.9f, 0.95f, 1e-8f, t});
+    for (int t = 1; t <= 3; ++t)
+      be.adamw_update(ww.get(), gr.get(), m.get(), v.get(), &seg, 1, AdamWStep{0.05f, 0.9f, 0.95f, 1e-8f, t});
     product("after adamw");
     be.track_weights(nullptr, 0);
     return o;
   });
-  for (const char* what : {"initial", "after upload", "after copy and fill", "after adamw"}) expect_close(c, g, what, kBf16);
+  for (const char* what : {"initial", "after upload", "after copy and fill", "after adamw"})
+    expect_close(c, g, what, kBf16);
 }
 
 TEST_F(BackendOps, BinaryMapperBackwardAtBf16) {
@@ -1064,7 +1069,8 @@ TEST_F(BackendOps, StepGraphReplaysWithNewScalars) {
       be.binary_mapper_forward(codes.get(), p.get(), logits.get(), N, H, 11, 100 + step);
       be.kl_forward(kl.get(), p.get(), N, H);
       be.kl_backward(dl.get(), p.get(), kl.get(), N, H, kappa, 1.0f / N);
-      be.adamw_update(param.get(), gr.get(), m.get(), v.get(), segs, 2, AdamWStep{1e-2f / float(step), 0.9f, 0.95f, 1e-8f, step});
+      be.adamw_update(param.get(), gr.get(), m.get(), v.get(), segs, 2,
+                      AdamWStep{1e-2f / float(step), 0.9f, 0.95f, 1e-8f, step});
       if (step == 4) be.scale(extra.get(), 3.0f, n);  // a different step: recorded again
       be.end_graph();
       const std::string at = " step " + std::to_string(step);
@@ -1112,7 +1118,8 @@ TEST_F(BackendOps, TrainingWithStepGraphsMatchesOpByOp) {
   EXPECT_EQ(after.replays - before.replays, kTrainSteps - 1);
   EXPECT_EQ(eager->graph_stats().captures + eager->graph_stats().replays, 0);
   for (int s = 0; s < kTrainSteps; ++s)
-    EXPECT_LE(std::abs(lg[s] - le[s]), kGraphLossRel * le[s]) << "step " << s + 1 << ": graph " << lg[s] << ", op by op " << le[s];
+    EXPECT_LE(std::abs(lg[s] - le[s]), kGraphLossRel * le[s])
+        << "step " << s + 1 << ": graph " << lg[s] << ", op by op " << le[s];
 }
 
 // bf16 GEMMs end to end (the model tracks its weights, AdamW refreshes their bf16 copy).
@@ -1128,7 +1135,8 @@ TEST_F(BackendOps, TrainingCurveAtBf16FollowsTheCpu) {
   ASSERT_EQ(lc.size(), size_t(kTrainSteps));
   ASSERT_EQ(lb.size(), size_t(kTrainSteps));
   for (int s = 0; s < kTrainSteps; ++s)
-    EXPECT_LE(std::abs(lb[s] - lc[s]), kTrainLossRelBf16 * lc[s]) << "step " << s + 1 << ": cpu " << lc[s] << ", bf16 " << lb[s];
+    EXPECT_LE(std::abs(lb[s] - lc[s]), kTrainLossRelBf16 * lc[s])
+        << "step " << s + 1 << ": cpu " << lc[s] << ", bf16 " << lb[s];
 }
 
 }  // namespace

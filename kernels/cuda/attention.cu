@@ -82,7 +82,7 @@ template <int kChunks>
 __global__ void __launch_bounds__(kThreads)
     attention_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
                              AttnShape s, float scale) {
-  extern __shared__ float smem[];
+  FTX_DYNAMIC_SHARED(float, smem);
   const int HS = s.HS, ks = lane_row_stride(HS);
   float* sk = smem;             // (kTile, ks)   key j0 + lane, read by lane
   float* sv = sk + kTile * ks;  // (kTile, HS)   read by dims
@@ -180,7 +180,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_backward_dq_kernel(float* dq, const float* dout, const float* out, const float* lse,
                                  const float* q, const float* k, const float* v, AttnShape s,
                                  float scale) {
-  extern __shared__ float smem[];
+  FTX_DYNAMIC_SHARED(float, smem);
   const int HS = s.HS, ks = lane_row_stride(HS);
   float* sk = smem;                      // (kTile, ks)  read by lane and by dims
   float* sv = sk + kTile * ks;           // (kTile, ks)  read by lane
@@ -272,7 +272,7 @@ __global__ void __launch_bounds__(kThreads)
     attention_backward_dkv_kernel(float* dk, float* dv, const float* dout, const float* out,
                                   const float* lse, const float* q, const float* k, const float* v,
                                   AttnShape s, float scale) {
-  extern __shared__ float smem[];
+  FTX_DYNAMIC_SHARED(float, smem);
   const int HS = s.HS, qs = lane_row_stride(HS);
   float* sq = smem;                        // (kTile, qs)  read by lane and by dims
   float* sdo = sq + kTile * qs;            // (kTile, qs)  read by lane and by dims
@@ -419,7 +419,7 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   with_chunks(s.HS, [&](auto chunks) {
     constexpr int kChunks = decltype(chunks)::value;
     allow_smem(attention_forward_kernel<kChunks>, bytes);
-    attention_forward_kernel<kChunks><<<grid, kThreads, bytes, st>>>(out, lse, q, k, v, s, scale);
+    FTX_LAUNCH(attention_forward_kernel<kChunks>, grid, kThreads, bytes, st, out, lse, q, k, v, s, scale);
     FTX_CUDA_LAUNCHED();
   });
 }
@@ -440,12 +440,12 @@ void attention_backward(float* dq, float* dk, float* dv, const float* dout, cons
   with_chunks(s.HS, [&](auto chunks) {
     constexpr int kChunks = decltype(chunks)::value;
     allow_smem(attention_backward_dq_kernel<kChunks>, dq_bytes);
-    attention_backward_dq_kernel<kChunks>
-        <<<dq_grid, kThreads, dq_bytes, st>>>(dq, dout, out, lse, q, k, v, s, scale);
+    FTX_LAUNCH(attention_backward_dq_kernel<kChunks>, dq_grid, kThreads, dq_bytes, st, dq, dout, out, lse, q, k, v, s,
+               scale);
     FTX_CUDA_LAUNCHED();
     allow_smem(attention_backward_dkv_kernel<kChunks>, dkv_bytes);
-    attention_backward_dkv_kernel<kChunks>
-        <<<dkv_grid, kThreads, dkv_bytes, st>>>(dk, dv, dout, out, lse, q, k, v, s, scale);
+    FTX_LAUNCH(attention_backward_dkv_kernel<kChunks>, dkv_grid, kThreads, dkv_bytes, st, dk, dv, dout, out, lse, q, k,
+               v, s, scale);
     FTX_CUDA_LAUNCHED();
   });
 }

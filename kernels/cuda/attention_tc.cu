@@ -70,7 +70,8 @@ __device__ void row_dots(float* D, const float* dout, const float* out, size_t s
   for (int r = warp; r < kBr; r += kTcWarps) {
     float acc = 0.0f;
     if (first + r < rows)
-      for (int d = lane; d < HS; d += kWarp) acc += dout[size_t(first + r) * stride + d] * out[size_t(first + r) * stride + d];
+      for (int d = lane; d < HS; d += kWarp)
+        acc += dout[size_t(first + r) * stride + d] * out[size_t(first + r) * stride + d];
     acc = warp_sum(acc);
     if (lane == 0) D[r] = acc;
   }
@@ -98,7 +99,7 @@ template <int HS>
 __global__ void __launch_bounds__(kTcThreads)
     attention_tc_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v, AttnShape s,
                                 float scale) {
-  extern __shared__ __align__(128) float smem[];
+  FTX_DYNAMIC_SHARED(float, smem);
   bf16* Qs = reinterpret_cast<bf16*>(smem);  // (kBr, HS)
   bf16* Ks = Qs + kBr * HS;                   // (kBc, HS)
   bf16* Vs = Ks + kBc * HS;                   // (kBc, HS)
@@ -185,7 +186,7 @@ template <int HS>
 __global__ void __launch_bounds__(kTcThreads)
     attention_tc_backward_dq_kernel(float* dq, const float* dout, const float* out, const float* lse, const float* q,
                                     const float* k, const float* v, AttnShape s, float scale) {
-  extern __shared__ __align__(128) float smem[];
+  FTX_DYNAMIC_SHARED(float, smem);
   bf16* Qs = reinterpret_cast<bf16*>(smem);  // (kBr, HS)
   bf16* dOs = Qs + kBr * HS;                  // (kBr, HS)
   bf16* Ks = dOs + kBr * HS;                  // (kBc, HS)
@@ -255,7 +256,7 @@ template <int HS>
 __global__ void __launch_bounds__(kTcThreads)
     attention_tc_backward_dkv_kernel(float* dk, float* dv, const float* dout, const float* out, const float* lse,
                                      const float* q, const float* k, const float* v, AttnShape s, float scale) {
-  extern __shared__ __align__(128) float smem[];
+  FTX_DYNAMIC_SHARED(float, smem);
   bf16* Ks = reinterpret_cast<bf16*>(smem);  // (kBc, HS) this block's keys
   bf16* Vs = Ks + kBc * HS;                   // (kBc, HS)
   bf16* Qs = Vs + kBc * HS;                   // (kBr, HS) the current query tile
@@ -338,7 +339,8 @@ __global__ void __launch_bounds__(kTcThreads)
 
 template <int HS>
 size_t forward_smem() {
-  return (size_t(kBr) * HS * 3 + size_t(kBr) * kBc) * sizeof(bf16) + (size_t(kBr) * kBc + size_t(kBr) * HS + kBr) * sizeof(float);
+  return (size_t(kBr) * HS * 3 + size_t(kBr) * kBc) * sizeof(bf16) +
+         (size_t(kBr) * kBc + size_t(kBr) * HS + kBr) * sizeof(float);
 }
 template <int HS>
 size_t dq_smem() {
@@ -346,7 +348,8 @@ size_t dq_smem() {
 }
 template <int HS>
 size_t dkv_smem() {
-  return (size_t(kBr) * HS * 4 + size_t(kBr) * kBc * 2) * sizeof(bf16) + (size_t(kBr) * kBc * 2 + 2 * kBr) * sizeof(float);
+  return (size_t(kBr) * HS * 4 + size_t(kBr) * kBc * 2) * sizeof(bf16) +
+         (size_t(kBr) * kBc * 2 + 2 * kBr) * sizeof(float);
 }
 
 template <class Kernel>
@@ -360,7 +363,8 @@ void tc_forward(float* out, float* lse, const float* q, const float* k, const fl
   const size_t bytes = forward_smem<HS>();
   allow_tc_smem(attention_tc_forward_kernel<HS>, bytes);
   const dim3 grid((s.Tq + kBr - 1) / kBr, s.NH, s.B);
-  attention_tc_forward_kernel<HS><<<grid, kTcThreads, bytes, st>>>(out, lse, q, k, v, s, 1.0f / sqrtf(float(HS)));
+  FTX_LAUNCH(attention_tc_forward_kernel<HS>, grid, kTcThreads, bytes, st, out, lse, q, k, v, s,
+             1.0f / sqrtf(float(HS)));
   FTX_CUDA_LAUNCHED();
 }
 
@@ -371,12 +375,11 @@ void tc_backward(float* dq, float* dk, float* dv, const float* dout, const float
   const size_t dq_bytes = dq_smem<HS>(), dkv_bytes = dkv_smem<HS>();
   allow_tc_smem(attention_tc_backward_dq_kernel<HS>, dq_bytes);
   allow_tc_smem(attention_tc_backward_dkv_kernel<HS>, dkv_bytes);
-  attention_tc_backward_dq_kernel<HS>
-      <<<dim3((s.Tq + kBr - 1) / kBr, s.NH, s.B), kTcThreads, dq_bytes, st>>>(dq, dout, out, lse, q, k, v, s, scale);
+  FTX_LAUNCH(attention_tc_backward_dq_kernel<HS>, dim3((s.Tq + kBr - 1) / kBr, s.NH, s.B), kTcThreads, dq_bytes, st, dq,
+             dout, out, lse, q, k, v, s, scale);
   FTX_CUDA_LAUNCHED();
-  attention_tc_backward_dkv_kernel<HS>
-      <<<dim3((s.Tk + kBc - 1) / kBc, s.NKV, s.B), kTcThreads, dkv_bytes, st>>>(dk, dv, dout, out, lse, q, k, v, s,
-                                                                                 scale);
+  FTX_LAUNCH(attention_tc_backward_dkv_kernel<HS>, dim3((s.Tk + kBc - 1) / kBc, s.NKV, s.B), kTcThreads, dkv_bytes, st,
+             dk, dv, dout, out, lse, q, k, v, s, scale);
   FTX_CUDA_LAUNCHED();
 }
 

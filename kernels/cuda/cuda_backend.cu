@@ -705,7 +705,9 @@ class CudaBackend final : public Backend {
     const auto* f = static_cast<const float*>(p);
     return tracked_ != nullptr && f >= tracked_ && f < tracked_ + tracked_n_;
   }
-  __nv_bfloat16* mirror_of(const float* p) const { return mirror_ != nullptr && tracked(p) ? mirror_ + (p - tracked_) : nullptr; }
+  __nv_bfloat16* mirror_of(const float* p) const {
+    return mirror_ != nullptr && tracked(p) ? mirror_ + (p - tracked_) : nullptr;
+  }
   // Allocates the mirror when the precision is bf16 and rounds the whole tracked buffer into it.
   void refresh_mirror() {
     if (precision_ != MatmulPrecision::Bf16 || tracked_ == nullptr) return;
@@ -741,7 +743,8 @@ class CudaBackend final : public Backend {
     }
     const __nv_bfloat16* convert(const float* x, size_t n) {
       __nv_bfloat16* out = nullptr;
-      FTX_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&out), std::max<size_t>(n, 1) * sizeof(__nv_bfloat16), st_));
+      FTX_CUDA_CHECK(
+          cudaMallocAsync(reinterpret_cast<void**>(&out), std::max<size_t>(n, 1) * sizeof(__nv_bfloat16), st_));
       blocks_.push_back(out);
       if (n > 0) {
         to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, st_>>>(out, x, n);
@@ -771,8 +774,10 @@ class CudaBackend final : public Backend {
       }
       BfScratch scratch(st);
       // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
-      const __nv_bfloat16* a = A16 != nullptr ? A16 : scratch.convert(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda));
-      const __nv_bfloat16* b = B16 != nullptr ? B16 : scratch.convert(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb));
+      const __nv_bfloat16* a =
+          A16 != nullptr ? A16 : scratch.convert(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda));
+      const __nv_bfloat16* b =
+          B16 != nullptr ? B16 : scratch.convert(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb));
       cublas_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
     });
   }
@@ -821,8 +826,9 @@ std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    *why = err == cudaSuccess ? std::string("no CUDA GPU found")
-                              : std::string("no CUDA GPU available (the CUDA runtime says: ") + cudaGetErrorString(err) + ")";
+    *why = err == cudaSuccess
+               ? std::string("no CUDA GPU found")
+               : std::string("no CUDA GPU available (the CUDA runtime says: ") + cudaGetErrorString(err) + ")";
     cudaGetLastError();
     return nullptr;
   }

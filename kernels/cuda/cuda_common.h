@@ -28,6 +28,14 @@
     }                                                                                           \
   } while (0)
 
+// kernel<<<grid, block, smem_bytes, stream>>>(args...), and the block's dynamic shared memory. Macros
+// so that tests/cuda_emu can run the kernels of attention.cu, attention_tc.cu and latent.cu on
+// CPU threads (it defines both before including this header).
+#ifndef FTX_LAUNCH
+#define FTX_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#define FTX_DYNAMIC_SHARED(T, name) extern __shared__ __align__(128) T name[]
+#endif
+
 // After a kernel launch: a bad configuration is reported where it happened.
 #define FTX_CUDA_LAUNCHED() FTX_CUDA_CHECK(cudaGetLastError())
 

@@ -193,7 +193,7 @@ void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N
                            Dyn<uint64_t> seed, Dyn<uint64_t> stream, cudaStream_t st) {
   FT_ASSERT(H >= 1 && H <= 31, "binary mapper: H = %d", H);
   if (N == 0) return;
-  mapper_forward_kernel<<<blocks_for(N, kThreads), kThreads, 0, st>>>(codes, p, logits, N, H, seed,
+  FTX_LAUNCH(mapper_forward_kernel, blocks_for(N, kThreads), kThreads, 0, st, codes, p, logits, N, H, seed,
                                                                       stream);
   FTX_CUDA_LAUNCHED();
 }
@@ -219,11 +219,11 @@ void binary_mapper_backward(float* dlogits, const float* dR, const float* W, con
     // transpose. So compute the column-major tile^T (Dt x N, ld Dt) = W_slice^T (Dt x C, ld D,
     // starting at W + d0) times dR^T (C x N, ld C): both operands as stored, no transposes.
     gemm(static_cast<int>(Dt), N, C, W + d0, static_cast<int>(D), dR, C, tile, static_cast<int>(Dt));
-    mapper_reduce_tile_kernel<<<blocks_for(N, kRowsPerBlock), kThreads, 0, st>>>(acc, tile, p, N, H,
+    FTX_LAUNCH(mapper_reduce_tile_kernel, blocks_for(N, kRowsPerBlock), kThreads, 0, st, acc, tile, p, N, H,
                                                                                  k, d0);
     FTX_CUDA_LAUNCHED();
   }
-  mapper_apply_kernel<<<blocks_for(size_t(N) * H, kThreads), kThreads, 0, st>>>(dlogits, acc, p, N,
+  FTX_LAUNCH(mapper_apply_kernel, blocks_for(size_t(N) * H, kThreads), kThreads, 0, st, dlogits, acc, p, N,
                                                                                 H);
   FTX_CUDA_LAUNCHED();
   FTX_CUDA_CHECK(cudaFreeAsync(tile, st));
@@ -233,27 +233,27 @@ void binary_mapper_backward(float* dlogits, const float* dR, const float* W, con
 void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H,
                           cudaStream_t st) {
   if (N == 0 || C == 0) return;
-  post_sampler_forward_kernel<<<N, kThreads, 0, st>>>(R, codes, W, C, H);
+  FTX_LAUNCH(post_sampler_forward_kernel, N, kThreads, 0, st, R, codes, W, C, H);
   FTX_CUDA_LAUNCHED();
 }
 
 void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H,
                            cudaStream_t st) {
   if (N == 0 || C == 0) return;
-  post_sampler_backward_kernel<<<N, kThreads, 0, st>>>(dW, dR, codes, C, H);
+  FTX_LAUNCH(post_sampler_backward_kernel, N, kThreads, 0, st, dW, dR, codes, C, H);
   FTX_CUDA_LAUNCHED();
 }
 
 void kl_forward(float* kl, const float* p, int N, int H, cudaStream_t st) {
   if (N == 0) return;
-  kl_forward_kernel<<<blocks_for(N, kThreads), kThreads, 0, st>>>(kl, p, N, H);
+  FTX_LAUNCH(kl_forward_kernel, blocks_for(N, kThreads), kThreads, 0, st, kl, p, N, H);
   FTX_CUDA_LAUNCHED();
 }
 
 void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa,
                  float scale, cudaStream_t st) {
   if (N == 0 || H == 0) return;
-  kl_backward_kernel<<<blocks_for(size_t(N) * H, kThreads), kThreads, 0, st>>>(dlogits, p, kl, N, H,
+  FTX_LAUNCH(kl_backward_kernel, blocks_for(size_t(N) * H, kThreads), kThreads, 0, st, dlogits, p, kl, N, H,
                                                                                kappa, scale);
   FTX_CUDA_LAUNCHED();
 }

@@ -80,7 +80,8 @@ void StepGraph::capture(const std::vector<std::function<void()>>& launches) {
 }
 
 void StepGraph::upload_slots() {
-  if (used_ > 0) FTX_CUDA_CHECK(cudaMemcpyAsync(dev_slots_, host_slots_.data(), used_, cudaMemcpyHostToDevice, stream_));
+  if (used_ > 0)
+    FTX_CUDA_CHECK(cudaMemcpyAsync(dev_slots_, host_slots_.data(), used_, cudaMemcpyHostToDevice, stream_));
 }
 
 void StepGraph::launch_graph() {

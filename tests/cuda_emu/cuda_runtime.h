@@ -1,0 +1,153 @@
+// A CPU emulation of the CUDA runtime, for test_cuda_emu only: the kernels of kernels/cuda/
+// attention.cu, attention_tc.cu and latent.cu compile as C++ against these headers and run with
+// one OS thread per CUDA thread. Blocks run one after another; __syncthreads and __syncwarp are
+// barriers; shuffles exchange values through a per-warp table between two warp barriers; dynamic
+// shared memory is a fresh NaN-filled buffer per block (a read before any write shows up as NaN),
+// and a launch over the 48 KB default without cudaFuncSetAttribute, or over the 227 KB of sm_90,
+// fails like on a GPU. What it cannot show: timing, races a real GPU exposes, WMMA's alignment
+// rules (mma.h here works on whole 16 x 16 matrices).
+#pragma once
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#define __global__
+#define __device__
+#define __host__
+#define __forceinline__ inline
+#define __launch_bounds__(x)
+#define __align__(x)
+
+using std::max;
+using std::min;
+
+struct dim3 {
+  unsigned x, y, z;
+  dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {}
+};
+struct uint3 {
+  unsigned x = 0, y = 0, z = 0;
+};
+inline thread_local uint3 threadIdx, blockIdx;
+inline thread_local dim3 blockDim, gridDim;
+
+using cudaStream_t = void*;
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+inline cudaError_t cudaGetLastError() { return cudaSuccess; }
+inline const char* cudaGetErrorString(cudaError_t) { return "emulated"; }
+inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
+  *p = std::malloc(bytes == 0 ? 1 : bytes);
+  return cudaSuccess;
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  std::free(p);
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t) {
+  std::memset(p, v, bytes);
+  return cudaSuccess;
+}
+
+namespace ftx_emu {
+
+constexpr size_t kDefaultSmem = 48 << 10, kMaxSmem = 227 << 10;
+
+struct Block {
+  std::unique_ptr<std::barrier<>> all;
+  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  std::vector<std::array<uint64_t, 32>> slots;  // shuffle exchange, one row per warp
+  std::vector<double> smem;                     // double: 8-byte aligned for any element type
+};
+inline thread_local Block* block = nullptr;
+
+inline std::map<const void*, size_t>& smem_limits() {
+  static std::map<const void*, size_t> m;
+  return m;
+}
+
+template <class T>
+T* shared() {
+  return reinterpret_cast<T*>(block->smem.data());
+}
+
+template <class K, class... A>
+void launch(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args) {
+  const unsigned n = threads.x * threads.y * threads.z;
+  const auto lim = smem_limits().find(reinterpret_cast<const void*>(kernel));
+  const size_t allowed = lim == smem_limits().end() ? kDefaultSmem : lim->second;
+  if (n == 0 || n > 1024 || n % 32 != 0 || smem_bytes > allowed || smem_bytes > kMaxSmem) {
+    std::fprintf(stderr, "emulated launch refused: %u threads, %zu bytes of shared memory (allowed %zu)\n", n,
+                 smem_bytes, allowed);
+    std::abort();
+  }
+  for (unsigned bz = 0; bz < grid.z; ++bz)
+    for (unsigned by = 0; by < grid.y; ++by)
+      for (unsigned bx = 0; bx < grid.x; ++bx) {
+        Block b;
+        b.all = std::make_unique<std::barrier<>>(n);
+        for (unsigned w = 0; w < n / 32; ++w) b.warps.push_back(std::make_unique<std::barrier<>>(32));
+        b.slots.resize(n / 32);
+        b.smem.assign(smem_bytes / sizeof(double) + 1, std::numeric_limits<double>::quiet_NaN());
+        std::vector<std::thread> ts;
+        ts.reserve(n);
+        for (unsigned t = 0; t < n; ++t)
+          ts.emplace_back([&, t] {
+            threadIdx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
+            blockIdx = {bx, by, bz};
+            blockDim = threads, gridDim = grid;
+            block = &b;
+            kernel(args...);
+          });
+        for (auto& t : ts) t.join();
+      }
+}
+
+inline unsigned linear_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
+
+}  // namespace ftx_emu
+
+inline void __syncthreads() { ftx_emu::block->all->arrive_and_wait(); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+  ftx_emu::block->warps[ftx_emu::linear_thread() / 32]->arrive_and_wait();
+}
+
+template <class T>
+T __shfl_sync(unsigned, T v, int src) {
+  static_assert(sizeof(T) <= 8);
+  const unsigned t = ftx_emu::linear_thread(), w = t / 32, l = t % 32;
+  auto& row = ftx_emu::block->slots[w];
+  ftx_emu::block->warps[w]->arrive_and_wait();
+  std::memcpy(&row[l], &v, sizeof(T));
+  ftx_emu::block->warps[w]->arrive_and_wait();
+  T out;
+  std::memcpy(&out, &row[unsigned(src) % 32], sizeof(T));
+  return out;
+}
+template <class T>
+T __shfl_xor_sync(unsigned m, T v, int o) {
+  return __shfl_sync(m, v, int(ftx_emu::linear_thread() % 32) ^ o);
+}
+
+template <class K>
+cudaError_t cudaFuncSetAttribute(K* kernel, cudaFuncAttribute, int v) {
+  ftx_emu::smem_limits()[reinterpret_cast<const void*>(kernel)] = size_t(v);
+  return cudaSuccess;
+}
+
+inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+[[noreturn]] inline void __trap() { std::abort(); }
+
+#define FTX_LAUNCH(kernel, grid, block, smem, stream, ...) ::ftx_emu::launch(grid, block, smem, kernel, __VA_ARGS__)
+#define FTX_DYNAMIC_SHARED(T, name) T* name = ::ftx_emu::shared<T>()

@@ -1,0 +1,304 @@
+// The CUDA kernels of kernels/cuda/attention.cu, attention_tc.cu and latent.cu, run on the CPU in an
+// emulation of the CUDA threads (tests/cuda_emu: one OS thread per CUDA thread, barriers for
+// __syncthreads / __syncwarp, shuffles through a table, WMMA on whole 16 x 16 matrices), against
+// references written here in double: attention by its definition, the binary mapper's backward by
+// brute force over all 2^H codes, the KL by its closed form. CI has no GPU; this is where its
+// tests execute the kernels' indexing, masking, tiling and warp reductions. test_backend_ops
+// checks the same kernels on a real GPU against the CPU backend.
+//
+// Not here: cuda_backend.cu (cuBLAS, streams, step graphs), speed, anything only a GPU shows
+// (races between real warps, WMMA alignment, shared-memory bank conflicts).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/cuda_ops.h"
+#include "kernels/philox.h"
+
+namespace ftx {
+namespace {
+
+using Vec = std::vector<double>;
+
+// Inputs rounded to float, so that the kernels (float) and the references (double) see the same.
+std::vector<float> rnd(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
+  std::mt19937_64 gen(seed);
+  std::uniform_real_distribution<double> u(lo, hi);
+  std::vector<float> v(n);
+  for (float& x : v) x = float(u(gen));
+  return v;
+}
+
+// ||got - ref|| / ||ref||; infinite on NaN or Inf.
+double rel_error(const std::vector<float>& got, const Vec& ref) {
+  double num = 0.0, den = 0.0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
+    num += (got[i] - ref[i]) * (got[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
+}
+
+// An output buffer of n floats, NaN-filled (an element the kernel forgets stays NaN), with guard
+// values after it (a kernel that writes past its output changes them).
+class Out {
+ public:
+  explicit Out(size_t n) : n_(n), buf_(n + kGuard, std::numeric_limits<float>::quiet_NaN()) {
+    std::fill(buf_.begin() + n, buf_.end(), kGuardValue);
+  }
+  float* data() { return buf_.data(); }
+  std::vector<float> values() const { return std::vector<float>(buf_.begin(), buf_.begin() + n_); }
+  bool guards_intact() const {
+    return std::all_of(buf_.begin() + n_, buf_.end(), [](float x) { return x == kGuardValue; });
+  }
+
+ private:
+  static constexpr size_t kGuard = 16;
+  static constexpr float kGuardValue = -12345.678f;
+  size_t n_;
+  std::vector<float> buf_;
+};
+
+// ---- attention ------------------------------------------------------------------------------------
+
+AttnShape shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int Tk_cap, int q_pos0, bool causal) {
+  AttnShape s;
+  s.B = B, s.NH = NH, s.NKV = NKV, s.HS = HS, s.Tq = Tq, s.Tk = Tk, s.Tk_cap = Tk_cap, s.q_pos0 = q_pos0;
+  s.causal = causal;
+  return s;
+}
+
+struct AttnRef {
+  Vec out, dq, dk, dv;
+};
+
+// Softmax(q k^T / sqrt(HS)) v over the visible keys, and its gradients for dout, in double.
+AttnRef attention_reference(const AttnShape& s, const std::vector<float>& q, const std::vector<float>& k,
+                            const std::vector<float>& v, const std::vector<float>& dout) {
+  const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk_cap * s.NKV * s.HS;
+  AttnRef r{Vec(nq, 0.0), Vec(nq, 0.0), Vec(nk, 0.0), Vec(nk, 0.0)};
+  const int group = s.NH / s.NKV;
+  const double scale = 1.0 / std::sqrt(double(s.HS));
+  auto qi = [&](int b, int i, int h, int d) { return ((size_t(b) * s.Tq + i) * s.NH + h) * s.HS + d; };
+  auto kj = [&](int b, int j, int kh, int d) { return ((size_t(b) * s.Tk_cap + j) * s.NKV + kh) * s.HS + d; };
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h)
+      for (int i = 0; i < s.Tq; ++i) {
+        const int kh = h / group, n = s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk;
+        Vec p(n), dp(n);
+        double mx = -1e300, sum = 0.0, D = 0.0;
+        for (int j = 0; j < n; ++j) {
+          double a = 0.0;
+          for (int d = 0; d < s.HS; ++d) a += double(q[qi(b, i, h, d)]) * k[kj(b, j, kh, d)];
+          p[j] = a * scale;
+          mx = std::max(mx, p[j]);
+        }
+        for (int j = 0; j < n; ++j) sum += p[j] = std::exp(p[j] - mx);
+        for (int j = 0; j < n; ++j) p[j] /= sum;
+        for (int d = 0; d < s.HS; ++d)
+          for (int j = 0; j < n; ++j) r.out[qi(b, i, h, d)] += p[j] * v[kj(b, j, kh, d)];
+        for (int j = 0; j < n; ++j) {
+          for (int d = 0; d < s.HS; ++d) dp[j] += double(dout[qi(b, i, h, d)]) * v[kj(b, j, kh, d)];
+          D += p[j] * dp[j];
+        }
+        for (int j = 0; j < n; ++j) {
+          const double ds = p[j] * (dp[j] - D);
+          for (int d = 0; d < s.HS; ++d) {
+            r.dq[qi(b, i, h, d)] += scale * ds * k[kj(b, j, kh, d)];
+            r.dk[kj(b, j, kh, d)] += scale * ds * q[qi(b, i, h, d)];
+            r.dv[kj(b, j, kh, d)] += p[j] * dout[qi(b, i, h, d)];
+          }
+        }
+      }
+  return r;
+}
+
+// The fp32 kernels (tc = false) or the tensor-core ones; backward when Tk_cap == Tk.
+void check_attention(const AttnShape& s, bool tc, double limit, uint64_t seed) {
+  SCOPED_TRACE("B " + std::to_string(s.B) + " NH " + std::to_string(s.NH) + " NKV " + std::to_string(s.NKV) + " HS " +
+               std::to_string(s.HS) + " Tq " + std::to_string(s.Tq) + " Tk " + std::to_string(s.Tk) + " cap " +
+               std::to_string(s.Tk_cap) + " pos0 " + std::to_string(s.q_pos0) + (s.causal ? " causal" : " full") +
+               (tc ? ", tensor cores" : ", fp32"));
+  const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk_cap * s.NKV * s.HS;
+  const std::vector<float> q = rnd(nq, seed, -2, 2), k = rnd(nk, seed + 1, -2, 2), v = rnd(nk, seed + 2),
+                           dout = rnd(nq, seed + 3);
+  const AttnRef ref = attention_reference(s, q, k, v, dout);
+  Out out(nq), lse(size_t(s.B) * s.NH * s.Tq);
+  if (tc) cuda::attention_tc_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, nullptr);
+  else cuda::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, nullptr);
+  EXPECT_TRUE(out.guards_intact() && lse.guards_intact()) << "forward wrote past its outputs";
+  EXPECT_LE(rel_error(out.values(), ref.out), limit) << "out";
+  if (s.Tk_cap != s.Tk) return;
+  Out dq(nq), dk(nk), dv(nk);
+  const std::vector<float> o = out.values(), l = lse.values();
+  if (tc)
+    cuda::attention_tc_backward(dq.data(), dk.data(), dv.data(), dout.data(), o.data(), l.data(), q.data(), k.data(),
+                                v.data(), s, nullptr);
+  else
+    cuda::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), o.data(), l.data(), q.data(), k.data(),
+                             v.data(), s, nullptr);
+  EXPECT_TRUE(dq.guards_intact() && dk.guards_intact() && dv.guards_intact()) << "backward wrote past its outputs";
+  EXPECT_LE(rel_error(dq.values(), ref.dq), limit) << "dq";
+  EXPECT_LE(rel_error(dk.values(), ref.dk), limit) << "dk";
+  EXPECT_LE(rel_error(dv.values(), ref.dv), limit) << "dv";
+}
+
+// fp32 kernels: reorderings of fp32 sums only (the reference is double).
+constexpr double kFp32 = 1e-5;
+// Tensor cores: bf16 operands (unit roundoff 2^-9); 2.5e-3..5.6e-3 seen here, a dropped mask or a
+// wrong operand gives 0.1..1.7.
+constexpr double kBf16 = 2e-2;
+
+TEST(CudaEmu, AttentionFp32) {
+  check_attention(shape(1, 2, 1, 9, 10, 45, 45, 5, true), false, kFp32, 10);     // odd HS, query block at an offset
+  check_attention(shape(1, 2, 2, 8, 32, 64, 64, 32, true), false, kFp32, 20);    // two key tiles
+  check_attention(shape(1, 3, 1, 16, 20, 33, 33, 0, false), false, kFp32, 30);   // non-causal, GQA 3:1
+  check_attention(shape(2, 4, 1, 32, 1, 70, 80, 69, true), false, kFp32, 40);    // decode: KV cache of 70 in 80
+}
+
+TEST(CudaEmu, AttentionTensorCores) {
+  check_attention(shape(1, 2, 1, 32, 70, 70, 70, 0, true), true, kBf16, 50);     // GQA, partial tiles
+  check_attention(shape(2, 2, 2, 64, 16, 100, 100, 84, true), true, kBf16, 60);  // 16 queries after 84 positions
+  check_attention(shape(1, 1, 1, 32, 130, 77, 77, 0, false), true, kBf16, 70);   // non-causal, Tq != Tk
+  check_attention(shape(1, 4, 2, 128, 64, 64, 80, 0, true), true, kBf16, 80);   // HS 128, forward only
+  check_attention(shape(1, 2, 1, 64, 128, 128, 128, 0, true), true, kBf16, 90);  // whole tiles
+}
+
+TEST(CudaEmu, TensorCoreAttentionTakesOnlyItsShapes) {
+  EXPECT_TRUE(cuda::attention_tc_supports(shape(1, 2, 1, 64, 16, 16, 16, 0, true)));
+  EXPECT_FALSE(cuda::attention_tc_supports(shape(1, 2, 1, 64, 1, 16, 16, 15, true)));  // decode
+  EXPECT_FALSE(cuda::attention_tc_supports(shape(1, 2, 1, 48, 64, 64, 64, 0, true)));  // HS 48
+  EXPECT_FALSE(cuda::attention_tc_supports(shape(1, 2, 1, 256, 64, 64, 64, 0, true)));
+}
+
+// ---- latent -----------------------------------------------------------------------------------------
+
+// Column-major C (m x n) = A (m x k, ld lda) B (k x n, ld ldb): the GEMM cuBLAS does for the mapper.
+void host_gemm(int m, int n, int k, const float* A, int lda, const float* B, int ldb, float* C, int ldc) {
+  for (int j = 0; j < n; ++j)
+    for (int i = 0; i < m; ++i) {
+      double acc = 0.0;
+      for (int l = 0; l < k; ++l) acc += double(A[size_t(l) * lda + i]) * B[size_t(j) * ldb + l];
+      C[size_t(j) * ldc + i] = float(acc);
+    }
+}
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+TEST(CudaEmu, BinaryMapperForwardDrawsThePhiloxBits) {
+  const int N = 300, H = 7;
+  const uint64_t seed = 5, stream = 77;
+  const std::vector<float> logits = rnd(size_t(N) * H, 100, -4, 4);
+  const uint64_t stream_in_memory = stream;  // as a replayed step graph passes it
+  for (const bool by_pointer : {false, true}) {
+    Out p(size_t(N) * H);
+    std::vector<uint32_t> codes(N, 0xFFFFFFFFu);
+    const cuda::Dyn<uint64_t> st =
+        by_pointer ? cuda::Dyn<uint64_t>{&stream_in_memory, 0} : cuda::Dyn<uint64_t>{nullptr, stream};
+    cuda::binary_mapper_forward(codes.data(), p.data(), logits.data(), N, H, cuda::Dyn<uint64_t>{nullptr, seed}, st,
+                                nullptr);
+    const std::vector<float> pv = p.values();
+    for (int n = 0; n < N; ++n) {
+      uint32_t expect = 0;
+      for (int h = 0; h < H; ++h) {
+        const size_t i = size_t(n) * H + h;
+        const float ph = float(sigmoid(logits[i]));
+        ASSERT_EQ(pv[i], ph) << "p at " << i;
+        expect |= uint32_t(philox_uniform(seed, stream, i) < ph) << h;
+      }
+      ASSERT_EQ(codes[n], expect) << "row " << n << (by_pointer ? " (stream by pointer)" : "");
+    }
+  }
+}
+
+// dlogits[n,h] += sum_d dG[n,d] G[n,d] (U_h(d) - p[n,h]), dG = dR W, over all 2^H codes, in double.
+Vec mapper_backward_reference(const std::vector<float>& dR, const std::vector<float>& W, const std::vector<float>& p,
+                              const std::vector<float>& d0, int N, int C, int H) {
+  Vec out(d0.begin(), d0.end());
+  const uint32_t D = 1u << H;
+  for (int n = 0; n < N; ++n)
+    for (uint32_t d = 0; d < D; ++d) {
+      double dG = 0.0, G = 1.0;
+      for (int c = 0; c < C; ++c) dG += double(dR[size_t(n) * C + c]) * W[(size_t(c) << H) + d];
+      for (int h = 0; h < H; ++h) G *= (d >> h) & 1 ? p[size_t(n) * H + h] : 1.0 - p[size_t(n) * H + h];
+      for (int h = 0; h < H; ++h) out[size_t(n) * H + h] += dG * G * (double((d >> h) & 1) - p[size_t(n) * H + h]);
+    }
+  return out;
+}
+
+TEST(CudaEmu, BinaryMapperBackwardMatchesBruteForce) {
+  const struct {
+    int N, C, H;
+  } shapes[] = {{50, 12, 6}, {33, 5, 1}, {9, 3, 10}};
+  uint64_t seed = 200;
+  for (const auto& sh : shapes) {
+    SCOPED_TRACE("N " + std::to_string(sh.N) + " C " + std::to_string(sh.C) + " H " + std::to_string(sh.H));
+    const std::vector<float> dR = rnd(size_t(sh.N) * sh.C, seed++), W = rnd(size_t(sh.C) << sh.H, seed++);
+    const std::vector<float> p = rnd(size_t(sh.N) * sh.H, seed++, 0.02, 0.98), d0 = rnd(size_t(sh.N) * sh.H, seed++);
+    std::vector<float> dl = d0;
+    cuda::binary_mapper_backward(dl.data(), dR.data(), W.data(), p.data(), sh.N, sh.C, sh.H, host_gemm, nullptr);
+    EXPECT_LE(rel_error(dl, mapper_backward_reference(dR, W, p, d0, sh.N, sh.C, sh.H)), 1e-5);
+  }
+}
+
+TEST(CudaEmu, KlWithFreeBitsAndPostSampler) {
+  const int N = 260, H = 5, C = 40;
+  std::vector<float> p = rnd(size_t(N) * H, 300, 0.0, 1.0);
+  p[0] = 0.0f, p[1] = 1.0f;  // the limits: log 2 of KL, no gradient
+  Out kl(N);
+  cuda::kl_forward(kl.data(), p.data(), N, H, nullptr);
+  const std::vector<float> klv = kl.values();
+  Vec kl_ref(N);
+  for (int n = 0; n < N; ++n)
+    for (int h = 0; h < H; ++h) {
+      const double x = p[size_t(n) * H + h];
+      kl_ref[n] += std::log(2.0) + (x > 0 ? x * std::log(x) : 0.0) + (x < 1 ? (1 - x) * std::log(1 - x) : 0.0);
+    }
+  EXPECT_LE(rel_error(klv, kl_ref), 1e-6);
+  EXPECT_TRUE(kl.guards_intact());
+
+  const float kappa = 1.2f, scale = 0.5f, kappa_in_memory = kappa;
+  std::vector<float> dl(size_t(N) * H, 0.25f);
+  cuda::kl_backward(dl.data(), p.data(), klv.data(), N, H, cuda::Dyn<float>{&kappa_in_memory, 0.0f}, scale, nullptr);
+  Vec dl_ref(dl.size(), 0.25);
+  int above = 0;
+  for (int n = 0; n < N; ++n) {
+    if (!(klv[n] > kappa)) continue;
+    ++above;
+    for (int h = 0; h < H; ++h) {
+      const double x = p[size_t(n) * H + h];
+      if (x > 0 && x < 1) dl_ref[size_t(n) * H + h] += scale * x * (1 - x) * std::log(x / (1 - x));
+    }
+  }
+  EXPECT_GT(above, 0);
+  EXPECT_LT(above, N) << "kappa should split the rows";
+  EXPECT_LE(rel_error(dl, dl_ref), 1e-6);
+
+  const int NR = 24;  // the post-sampler runs a block per row: few rows keep the emulation quick
+  std::vector<uint32_t> codes(NR);
+  for (int n = 0; n < NR; ++n) codes[n] = uint32_t(n * 7) % 11;  // 11 of the 32 codes: rows share them
+  const std::vector<float> W = rnd(size_t(C) << H, 310), dR = rnd(size_t(NR) * C, 311);
+  Out R(size_t(NR) * C);
+  std::vector<float> dW(W.size(), 0.0f);
+  cuda::post_sampler_forward(R.data(), codes.data(), W.data(), NR, C, H, nullptr);
+  cuda::post_sampler_backward(dW.data(), dR.data(), codes.data(), NR, C, H, nullptr);
+  Vec R_ref(size_t(NR) * C), dW_ref(W.size(), 0.0);
+  for (int n = 0; n < NR; ++n)
+    for (int c = 0; c < C; ++c) {
+      R_ref[size_t(n) * C + c] = W[(size_t(c) << H) + codes[n]];
+      dW_ref[(size_t(c) << H) + codes[n]] += dR[size_t(n) * C + c];
+    }
+  EXPECT_EQ(rel_error(R.values(), R_ref), 0.0);
+  EXPECT_TRUE(R.guards_intact());
+  EXPECT_LE(rel_error(dW, dW_ref), 1e-6);
+}
+
+}  // namespace
+}  // namespace ftx
