@@ -6,8 +6,11 @@
 // tests execute the kernels' indexing, masking, tiling and warp reductions. test_backend_ops
 // checks the same kernels on a real GPU against the CPU backend.
 //
-// Not here: cuda_backend.cu (cuBLAS, streams, step graphs), speed, anything only a GPU shows
-// (races between real warps, WMMA alignment, shared-memory bank conflicts).
+// Also the step graphs of kernels/cuda/step_graph.cu, whose stream capture the emulation records
+// and replays: scalars and tables that change between replays, a step that changes shape.
+//
+// Not here: cuda_backend.cu (cuBLAS), speed, anything only a GPU shows (races between real warps,
+// WMMA alignment, shared-memory bank conflicts).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -19,6 +22,7 @@
 #include <vector>
 
 #include "kernels/cuda/cuda_ops.h"
+#include "kernels/cuda/step_graph.h"
 #include "kernels/philox.h"
 
 namespace ftx {
@@ -298,6 +302,74 @@ TEST(CudaEmu, KlWithFreeBitsAndPostSampler) {
   EXPECT_EQ(rel_error(R.values(), R_ref), 0.0);
   EXPECT_TRUE(R.guards_intact());
   EXPECT_LE(rel_error(dW, dW_ref), 1e-6);
+}
+
+// ---- step graphs ---------------------------------------------------------------------------------
+
+// y[i] += a * x[i] + sum(table), with a and the table read as a replayed graph would pass them.
+__global__ void axpy_table_kernel(float* y, const float* x, cuda::Dyn<float> a, const float* table, int nt, int n) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float t = 0.0f;
+  for (int j = 0; j < nt; ++j) t += table[j];
+  y[i] += a.get() * x[i] + t;
+}
+
+// One op as the CUDA backend writes its ops: scalars and tables first, then the launch with its key.
+void axpy_table(cuda::StepGraph& g, float* y, const float* x, float a, const std::vector<float>& table) {
+  const cuda::Dyn<float> da = g.scalar(a);
+  const auto* t = static_cast<const float*>(g.table(table.data(), table.size() * sizeof(float)));
+  const int n = 64, nt = static_cast<int>(table.size());
+  g.run(cuda::make_key("axpy_table", y, x, nt, n), [=] { FTX_LAUNCH(axpy_table_kernel, 2, 32, 0, nullptr, y, x, da, t, nt, n); });
+}
+
+TEST(CudaEmu, StepGraphReplaysWithNewScalarsAndRecordsChangedSteps) {
+  cuda::StepGraph g(nullptr);
+  std::vector<float> x(64), y(64, 0.0f), other(64, 0.0f);
+  for (int i = 0; i < 64; ++i) x[i] = float(i % 7) - 3.0f;
+  std::vector<double> expect(64, 0.0), expect_other(64, 0.0);
+  auto step = [&](int s, bool extra) {
+    const float a = 0.5f * float(s);
+    const std::vector<float> table = {float(s), 1.0f, -0.25f * float(s)};
+    g.begin();
+    axpy_table(g, y.data(), x.data(), a, table);
+    if (extra) axpy_table(g, other.data(), x.data(), 2.0f * a, table);
+    g.end();
+    const double t = table[0] + table[1] + table[2];
+    for (int i = 0; i < 64; ++i) {
+      expect[i] += double(a) * x[i] + t;
+      if (extra) expect_other[i] += 2.0 * a * x[i] + t;
+    }
+  };
+  for (int s = 1; s <= 4; ++s) step(s, false);  // recorded once, then replayed with new values
+  EXPECT_EQ(g.captures(), 1);
+  EXPECT_EQ(g.replays(), 3);
+  step(5, true);  // a different step: recorded again
+  step(6, true);  // replayed
+  EXPECT_EQ(g.captures(), 2);
+  EXPECT_EQ(g.replays(), 4);
+  for (int i = 0; i < 64; ++i) {
+    ASSERT_NEAR(y[i], expect[i], 1e-4) << i;
+    ASSERT_NEAR(other[i], expect_other[i], 1e-4) << i;
+  }
+  // Outside a step, ops run at once.
+  axpy_table(g, y.data(), x.data(), 1.0f, {0.0f});
+  for (int i = 0; i < 64; ++i) ASSERT_NEAR(y[i], expect[i] + x[i], 1e-4) << i;
+}
+
+// A step that never repeats: three misses in a row turn graphs off, and every step stays right.
+TEST(CudaEmu, StepGraphTurnsItselfOffWhenEveryStepDiffers) {
+  cuda::StepGraph g(nullptr);
+  std::vector<float> x(64, 1.0f);
+  std::vector<std::vector<float>> ys(8, std::vector<float>(64, 0.0f));
+  for (int s = 0; s < 8; ++s) {
+    g.begin();
+    axpy_table(g, ys[s].data(), x.data(), float(s + 1), {0.0f});  // a new buffer each step
+    g.end();
+  }
+  EXPECT_EQ(g.replays(), 0);
+  EXPECT_EQ(g.captures(), 3) << "the first step and two misses are recorded, the third miss turns graphs off";
+  for (int s = 0; s < 8; ++s) ASSERT_EQ(ys[s][5], float(s + 1)) << "step " << s;
 }
 
 }  // namespace

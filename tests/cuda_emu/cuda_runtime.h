@@ -4,8 +4,10 @@
 // barriers; shuffles exchange values through a per-warp table between two warp barriers; dynamic
 // shared memory is a fresh NaN-filled buffer per block (a read before any write shows up as NaN),
 // and a launch over the 48 KB default without cudaFuncSetAttribute, or over the 227 KB of sm_90,
-// fails like on a GPU. What it cannot show: timing, races a real GPU exposes, WMMA's alignment
-// rules (mma.h here works on whole 16 x 16 matrices).
+// fails like on a GPU. Stream capture records launches, copies and fills as closures that a graph
+// launch replays (what kernels/cuda/step_graph.cu needs); device memory is host memory. What it
+// cannot show: timing, races a real GPU exposes, WMMA's alignment rules (mma.h here works on
+// whole 16 x 16 matrices).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -16,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <map>
 #include <memory>
@@ -45,18 +48,73 @@ inline thread_local dim3 blockDim, gridDim;
 using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
+enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
+enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
+struct EmuGraph {
+  std::vector<std::function<void()>> nodes;
+};
+using cudaGraph_t = EmuGraph*;
+using cudaGraphExec_t = EmuGraph*;
+
+namespace ftx_emu {
+inline EmuGraph* capturing = nullptr;  // the graph a stream capture records into
+// Runs `op` now, or records it when a capture is under way.
+inline void enqueue(std::function<void()> op) {
+  if (capturing != nullptr) capturing->nodes.push_back(std::move(op));
+  else op();
+}
+}  // namespace ftx_emu
+
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emulated"; }
-inline cudaError_t cudaMallocAsync(void** p, size_t bytes, cudaStream_t) {
-  *p = std::malloc(bytes == 0 ? 1 : bytes);
+template <class T>
+cudaError_t cudaMalloc(T** p, size_t bytes) {
+  *p = static_cast<T*>(std::malloc(bytes == 0 ? 1 : bytes));
   return cudaSuccess;
 }
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+inline cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
+template <class T>
+cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t) {
+  return cudaMalloc(p, bytes);
+}
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t) {
-  std::memset(p, v, bytes);
+  ftx_emu::enqueue([=] { std::memset(p, v, bytes); });
+  return cudaSuccess;
+}
+// Like a graph's memcpy node, a recorded copy reads its source when the graph runs.
+inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpyKind, cudaStream_t) {
+  ftx_emu::enqueue([=] { std::memcpy(dst, src, bytes); });
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
+  if (ftx_emu::capturing != nullptr) return cudaErrorInvalidValue;
+  ftx_emu::capturing = new EmuGraph;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamEndCapture(cudaStream_t, cudaGraph_t* g) {
+  if (ftx_emu::capturing == nullptr) return cudaErrorInvalidValue;
+  *g = ftx_emu::capturing;
+  ftx_emu::capturing = nullptr;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphInstantiate(cudaGraphExec_t* e, cudaGraph_t g, unsigned long long) {
+  *e = new EmuGraph(*g);
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphLaunch(cudaGraphExec_t e, cudaStream_t) {
+  for (auto& node : e->nodes) node();
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphDestroy(cudaGraph_t g) {
+  delete g;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGraphExecDestroy(cudaGraphExec_t e) {
+  delete e;
   return cudaSuccess;
 }
 
@@ -83,7 +141,15 @@ T* shared() {
 }
 
 template <class K, class... A>
+void run_blocks(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args);
+
+template <class K, class... A>
 void launch(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args) {
+  enqueue([=] { run_blocks(grid, threads, smem_bytes, kernel, args...); });
+}
+
+template <class K, class... A>
+void run_blocks(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args) {
   const unsigned n = threads.x * threads.y * threads.z;
   const auto lim = smem_limits().find(reinterpret_cast<const void*>(kernel));
   const size_t allowed = lim == smem_limits().end() ? kDefaultSmem : lim->second;
