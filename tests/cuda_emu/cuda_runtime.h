@@ -1,6 +1,6 @@
 // A CPU emulation of the CUDA runtime, for test_cuda_emu only: the kernels of kernels/cuda/
 // attention.cu, attention_tc.cu and latent.cu compile as C++ against these headers and run with
-// one OS thread per CUDA thread. Blocks run one after another; __syncthreads and __syncwarp are
+// one OS thread per CUDA thread of a block. Blocks run one after another; __syncthreads and __syncwarp are
 // barriers; shuffles exchange values through a per-warp table between two warp barriers; dynamic
 // shared memory is a fresh NaN-filled buffer per block (a read before any write shows up as NaN),
 // and a launch over the 48 KB default without cudaFuncSetAttribute, or over the 227 KB of sm_90,
@@ -158,26 +158,28 @@ void run_blocks(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args)
                  smem_bytes, allowed);
     std::abort();
   }
-  for (unsigned bz = 0; bz < grid.z; ++bz)
-    for (unsigned by = 0; by < grid.y; ++by)
-      for (unsigned bx = 0; bx < grid.x; ++bx) {
-        Block b;
-        b.all = std::make_unique<std::barrier<>>(n);
-        for (unsigned w = 0; w < n / 32; ++w) b.warps.push_back(std::make_unique<std::barrier<>>(32));
-        b.slots.resize(n / 32);
-        b.smem.assign(smem_bytes / sizeof(double) + 1, std::numeric_limits<double>::quiet_NaN());
-        std::vector<std::thread> ts;
-        ts.reserve(n);
-        for (unsigned t = 0; t < n; ++t)
-          ts.emplace_back([&, t] {
-            threadIdx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
-            blockIdx = {bx, by, bz};
-            blockDim = threads, gridDim = grid;
-            block = &b;
-            kernel(args...);
-          });
-        for (auto& t : ts) t.join();
+  // One OS thread per CUDA thread of a block, reused for every block of the grid in turn.
+  Block b;
+  b.all = std::make_unique<std::barrier<>>(n);
+  for (unsigned w = 0; w < n / 32; ++w) b.warps.push_back(std::make_unique<std::barrier<>>(32));
+  b.slots.resize(n / 32);
+  const unsigned blocks = grid.x * grid.y * grid.z;
+  std::vector<std::thread> ts;
+  ts.reserve(n);
+  for (unsigned t = 0; t < n; ++t)
+    ts.emplace_back([&, t] {
+      threadIdx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
+      blockDim = threads, gridDim = grid;
+      block = &b;
+      for (unsigned i = 0; i < blocks; ++i) {
+        if (t == 0) b.smem.assign(smem_bytes / sizeof(double) + 1, std::numeric_limits<double>::quiet_NaN());
+        blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
+        b.all->arrive_and_wait();  // fresh shared memory for the block
+        kernel(args...);
+        b.all->arrive_and_wait();  // every thread is done before the next block reuses it
       }
+    });
+  for (auto& t : ts) t.join();
 }
 
 inline unsigned linear_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
