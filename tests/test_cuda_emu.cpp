@@ -1,8 +1,9 @@
-// The CUDA kernels of kernels/cuda/attention.cu, attention_tc.cu and latent.cu, run on the CPU in an
+// The CUDA kernels of kernels/cuda/ops.cu, attention.cu, attention_tc.cu and latent.cu, run on the CPU in an
 // emulation of the CUDA threads (tests/cuda_emu: one OS thread per CUDA thread, barriers for
 // __syncthreads / __syncwarp, shuffles through a table, WMMA on whole 16 x 16 matrices), against
 // references written here in double: attention by its definition, the binary mapper's backward by
-// brute force over all 2^H codes, the KL by its closed form. CI has no GPU; this is where its
+// brute force over all 2^H codes, the KL by its closed form, the elementwise ops, norms, losses and
+// AdamW by their formulas. CI has no GPU; this is where its
 // tests execute the kernels' indexing, masking, tiling and warp reductions. test_backend_ops
 // checks the same kernels on a real GPU against the CPU backend.
 //
@@ -320,7 +321,8 @@ void axpy_table(cuda::StepGraph& g, float* y, const float* x, float a, const std
   const cuda::Dyn<float> da = g.scalar(a);
   const auto* t = static_cast<const float*>(g.table(table.data(), table.size() * sizeof(float)));
   const int n = 64, nt = static_cast<int>(table.size());
-  g.run(cuda::make_key("axpy_table", y, x, nt, n), [=] { FTX_LAUNCH(axpy_table_kernel, 2, 32, 0, nullptr, y, x, da, t, nt, n); });
+  g.run(cuda::make_key("axpy_table", y, x, nt, n),
+        [=] { FTX_LAUNCH(axpy_table_kernel, 2, 32, 0, nullptr, y, x, da, t, nt, n); });
 }
 
 TEST(CudaEmu, StepGraphReplaysWithNewScalarsAndRecordsChangedSteps) {
@@ -370,6 +372,189 @@ TEST(CudaEmu, StepGraphTurnsItselfOffWhenEveryStepDiffers) {
   EXPECT_EQ(g.replays(), 0);
   EXPECT_EQ(g.captures(), 3) << "the first step and two misses are recorded, the third miss turns graphs off";
   for (int s = 0; s < 8; ++s) ASSERT_EQ(ys[s][5], float(s + 1)) << "step " << s;
+}
+
+// ---- ops.cu ------------------------------------------------------------------------------------------
+
+TEST(CudaEmu, ElementwiseAndReductions) {
+  const size_t n = 3001;
+  const std::vector<float> a = rnd(n, 400), b = rnd(n, 401);
+  std::vector<float> out(n), acc = b, sc = a, filled(n);
+  cuda::add(out.data(), a.data(), b.data(), n, nullptr);
+  cuda::add_inplace(acc.data(), a.data(), n, nullptr);
+  cuda::scale(sc.data(), -1.5f, n, nullptr);
+  cuda::fill(filled.data(), 0.75f, n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(out[i], a[i] + b[i]);
+    ASSERT_EQ(acc[i], b[i] + a[i]);
+    ASSERT_EQ(sc[i], a[i] * -1.5f);
+    ASSERT_EQ(filled[i], 0.75f);
+  }
+  std::vector<double> partial(cuda::kReduceBlocks, -1.0);
+  cuda::sum_squares_partials(partial.data(), a.data(), n, nullptr);
+  double got = 0.0, expect = 0.0;
+  for (double p : partial) got += p;
+  for (float x : a) expect += double(x) * x;
+  EXPECT_NEAR(got, expect, 1e-9 * expect);
+
+  const int N = 100, C = 70;  // sum_rows: 32 columns x 16 row lanes a block, C not a multiple of 32
+  const std::vector<float> row = rnd(C, 402), dout = rnd(size_t(N) * C, 403);
+  std::vector<float> bc(size_t(N) * C), dv(C, 0.5f);
+  cuda::broadcast_rows(bc.data(), row.data(), N, C, nullptr);
+  cuda::sum_rows(dv.data(), dout.data(), N, C, nullptr);
+  Vec dv_ref(C, 0.5);
+  for (int r = 0; r < N; ++r)
+    for (int c = 0; c < C; ++c) {
+      ASSERT_EQ(bc[size_t(r) * C + c], row[c]);
+      dv_ref[c] += dout[size_t(r) * C + c];
+    }
+  EXPECT_LE(rel_error(dv, dv_ref), 1e-7);
+}
+
+TEST(CudaEmu, EmbeddingRmsnormRopeSwiglu) {
+  const int N = 40, C = 50, V = 7;
+  std::vector<int32_t> tok(N);
+  for (int i = 0; i < N; ++i) tok[i] = (i * 3) % V;  // repeated tokens: the scatter-add collides
+  const std::vector<float> wte = rnd(size_t(V) * C, 410), dout = rnd(size_t(N) * C, 411);
+  std::vector<float> emb(size_t(N) * C), dwte(size_t(V) * C, 0.0f);
+  cuda::embedding_forward(emb.data(), tok.data(), wte.data(), N, C, nullptr);
+  cuda::embedding_backward(dwte.data(), dout.data(), tok.data(), N, C, nullptr);
+  Vec dwte_ref(dwte.size(), 0.0);
+  for (int i = 0; i < N; ++i)
+    for (int c = 0; c < C; ++c) {
+      ASSERT_EQ(emb[size_t(i) * C + c], wte[size_t(tok[i]) * C + c]);
+      dwte_ref[size_t(tok[i]) * C + c] += dout[size_t(i) * C + c];
+    }
+  EXPECT_LE(rel_error(dwte, dwte_ref), 1e-6);
+
+  // RMSNorm: out = w x r, r = 1/sqrt(mean x^2 + eps); dx += r (w g - x <w g, x> r^2 / C); dw += sum g x r.
+  const float eps = 1e-6f;
+  const std::vector<float> x = rnd(size_t(N) * C, 412, -2, 2), w = rnd(C, 413), g = dout;
+  std::vector<float> out(x.size()), rstd(N), dx(x.size(), 0.25f), dw(C, 0.0f);
+  cuda::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps, nullptr);
+  cuda::rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C, nullptr);
+  Vec out_ref(x.size()), dx_ref(x.size(), 0.25), dw_ref(C, 0.0);
+  for (int i = 0; i < N; ++i) {
+    double ss = 0.0, dot = 0.0;
+    for (int c = 0; c < C; ++c) ss += double(x[size_t(i) * C + c]) * x[size_t(i) * C + c];
+    const double r = 1.0 / std::sqrt(ss / C + eps);
+    for (int c = 0; c < C; ++c) dot += double(w[c]) * g[size_t(i) * C + c] * x[size_t(i) * C + c];
+    for (int c = 0; c < C; ++c) {
+      const size_t k = size_t(i) * C + c;
+      out_ref[k] = w[c] * x[k] * r;
+      dx_ref[k] += r * (w[c] * g[k] - x[k] * dot * r * r / C);
+      dw_ref[c] += double(g[k]) * x[k] * r;
+    }
+  }
+  EXPECT_LE(rel_error(out, out_ref), 1e-6);
+  EXPECT_LE(rel_error(dx, dx_ref), 1e-5);
+  EXPECT_LE(rel_error(dw, dw_ref), 1e-6);
+
+  // RoPE on (B, T, nh, HS): dim i pairs with i + HS/2 at angle pos * theta^(-2i/HS); the backward
+  // rotates back.
+  const int B = 2, T = 5, nh = 3, HS = 8, pos0 = 4;
+  const float theta = 10000.0f;
+  const std::vector<float> xr = rnd(size_t(B) * T * nh * HS, 414);
+  std::vector<float> fwd = xr;
+  cuda::rope(fwd.data(), B, T, nh, HS, pos0, theta, 1.0, nullptr);
+  Vec fwd_ref(xr.size());
+  for (int bt = 0; bt < B * T; ++bt)
+    for (int h = 0; h < nh; ++h)
+      for (int i = 0; i < HS / 2; ++i) {
+        const double ang = double(pos0 + bt % T) * std::pow(double(theta), -2.0 * i / HS);
+        const size_t k = (size_t(bt) * nh + h) * HS + i;
+        fwd_ref[k] = xr[k] * std::cos(ang) - xr[k + HS / 2] * std::sin(ang);
+        fwd_ref[k + HS / 2] = xr[k + HS / 2] * std::cos(ang) + xr[k] * std::sin(ang);
+      }
+  EXPECT_LE(rel_error(fwd, fwd_ref), 1e-6);
+  cuda::rope(fwd.data(), B, T, nh, HS, pos0, theta, -1.0, nullptr);
+  EXPECT_LE(rel_error(fwd, Vec(xr.begin(), xr.end())), 1e-6);
+
+  const size_t m = 1000;
+  const std::vector<float> gate = rnd(m, 415, -4, 4), up = rnd(m, 416), dsw = rnd(m, 417);
+  std::vector<float> sw(m), dgate(m), dup(m);
+  cuda::swiglu_forward(sw.data(), gate.data(), up.data(), m, nullptr);
+  cuda::swiglu_backward(dgate.data(), dup.data(), dsw.data(), gate.data(), up.data(), m, nullptr);
+  Vec sw_ref(m), dgate_ref(m), dup_ref(m);
+  for (size_t i = 0; i < m; ++i) {
+    const double sg = sigmoid(gate[i]);
+    sw_ref[i] = gate[i] * sg * up[i];
+    dgate_ref[i] = dsw[i] * up[i] * sg * (1.0 + gate[i] * (1.0 - sg));
+    dup_ref[i] = dsw[i] * gate[i] * sg;
+  }
+  EXPECT_LE(rel_error(sw, sw_ref), 1e-6);
+  EXPECT_LE(rel_error(dgate, dgate_ref), 1e-6);
+  EXPECT_LE(rel_error(dup, dup_ref), 1e-6);
+}
+
+TEST(CudaEmu, CrossEntropyInPlace) {
+  for (const int V : {29, 1000}) {  // fewer classes than threads, and several per thread
+    SCOPED_TRACE("V " + std::to_string(V));
+    const int N = 12;
+    const std::vector<float> logits = rnd(size_t(N) * V, 420 + V, -5, 5);
+    std::vector<int32_t> targets(N);
+    for (int i = 0; i < N; ++i) targets[i] = (i * 7) % V;
+    Out losses(N);
+    std::vector<float> d = logits;
+    cuda::crossentropy_forward(losses.data(), logits.data(), targets.data(), N, V, nullptr);
+    cuda::crossentropy_backward(d.data(), d.data(), targets.data(), N, V, 0.5f, nullptr);  // in place
+    Vec loss_ref(N), d_ref(d.size());
+    for (int i = 0; i < N; ++i) {
+      double mx = -1e300, sum = 0.0;
+      for (int j = 0; j < V; ++j) mx = std::max(mx, double(logits[size_t(i) * V + j]));
+      for (int j = 0; j < V; ++j) sum += std::exp(logits[size_t(i) * V + j] - mx);
+      loss_ref[i] = std::log(sum) + mx - logits[size_t(i) * V + targets[i]];
+      for (int j = 0; j < V; ++j)
+        d_ref[size_t(i) * V + j] = 0.5 * (std::exp(logits[size_t(i) * V + j] - mx) / sum - (j == targets[i]));
+    }
+    EXPECT_LE(rel_error(losses.values(), loss_ref), 1e-6);
+    EXPECT_TRUE(losses.guards_intact());
+    EXPECT_LE(rel_error(d, d_ref), 1e-5);
+  }
+}
+
+TEST(CudaEmu, ClipAndAdamwOverSegments) {
+  const size_t n = 20011;
+  const std::vector<float> g0 = rnd(n, 430, -2, 2);
+  double norm = 0.0;
+  for (float x : g0) norm += double(x) * x;
+  norm = std::sqrt(norm);
+  std::vector<double> partial(cuda::kReduceBlocks);
+  for (const double limit : {0.0, 2 * norm, norm / 4}) {
+    std::vector<float> g = g0;
+    float got = -1.0f, factor = -1.0f;
+    cuda::clip_grad_norm(g.data(), n, float(limit), &got, partial.data(), &factor, nullptr);
+    EXPECT_NEAR(got, norm, 1e-6 * norm);
+    const double k = limit > 0 && limit < norm ? limit / norm : 1.0;
+    for (size_t i = 0; i < n; ++i) ASSERT_NEAR(g[i], g0[i] * k, 1e-6 * std::fabs(g0[i]) + 1e-12) << limit;
+  }
+
+  // Segments with a gap before, between and after them: gaps stay untouched.
+  const AdamWSegment segs[] = {{3, 9000, 0.1f}, {9003, 1, 0.0f}, {9010, 10990, 0.05f}};
+  const float lr = 0.01f, b1 = 0.9f, b2 = 0.95f, eps = 1e-8f;
+  std::vector<float> param = rnd(n, 431), m(n, 0.0f), v(n, 0.0f);
+  std::vector<__nv_bfloat16> mirror(n, __float2bfloat16(-7.0f));
+  Vec p_ref(param.begin(), param.end()), m_ref(n, 0.0), v_ref(n, 0.0);
+  for (int t = 1; t <= 3; ++t) {
+    const float bc1 = float(1.0 / (1.0 - std::pow(double(b1), t))), bc2 = float(1.0 / (1.0 - std::pow(double(b2), t)));
+    cuda::adamw(param.data(), g0.data(), m.data(), v.data(), mirror.data(), segs, 3, 20000, cuda::Dyn<float>{&lr, 0.0f},
+                b1, b2, eps, cuda::Dyn<float>{nullptr, bc1}, cuda::Dyn<float>{&bc2, 0.0f}, nullptr);
+    for (const AdamWSegment& sg : segs)
+      for (size_t i = sg.offset; i < sg.offset + sg.numel; ++i) {
+        m_ref[i] = b1 * m_ref[i] + (1.0 - b1) * g0[i];
+        v_ref[i] = b2 * v_ref[i] + (1.0 - b2) * double(g0[i]) * g0[i];
+        const double mh = m_ref[i] / (1.0 - std::pow(double(b1), t)), vh = v_ref[i] / (1.0 - std::pow(double(b2), t));
+        p_ref[i] -= lr * (mh / (std::sqrt(vh) + eps) + double(sg.weight_decay) * p_ref[i]);
+      }
+  }
+  EXPECT_LE(rel_error(param, p_ref), 1e-6);
+  EXPECT_LE(rel_error(m, m_ref), 1e-6);
+  for (const size_t gap : {size_t(0), size_t(2), size_t(9004), size_t(9009), size_t(20010)}) {
+    EXPECT_EQ(param[gap], float(p_ref[gap])) << "gap element " << gap << " was updated";
+    EXPECT_EQ(__bfloat162float(mirror[gap]), -7.0f) << "gap element " << gap << " reached the mirror";
+  }
+  for (size_t i = 3; i < 9003; ++i)
+    ASSERT_EQ(__bfloat162float(mirror[i]), __bfloat162float(__float2bfloat16(param[i])));
 }
 
 }  // namespace

@@ -1,16 +1,14 @@
 // The CUDA backend: every Backend op on one GPU, on one stream. GEMMs go to cuBLAS with TF32
-// tensor cores (fp32 storage and accumulation, 10-bit mantissa inputs: the usual fp32-training
-// trade, about 1e-3 relative per product); everything else is a kernel here or in attention.cu /
-// latent.cu. The CPU backend (kernels/cpu) defines what each op computes; test_backend_ops checks
-// this file against it op by op.
+// tensor cores by default (fp32 storage and accumulation, 10-bit mantissa inputs: the usual
+// fp32-training trade, about 1e-3 relative per product), or fp32 / bf16 (set_matmul_precision);
+// everything else is a kernel of ops.cu, attention.cu, attention_tc.cu or latent.cu, run through
+// the step graph (step_graph.h). The CPU backend (kernels/cpu) defines what each op computes;
+// test_backend_ops checks this file against it op by op.
 //
 // Ordering: every op, copy and fill is queued on the backend's stream, so ops see each other's
 // results in program order without synchronising; upload, download and the scalar reductions
 // (sum_squares) wait for the stream because the host reads or frees its buffer right after.
-//
-// Reductions that the CPU does in double (sum_squares, sum_rows, the RMSNorm weight gradient)
-// are in double here too, in a fixed order, so a run repeats bit for bit. The embedding and
-// post-sampler scatter-adds use float atomics (order-dependent in the last bits).
+
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -30,286 +28,7 @@
 namespace ftx {
 namespace {
 
-using cuda::blocks_for;
-using cuda::Dyn;
-using cuda::warp_sum;
-using cuda::warp_max;
-
-constexpr unsigned kThreads = 256;      // elementwise kernels
-constexpr unsigned kRowWarps = 8;       // row kernels (RMSNorm): one warp per row, 8 rows a block
-constexpr unsigned kColumnRows = 16;    // column sums: 32 columns x 16 row lanes a block
-constexpr unsigned kReduceBlocks = 256; // sum_squares partials
-
-// Logistic sigmoid as the CPU computes it: only exp of non-positive arguments, stable both ways.
-__device__ __forceinline__ float sigmoidf(float x) {
-  const float e = expf(-fabsf(x));
-  const float inv = 1.0f / (1.0f + e);
-  return x >= 0.0f ? inv : e * inv;
-}
-
-// ---- elementwise ---------------------------------------------------------------------------
-
-__global__ void fill_kernel(float* x, float v, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] = v;
-}
-
-__global__ void add_kernel(float* out, const float* a, const float* b, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = a[i] + b[i];
-}
-
-__global__ void add_inplace_kernel(float* acc, const float* x, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) acc[i] += x[i];
-}
-
-__global__ void scale_kernel(float* x, float s, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] *= s;
-}
-
-// Per-block partial sums of x^2 in double over a grid-stride range; the host adds the
-// kReduceBlocks partials in order.
-__global__ void sum_squares_kernel(double* partial, const float* x, size_t n) {
-  __shared__ double warp_part[kThreads / 32];
-  double s = 0.0;
-  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += size_t(gridDim.x) * blockDim.x)
-    s += double(x[i]) * double(x[i]);
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if (threadIdx.x % 32 == 0) warp_part[threadIdx.x / 32] = s;
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    double t = 0.0;
-    for (unsigned w = 0; w < blockDim.x / 32; ++w) t += warp_part[w];
-    partial[blockIdx.x] = t;
-  }
-}
-
-__global__ void broadcast_rows_kernel(float* out, const float* v, int N, int C) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < size_t(N) * C) out[i] = v[i % C];
-}
-
-// acc[c] += sum_n f(n, c), n in order within each of kColumnRows lanes, lanes added in order:
-// a fixed order whatever the GPU. Block (32, kColumnRows), grid over column tiles of 32.
-template <class F>
-__device__ void column_sum(float* acc, int N, int C, F f) {
-  __shared__ double part[kColumnRows][32];
-  const int c = blockIdx.x * 32 + threadIdx.x;
-  double s = 0.0;
-  if (c < C)
-    for (int n = threadIdx.y; n < N; n += kColumnRows) s += f(n, c);
-  part[threadIdx.y][threadIdx.x] = s;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    double t = 0.0;
-    for (unsigned r = 0; r < kColumnRows; ++r) t += part[r][threadIdx.x];
-    acc[c] += float(t);
-  }
-}
-
-__global__ void sum_rows_kernel(float* dv, const float* dout, int N, int C) {
-  column_sum(dv, N, C, [=] __device__(int n, int c) { return double(dout[size_t(n) * C + c]); });
-}
-
-// ---- embedding -----------------------------------------------------------------------------
-
-__global__ void embedding_forward_kernel(float* out, const int32_t* tok, const float* wte, int N, int C) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= size_t(N) * C) return;
-  const size_t n = i / C, c = i % C;
-  out[i] = wte[size_t(tok[n]) * C + c];
-}
-
-__global__ void embedding_backward_kernel(float* dwte, const float* dout, const int32_t* tok, int N, int C) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= size_t(N) * C) return;
-  const size_t n = i / C, c = i % C;
-  atomicAdd(dwte + size_t(tok[n]) * C + c, dout[i]);  // repeated tokens collide
-}
-
-// ---- RMSNorm: one warp per row ---------------------------------------------------------------
-
-__global__ void rmsnorm_forward_kernel(float* out, float* rstd, const float* x, const float* w, int N, int C,
-                                       float eps) {
-  const int n = blockIdx.x * kRowWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (n >= N) return;
-  const float* xr = x + size_t(n) * C;
-  float ss = 0.0f;
-  for (int c = lane; c < C; c += 32) ss += xr[c] * xr[c];
-  ss = warp_sum(ss);
-  const float r = 1.0f / sqrtf(ss / float(C) + eps);
-  if (lane == 0) rstd[n] = r;
-  float* o = out + size_t(n) * C;
-  for (int c = lane; c < C; c += 32) o[c] = w[c] * (xr[c] * r);
-}
-
-__global__ void rmsnorm_backward_dx_kernel(float* dx, const float* dout, const float* x, const float* w,
-                                           const float* rstd, int N, int C) {
-  const int n = blockIdx.x * kRowWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (n >= N) return;
-  const float* g = dout + size_t(n) * C;
-  const float* xr = x + size_t(n) * C;
-  const float r = rstd[n];
-  float dot = 0.0f;
-  for (int c = lane; c < C; c += 32) dot += w[c] * g[c] * xr[c];
-  dot = warp_sum(dot);
-  const float k = dot * r * r / float(C);
-  float* d = dx + size_t(n) * C;
-  for (int c = lane; c < C; c += 32) d[c] += r * (w[c] * g[c] - xr[c] * k);
-}
-
-__global__ void rmsnorm_backward_dw_kernel(float* dw, const float* dout, const float* x, const float* rstd,
-                                           int N, int C) {
-  column_sum(dw, N, C, [=] __device__(int n, int c) {
-    const size_t i = size_t(n) * C + c;
-    return double(dout[i] * x[i]) * double(rstd[n]);
-  });
-}
-
-// ---- RoPE: angles in double as the CPU computes them, one thread per rotated pair -------------
-
-__global__ void rope_kernel(float* x, int B, int T, int nh, int HS, int pos0, double theta, double sign) {
-  const int half = HS / 2;
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= size_t(B) * T * nh * half) return;
-  const int pair = int(i % half);
-  const size_t row = i / half;                // (b, t, h)
-  const int t = int((row / nh) % T);
-  const double angle = double(pos0 + t) * pow(theta, -2.0 * pair / HS);
-  const float cs = float(cos(angle)), sn = float(sign * sin(angle));
-  float* r = x + row * HS;
-  const float x1 = r[pair], x2 = r[pair + half];
-  r[pair] = x1 * cs - x2 * sn;
-  r[pair + half] = x2 * cs + x1 * sn;
-}
-
-// ---- SwiGLU ----------------------------------------------------------------------------------
-
-__global__ void swiglu_forward_kernel(float* out, const float* gate, const float* up, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float g = gate[i];
-  out[i] = g * sigmoidf(g) * up[i];
-}
-
-__global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout, const float* gate,
-                                       const float* up, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i >= n) return;
-  const float g = gate[i], s = sigmoidf(g), d = dout[i];
-  dgate[i] = d * up[i] * s * (1.0f + g * (1.0f - s));
-  dup[i] = d * g * s;
-}
-
-// ---- cross-entropy: one block per row; V up to a Llama vocabulary ------------------------------
-
-// Row max and sum exp(l - max) of V logits, reduced over the block; every thread gets both.
-__device__ void softmax_stats(const float* l, int V, float& mx, float& sum) {
-  __shared__ float red[kThreads / 32];
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  float m = -INFINITY;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) m = fmaxf(m, l[j]);
-  m = warp_max(m);
-  if (lane == 0) red[warp] = m;
-  __syncthreads();
-  m = -INFINITY;
-  for (int w = 0; w < warps; ++w) m = fmaxf(m, red[w]);
-  __syncthreads();
-  float s = 0.0f;
-  for (int j = threadIdx.x; j < V; j += blockDim.x) s += expf(l[j] - m);
-  s = warp_sum(s);
-  if (lane == 0) red[warp] = s;
-  __syncthreads();
-  s = 0.0f;
-  for (int w = 0; w < warps; ++w) s += red[w];
-  __syncthreads();  // red is reused by the caller's next row
-  mx = m, sum = s;
-}
-
-__global__ void crossentropy_forward_kernel(float* losses, const float* logits, const int32_t* targets, int V) {
-  const int n = blockIdx.x;
-  const float* l = logits + size_t(n) * V;
-  float mx, sum;
-  softmax_stats(l, V, mx, sum);
-  if (threadIdx.x == 0) losses[n] = logf(sum) + mx - l[targets[n]];
-}
-
-// In place allowed: every logit is read by softmax_stats (which ends in a barrier) before the
-// thread that owns it overwrites it.
-__global__ void crossentropy_backward_kernel(float* dlogits, const float* logits, const int32_t* targets, int V,
-                                             float scale) {
-  const int n = blockIdx.x;
-  const float* l = logits + size_t(n) * V;
-  float* d = dlogits + size_t(n) * V;
-  float mx, sum;
-  softmax_stats(l, V, mx, sum);
-  const float k = scale / sum;
-  const int t = targets[n];
-  for (int j = threadIdx.x; j < V; j += blockDim.x) {
-    const float v = k * expf(l[j] - mx);
-    d[j] = j == t ? v - scale : v;
-  }
-}
-
-// ---- gradient clipping: the norm and the factor stay on the device --------------------------
-
-// One thread: adds the kReduceBlocks partials in order, writes the norm and the clip factor.
-__global__ void clip_factor_kernel(float* norm, float* factor, const double* partial, float max_norm) {
-  double t = 0.0;
-  for (unsigned b = 0; b < kReduceBlocks; ++b) t += partial[b];
-  const double r = sqrt(t);
-  *norm = float(r);
-  *factor = max_norm > 0.0f && r > double(max_norm) ? float(double(max_norm) / r) : 1.0f;
-}
-
-__global__ void scale_by_kernel(float* x, const float* factor, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) x[i] *= *factor;
-}
-
-// ---- AdamW over segments, one launch ---------------------------------------------------------
-
-constexpr size_t kAdamChunk = 8192;  // elements per block
-
-// Block b updates elements [b * kAdamChunk, (b + 1) * kAdamChunk) of the flat buffers; each
-// element takes the weight decay of its segment (segments sorted, disjoint; gaps are skipped).
-// With a bf16 mirror of the parameters (MatmulPrecision::Bf16), the new value is written there too.
-__global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, __nv_bfloat16* mirror,
-                             const AdamWSegment* segs, int nseg, Dyn<float> lr_arg, float beta1, float beta2,
-                             float eps, Dyn<float> inv_bc1_arg, Dyn<float> inv_bc2_arg) {
-  const size_t start = size_t(blockIdx.x) * kAdamChunk, stop = start + kAdamChunk;
-  int lo = 0, hi = nseg;  // first segment that ends after start
-  while (lo < hi) {
-    const int mid = (lo + hi) / 2;
-    if (segs[mid].offset + segs[mid].numel <= start) lo = mid + 1;
-    else hi = mid;
-  }
-  const float lr = lr_arg.get(), inv_bc1 = inv_bc1_arg.get(), inv_bc2 = inv_bc2_arg.get();
-  int sg = lo;
-  for (size_t i = start + threadIdx.x; i < stop; i += blockDim.x) {
-    while (sg < nseg && segs[sg].offset + segs[sg].numel <= i) ++sg;
-    if (sg == nseg) return;
-    if (i < segs[sg].offset) continue;
-    const float g = grad[i];
-    const float mi = beta1 * m[i] + (1.0f - beta1) * g;
-    const float vi = beta2 * v[i] + (1.0f - beta2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    const float mhat = mi * inv_bc1, vhat = vi * inv_bc2;
-    const float p = param[i] - lr * (mhat / (sqrtf(vhat) + eps) + segs[sg].weight_decay * param[i]);
-    param[i] = p;
-    if (mirror != nullptr) mirror[i] = __float2bfloat16(p);
-  }
-}
-
-__global__ void to_bf16_kernel(__nv_bfloat16* out, const float* x, size_t n) {
-  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < n) out[i] = __float2bfloat16(x[i]);
-}
-
-// ---------------------------------------------------------------------------------------------
+using cuda::kReduceBlocks;
 
 constexpr size_t kCublasWorkspace = size_t(32) << 20;
 
@@ -396,10 +115,7 @@ class CudaBackend final : public Backend {
   }
   void fill(float* x, float value, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("fill", x, value, n), [=, st = stream_] {
-      fill_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(x, value, n);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("fill", x, value, n), [=, st = stream_] { cuda::fill(x, value, n, st); });
     weights_written(x, n * sizeof(float));
   }
   void synchronize() override {
@@ -410,29 +126,19 @@ class CudaBackend final : public Backend {
   // ---- elementwise / reductions ----
   void add(float* out, const float* a, const float* b, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("add", out, a, b, n), [=, st = stream_] {
-      add_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, a, b, n);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("add", out, a, b, n), [=, st = stream_] { cuda::add(out, a, b, n, st); });
   }
   void add_inplace(float* acc, const float* x, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("add_inplace", acc, x, n), [=, st = stream_] {
-      add_inplace_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(acc, x, n);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("add_inplace", acc, x, n), [=, st = stream_] { cuda::add_inplace(acc, x, n, st); });
   }
   void scale(float* x, float s, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("scale", x, s, n), [=, st = stream_] {
-      scale_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(x, s, n);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("scale", x, s, n), [=, st = stream_] { cuda::scale(x, s, n, st); });
   }
   double sum_squares(const float* x, size_t n) override {
     outside_graph("sum_squares");
-    sum_squares_kernel<<<kReduceBlocks, kThreads, 0, stream_>>>(partial_, x, n);
-    FTX_CUDA_LAUNCHED();
+    cuda::sum_squares_partials(partial_, x, n, stream_);
     double host[kReduceBlocks];
     download(host, partial_, sizeof(host));
     double total = 0.0;
@@ -442,57 +148,38 @@ class CudaBackend final : public Backend {
   void broadcast_rows(float* out, const float* v, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    run(cuda::make_key("broadcast_rows", out, v, N, C), [=, st = stream_] {
-      broadcast_rows_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, v, N, C);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("broadcast_rows", out, v, N, C), [=, st = stream_] { cuda::broadcast_rows(out, v, N, C, st); });
   }
   void sum_rows(float* dv, const float* dout, int N, int C) override {
     if (C == 0) return;
-    run(cuda::make_key("sum_rows", dv, dout, N, C), [=, st = stream_] {
-      sum_rows_kernel<<<blocks_for(size_t(C), 32), dim3(32, kColumnRows), 0, st>>>(dv, dout, N, C);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("sum_rows", dv, dout, N, C), [=, st = stream_] { cuda::sum_rows(dv, dout, N, C, st); });
   }
 
   // ---- embedding ----
   void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    run(cuda::make_key("embedding_forward", out, tok, wte, N, C), [=, st = stream_] {
-      embedding_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, tok, wte, N, C);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("embedding_forward", out, tok, wte, N, C),
+        [=, st = stream_] { cuda::embedding_forward(out, tok, wte, N, C, st); });
   }
   void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    run(cuda::make_key("embedding_backward", dwte, dout, tok, N, C), [=, st = stream_] {
-      embedding_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(dwte, dout, tok, N, C);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("embedding_backward", dwte, dout, tok, N, C),
+        [=, st = stream_] { cuda::embedding_backward(dwte, dout, tok, N, C, st); });
   }
 
   // ---- RMSNorm ----
   void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override {
     if (N == 0) return;
-    run(cuda::make_key("rmsnorm_forward", out, rstd, x, w, N, C, eps), [=, st = stream_] {
-      rmsnorm_forward_kernel<<<blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, st>>>(out, rstd, x, w, N, C,
-                                                                                         eps);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("rmsnorm_forward", out, rstd, x, w, N, C, eps),
+        [=, st = stream_] { cuda::rmsnorm_forward(out, rstd, x, w, N, C, eps, st); });
   }
   void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
                         int N, int C) override {
     if (N == 0) return;
-    run(cuda::make_key("rmsnorm_backward", dx, dw, dout, x, w, rstd, N, C), [=, st = stream_] {
-      rmsnorm_backward_dx_kernel<<<blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, st>>>(dx, dout, x, w, rstd,
-                                                                                             N, C);
-      FTX_CUDA_LAUNCHED();
-      rmsnorm_backward_dw_kernel<<<blocks_for(size_t(C), 32), dim3(32, kColumnRows), 0, st>>>(dw, dout, x, rstd, N,
-                                                                                             C);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("rmsnorm_backward", dx, dw, dout, x, w, rstd, N, C),
+        [=, st = stream_] { cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, st); });
   }
 
   // ---- matmul: row-major out (N,OC) = inp (N,IC) @ w^T. cuBLAS is column-major, where a
@@ -546,35 +233,27 @@ class CudaBackend final : public Backend {
   // ---- SwiGLU ----
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("swiglu_forward", out, gate, up, n), [=, st = stream_] {
-      swiglu_forward_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, gate, up, n);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("swiglu_forward", out, gate, up, n),
+        [=, st = stream_] { cuda::swiglu_forward(out, gate, up, n, st); });
   }
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                        size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("swiglu_backward", dgate, dup, dout, gate, up, n), [=, st = stream_] {
-      swiglu_backward_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(dgate, dup, dout, gate, up, n);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("swiglu_backward", dgate, dup, dout, gate, up, n),
+        [=, st = stream_] { cuda::swiglu_backward(dgate, dup, dout, gate, up, n, st); });
   }
 
   // ---- cross-entropy ----
   void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
     if (N == 0) return;
-    run(cuda::make_key("crossentropy_forward", losses, logits, targets, N, V), [=, st = stream_] {
-      crossentropy_forward_kernel<<<N, kThreads, 0, st>>>(losses, logits, targets, V);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("crossentropy_forward", losses, logits, targets, N, V),
+        [=, st = stream_] { cuda::crossentropy_forward(losses, logits, targets, N, V, st); });
   }
   void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V,
                              float scale) override {
     if (N == 0) return;
-    run(cuda::make_key("crossentropy_backward", dlogits, logits, targets, N, V, scale), [=, st = stream_] {
-      crossentropy_backward_kernel<<<N, kThreads, 0, st>>>(dlogits, logits, targets, V, scale);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("crossentropy_backward", dlogits, logits, targets, N, V, scale),
+        [=, st = stream_] { cuda::crossentropy_backward(dlogits, logits, targets, N, V, scale, st); });
   }
 
   // ---- latent ----
@@ -631,15 +310,8 @@ class CudaBackend final : public Backend {
   void clip_grad_norm(float* g, size_t n, float max_norm, float* norm) override {
     double* partial = partial_;
     float* factor = clip_factor_;
-    run(cuda::make_key("clip_grad_norm", g, n, max_norm, norm), [=, st = stream_] {
-      sum_squares_kernel<<<kReduceBlocks, kThreads, 0, st>>>(partial, g, n);
-      FTX_CUDA_LAUNCHED();
-      clip_factor_kernel<<<1, 1, 0, st>>>(norm, factor, partial, max_norm);
-      FTX_CUDA_LAUNCHED();
-      if (n == 0) return;
-      scale_by_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(g, factor, n);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("clip_grad_norm", g, n, max_norm, norm),
+        [=, st = stream_] { cuda::clip_grad_norm(g, n, max_norm, norm, partial, factor, st); });
   }
   void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments,
                     int n_segments, const AdamWStep& s) override {
@@ -655,12 +327,9 @@ class CudaBackend final : public Backend {
     const auto bc2 = graph_->scalar(float(1.0 / (1.0 - std::pow(double(s.beta2), s.t))));
     const auto* table = static_cast<const AdamWSegment*>(graph_->table(segments, sizeof(AdamWSegment) * n_segments));
     __nv_bfloat16* mirror = precision_ == MatmulPrecision::Bf16 ? mirror_of(param) : nullptr;
-    const unsigned blocks = unsigned((end + kAdamChunk - 1) / kAdamChunk);
     run(cuda::make_key("adamw_update", param, grad, m, v, mirror, table, n_segments, end, s.beta1, s.beta2, s.eps),
         [=, st = stream_, b1 = s.beta1, b2 = s.beta2, eps = s.eps] {
-          adamw_kernel<<<blocks, kThreads, 0, st>>>(param, grad, m, v, mirror, table, n_segments, lr, b1, b2, eps, bc1,
-                                                   bc2);
-          FTX_CUDA_LAUNCHED();
+          cuda::adamw(param, grad, m, v, mirror, table, n_segments, end, lr, b1, b2, eps, bc1, bc2, st);
         });
   }
 
@@ -728,10 +397,7 @@ class CudaBackend final : public Backend {
   }
   void rounded_copy(__nv_bfloat16* out, const float* x, size_t n) {
     if (n == 0) return;
-    run(cuda::make_key("to_bf16", out, x, n), [=, st = stream_] {
-      to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(out, x, n);
-      FTX_CUDA_LAUNCHED();
-    });
+    run(cuda::make_key("to_bf16", out, x, n), [=, st = stream_] { cuda::to_bf16(out, x, n, st); });
   }
 
   // bf16 roundings of activations for one op, from the stream-ordered pool, freed with the op.
@@ -746,10 +412,7 @@ class CudaBackend final : public Backend {
       FTX_CUDA_CHECK(
           cudaMallocAsync(reinterpret_cast<void**>(&out), std::max<size_t>(n, 1) * sizeof(__nv_bfloat16), st_));
       blocks_.push_back(out);
-      if (n > 0) {
-        to_bf16_kernel<<<blocks_for(n, kThreads), kThreads, 0, st_>>>(out, x, n);
-        FTX_CUDA_LAUNCHED();
-      }
+      cuda::to_bf16(out, x, n, st_);
       return out;
     }
 
@@ -798,12 +461,9 @@ class CudaBackend final : public Backend {
 
   void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign) {
     FT_ASSERT(HS % 2 == 0, "rope: head size %d", HS);
-    const size_t n = size_t(B) * T * nh * (HS / 2);
-    if (n == 0) return;
-    run(cuda::make_key("rope", x, B, T, nh, HS, pos0, theta, sign), [=, st = stream_] {
-      rope_kernel<<<blocks_for(n, kThreads), kThreads, 0, st>>>(x, B, T, nh, HS, pos0, double(theta), sign);
-      FTX_CUDA_LAUNCHED();
-    });
+    if (size_t(B) * T * nh * (HS / 2) == 0) return;
+    run(cuda::make_key("rope", x, B, T, nh, HS, pos0, theta, sign),
+        [=, st = stream_] { cuda::rope(x, B, T, nh, HS, pos0, theta, sign, st); });
   }
 
   int device_;

@@ -3,6 +3,7 @@
 // backend defines (kernels/cpu/ops_*.h); test_backend_ops checks them against it.
 #pragma once
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstddef>
@@ -13,6 +14,41 @@
 #include "kernels/cuda/cuda_common.h"
 
 namespace ftx::cuda {
+
+// ---- ops.cu: elementwise ops, reductions, embedding, RMSNorm, RoPE (sign -1: the backward),
+// SwiGLU, cross-entropy, clipping, AdamW, bf16 rounding; each as the Backend op of its name ---
+constexpr unsigned kReduceBlocks = 256;  // sum_squares_partials: one double per block
+void fill(float* x, float v, size_t n, cudaStream_t st);
+void add(float* out, const float* a, const float* b, size_t n, cudaStream_t st);
+void add_inplace(float* acc, const float* x, size_t n, cudaStream_t st);
+void scale(float* x, float s, size_t n, cudaStream_t st);
+void sum_squares_partials(double* partial, const float* x, size_t n, cudaStream_t st);  // (kReduceBlocks)
+void broadcast_rows(float* out, const float* v, int N, int C, cudaStream_t st);
+void sum_rows(float* dv, const float* dout, int N, int C, cudaStream_t st);
+void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C, cudaStream_t st);
+void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C, cudaStream_t st);
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps,
+                     cudaStream_t st);
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                      int N, int C, cudaStream_t st);
+void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign, cudaStream_t st);
+void swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st);
+void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n,
+                     cudaStream_t st);
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
+                          cudaStream_t st);
+void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V, float scale,
+                           cudaStream_t st);
+// *norm = ||g||, then g *= max_norm / norm when max_norm > 0 and the norm exceeds it; partial
+// (kReduceBlocks doubles) and factor (1 float) are scratch in device memory.
+void clip_grad_norm(float* g, size_t n, float max_norm, float* norm, double* partial, float* factor,
+                    cudaStream_t st);
+// AdamW over the segments in `table` (device memory, sorted, disjoint; end = the last one's end);
+// mirror (nullable) gets the new parameters in bf16.
+void adamw(float* param, const float* grad, float* m, float* v, __nv_bfloat16* mirror, const AdamWSegment* table,
+           int n_segments, size_t end, Dyn<float> lr, float beta1, float beta2, float eps, Dyn<float> inv_bc1,
+           Dyn<float> inv_bc2, cudaStream_t st);
+void to_bf16(__nv_bfloat16* out, const float* x, size_t n, cudaStream_t st);
 
 // ---- attention.cu: flash-style, the probabilities are never stored ----------------------------
 // saved: log-sum-exp of the scaled scores per query row, (B, NH, Tq). A row with no visible key

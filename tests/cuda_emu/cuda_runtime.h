@@ -31,6 +31,8 @@
 #define __forceinline__ inline
 #define __launch_bounds__(x)
 #define __align__(x)
+// A block's static shared arrays: one static per function, right while blocks run one at a time.
+#define __shared__ static
 
 using std::max;
 using std::min;
@@ -49,7 +51,11 @@ using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
-enum cudaStreamCaptureMode { cudaStreamCaptureModeGlobal, cudaStreamCaptureModeThreadLocal, cudaStreamCaptureModeRelaxed };
+enum cudaStreamCaptureMode {
+  cudaStreamCaptureModeGlobal,
+  cudaStreamCaptureModeThreadLocal,
+  cudaStreamCaptureModeRelaxed
+};
 struct EmuGraph {
   std::vector<std::function<void()>> nodes;
 };

@@ -1,0 +1,2 @@
+// ops.cu compiled for the CPU emulation (tests/cuda_emu/cuda_runtime.h).
+#include "kernels/cuda/ops.cu"
