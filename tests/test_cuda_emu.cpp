@@ -10,8 +10,15 @@
 // Also the step graphs of kernels/cuda/step_graph.cu, whose stream capture the emulation records
 // and replays: scalars and tables that change between replays, a step that changes shape.
 //
-// Not here: cuda_backend.cu (cuBLAS), speed, anything only a GPU shows (races between real warps,
-// WMMA alignment, shared-memory bank conflicts).
+// Last, the whole CudaBackend (cuda_backend.cu, with cuBLAS emulated as a loop over TF32- or
+// bf16-rounded inputs) trains the tiny model through the Trainer, step graphs and all, and follows
+// the CPU backend's loss curve.
+//
+// The target compiles these files with cuda=cuda_emu and make_cuda_backend=make_emulated_cuda_backend
+// (tests/CMakeLists.txt), so the emulated kernels never collide with the real CUDA library.
+//
+// Not here: speed, anything only a GPU shows (races between real warps, WMMA alignment,
+// shared-memory bank conflicts, cuBLAS's own numerics).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -22,6 +29,10 @@
 #include <string>
 #include <vector>
 
+#include "core/model/config.h"
+#include "core/train/trainer.h"
+#include "datasets/registry.h"
+#include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graph.h"
 #include "kernels/philox.h"
@@ -555,6 +566,53 @@ TEST(CudaEmu, ClipAndAdamwOverSegments) {
   }
   for (size_t i = 3; i < 9003; ++i)
     ASSERT_EQ(__bfloat162float(mirror[i]), __bfloat162float(__float2bfloat16(param[i])));
+}
+
+// ---- the whole backend ---------------------------------------------------------------------------
+
+// Per-step losses of the tiny preset (Free Transformer, H = 8) on short coin-flip sequences: every
+// op of a training step, at a size the emulation runs in seconds.
+std::vector<double> tiny_losses(Backend& be, int steps) {
+  TrainConfig tc;
+  tc.dataset = "coinflip", tc.coinflip_len = 16;
+  tc.preset = "tiny", tc.steps = steps, tc.batch = 4, tc.warmup = 2, tc.lr = 3e-3f;
+  tc.eval_every = 0, tc.checkpoint_every = 0, tc.seed = 5;
+  auto data = make_dataset(tc);
+  auto mc = model_preset("tiny");
+  EXPECT_TRUE(data && mc.ok());
+  if (!data || !mc) return {};
+  mc->latent_bits = 8, mc->inject_after = mc->n_layers / 2, mc->alphabet = data->alphabet();
+  mc->vocab_size = static_cast<int>(data->alphabet().size());
+  mc->max_seq_len = std::max(mc->max_seq_len, data->seq_len());
+  auto trainer = Trainer::start(be, *mc, tc, data->seq_len(), ":memory:", "emu");
+  EXPECT_TRUE(trainer.ok()) << (trainer ? "" : trainer.error().message);
+  if (!trainer) return {};
+  std::vector<double> losses;
+  for (int i = 0; i < steps; ++i) losses.push_back((*trainer)->step_once(*data).stats.loss);
+  return losses;
+}
+
+TEST(CudaEmu, WholeBackendTrainsLikeTheCpuWithStepGraphs) {
+  constexpr int kSteps = 5;
+  std::string why;
+  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);  // the emulated one (see the top)
+  ASSERT_TRUE(emu) << why;
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  const std::vector<double> ref = tiny_losses(*cpu, kSteps);
+  for (const MatmulPrecision prec : {MatmulPrecision::Tf32, MatmulPrecision::Bf16}) {
+    SCOPED_TRACE(matmul_precision_name(prec));
+    ASSERT_TRUE(emu->set_matmul_precision(prec, &why)) << why;
+    const Backend::GraphStats before = emu->graph_stats();
+    const std::vector<double> got = tiny_losses(*emu, kSteps);
+    ASSERT_EQ(got.size(), ref.size());
+    const double limit = prec == MatmulPrecision::Bf16 ? 5e-2 : 2e-2;  // as in test_backend_ops
+    for (int s = 0; s < kSteps; ++s)
+      EXPECT_LE(std::abs(got[s] - ref[s]), limit * ref[s])
+          << "step " << s + 1 << ": cpu " << ref[s] << ", emulated cuda " << got[s];
+    EXPECT_LT(got.back(), got.front()) << "the emulated run does not learn";
+    EXPECT_EQ(emu->graph_stats().captures - before.captures, 1) << "one recording per run";
+    EXPECT_EQ(emu->graph_stats().replays - before.replays, kSteps - 1);
+  }
 }
 
 }  // namespace

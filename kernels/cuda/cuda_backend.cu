@@ -35,6 +35,25 @@ constexpr size_t kCublasWorkspace = size_t(32) << 20;
 // Column-major extent, in elements, of a stored (rows x cols) matrix with leading dimension ld.
 size_t extent(int rows, int cols, int ld) { return rows == 0 || cols == 0 ? 0 : size_t(ld) * (cols - 1) + rows; }
 
+// Column-major C (m x n) = op(A) op(B) (+ C when accumulate), fp32 inputs, TF32 tensor cores or
+// plain fp32.
+void cublas_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A,
+                 int lda, const float* B, int ldb, float* C, int ldc, bool accumulate, MatmulPrecision prec) {
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  const cublasComputeType_t compute = prec == MatmulPrecision::Fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
+  FTX_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C, CUDA_R_32F,
+                                ldc, compute, CUBLAS_GEMM_DEFAULT));
+}
+
+// The same on bf16 inputs, fp32 accumulation and output.
+void cublas_gemm_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                      const __nv_bfloat16* A, int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc,
+                      bool accumulate) {
+  const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+  FTX_CUBLAS_CHECK(cublasGemmEx(h, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
+                                CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
@@ -267,27 +286,28 @@ class CudaBackend final : public Backend {
                               int H) override {
     const MatmulPrecision prec = precision_;
     const __nv_bfloat16* W16 = prec == MatmulPrecision::Bf16 ? mirror_of(W) : nullptr;
-    run(cuda::make_key("binary_mapper_backward", dlogits, dR, W, p, N, C, H, prec, W16), [=, st = stream_] {
-      if (prec != MatmulPrecision::Bf16) {
-        const cuda::TileGemm tile = [=](int m, int n, int k, const float* A, int lda, const float* B, int ldb,
-                                        float* Cm, int ldc) {
-          cublas_gemm(CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A, lda, B, ldb, Cm, ldc, false, prec);
-        };
-        cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
-        return;
-      }
-      // bf16: dR is rounded once for all the tiles; W's columns come from the mirror (or are
-      // rounded per tile when W is not a tracked weight).
-      BfScratch scratch(st);
-      const __nv_bfloat16* dR16 = scratch.convert(dR, size_t(N) * C);
-      const cuda::TileGemm tile = [=, &scratch](int m, int n, int k, const float* A, int lda, const float* B, int ldb,
-                                                float* Cm, int ldc) {
-        (void)B;
-        const __nv_bfloat16* A16 = W16 != nullptr ? W16 + (A - W) : scratch.convert(A, extent(m, k, lda));
-        cublas_gemm_bf16(CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A16, lda, dR16, ldb, Cm, ldc, false);
-      };
-      cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
-    });
+    run(cuda::make_key("binary_mapper_backward", dlogits, dR, W, p, N, C, H, prec, W16),
+        [=, st = stream_, h = cublas_] {
+          if (prec != MatmulPrecision::Bf16) {
+            const cuda::TileGemm tile = [=](int m, int n, int k, const float* A, int lda, const float* B, int ldb,
+                                            float* Cm, int ldc) {
+              cublas_gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A, lda, B, ldb, Cm, ldc, false, prec);
+            };
+            cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
+            return;
+          }
+          // bf16: dR is rounded once for all the tiles; W's columns come from the mirror (or are
+          // rounded per tile when W is not a tracked weight).
+          BfScratch scratch(st);
+          const __nv_bfloat16* dR16 = scratch.convert(dR, size_t(N) * C);
+          const cuda::TileGemm tile = [=, &scratch](int m, int n, int k, const float* A, int lda, const float* B,
+                                                    int ldb, float* Cm, int ldc) {
+            (void)B;
+            const __nv_bfloat16* A16 = W16 != nullptr ? W16 + (A - W) : scratch.convert(A, extent(m, k, lda));
+            cublas_gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A16, lda, dR16, ldb, Cm, ldc, false);
+          };
+          cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
+        });
   }
   void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H) override {
     run(cuda::make_key("post_sampler_forward", R, codes, W, N, C, H),
@@ -430,35 +450,21 @@ class CudaBackend final : public Backend {
     const MatmulPrecision prec = precision_;
     const __nv_bfloat16* A16 = prec == MatmulPrecision::Bf16 ? mirror_of(A) : nullptr;
     const __nv_bfloat16* B16 = prec == MatmulPrecision::Bf16 ? mirror_of(B) : nullptr;
-    run(cuda::make_key(tag, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec, A16, B16), [=, st = stream_] {
-      if (prec != MatmulPrecision::Bf16) {
-        cublas_gemm(ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);
-        return;
-      }
-      BfScratch scratch(st);
-      // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
-      const __nv_bfloat16* a =
-          A16 != nullptr ? A16 : scratch.convert(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda));
-      const __nv_bfloat16* b =
-          B16 != nullptr ? B16 : scratch.convert(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb));
-      cublas_gemm_bf16(ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
-    });
+    run(cuda::make_key(tag, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec, A16, B16),
+        [=, st = stream_, h = cublas_] {
+          if (prec != MatmulPrecision::Bf16) {
+            cublas_gemm(h, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);
+            return;
+          }
+          BfScratch scratch(st);
+          // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
+          const __nv_bfloat16* a =
+              A16 != nullptr ? A16 : scratch.convert(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda));
+          const __nv_bfloat16* b =
+              B16 != nullptr ? B16 : scratch.convert(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb));
+          cublas_gemm_bf16(h, ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
+        });
   }
-  void cublas_gemm(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A, int lda,
-                   const float* B, int ldb, float* C, int ldc, bool accumulate, MatmulPrecision prec) const {
-    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    const cublasComputeType_t compute =
-        prec == MatmulPrecision::Fp32 ? CUBLAS_COMPUTE_32F : CUBLAS_COMPUTE_32F_FAST_TF32;
-    FTX_CUBLAS_CHECK(cublasGemmEx(cublas_, ta, tb, m, n, k, &one, A, CUDA_R_32F, lda, B, CUDA_R_32F, ldb, &beta, C,
-                                  CUDA_R_32F, ldc, compute, CUBLAS_GEMM_DEFAULT));
-  }
-  void cublas_gemm_bf16(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const __nv_bfloat16* A,
-                        int lda, const __nv_bfloat16* B, int ldb, float* C, int ldc, bool accumulate) const {
-    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
-    FTX_CUBLAS_CHECK(cublasGemmEx(cublas_, ta, tb, m, n, k, &one, A, CUDA_R_16BF, lda, B, CUDA_R_16BF, ldb, &beta, C,
-                                  CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
-  }
-
   void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign) {
     FT_ASSERT(HS % 2 == 0, "rope: head size %d", HS);
     if (size_t(B) * T * nh * (HS / 2) == 0) return;

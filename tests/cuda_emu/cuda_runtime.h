@@ -1,7 +1,7 @@
-// A CPU emulation of the CUDA runtime, for test_cuda_emu only: the kernels of kernels/cuda/
-// attention.cu, attention_tc.cu and latent.cu compile as C++ against these headers and run with
-// one OS thread per CUDA thread of a block. Blocks run one after another; __syncthreads and __syncwarp are
-// barriers; shuffles exchange values through a per-warp table between two warp barriers; dynamic
+// A CPU emulation of the CUDA runtime, for test_cuda_emu only: the kernels of kernels/cuda compile
+// as C++ against these headers and run with one fiber per CUDA thread of a block, on the
+// launching thread. Blocks run one after another; __syncthreads and __syncwarp are barriers;
+// shuffles exchange values through a per-warp table between two warp barriers; dynamic
 // shared memory is a fresh NaN-filled buffer per block (a read before any write shows up as NaN),
 // and a launch over the 48 KB default without cudaFuncSetAttribute, or over the 227 KB of sm_90,
 // fails like on a GPU. Stream capture records launches, copies and fills as closures that a graph
@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
-#include <barrier>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -22,8 +21,9 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <thread>
 #include <vector>
+
+#include <ucontext.h>
 
 #define __global__
 #define __device__
@@ -44,8 +44,8 @@ struct dim3 {
 struct uint3 {
   unsigned x = 0, y = 0, z = 0;
 };
-inline thread_local uint3 threadIdx, blockIdx;
-inline thread_local dim3 blockDim, gridDim;
+inline uint3 threadIdx, blockIdx;  // of the fiber running now
+inline dim3 blockDim, gridDim;
 
 using cudaStream_t = void*;
 enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
@@ -71,6 +71,35 @@ inline void enqueue(std::function<void()> op) {
 }
 }  // namespace ftx_emu
 
+// One emulated device: an "sm_90" with the H100's shared memory.
+struct cudaDeviceProp {
+  char name[256] = "emulated CUDA device (CPU threads)";
+  int major = 9, minor = 0;
+};
+inline cudaError_t cudaGetDeviceCount(int* n) {
+  *n = 1;
+  return cudaSuccess;
+}
+inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
+  *p = cudaDeviceProp{};
+  return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
+}
+inline cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+constexpr unsigned cudaStreamNonBlocking = 1;
+inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
+  *s = nullptr;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }  // every op ran when queued
+inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+using cudaMemPool_t = void*;
+enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold };
+inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int) {
+  *pool = nullptr;
+  return cudaSuccess;
+}
+inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*) { return cudaSuccess; }
+
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emulated"; }
 template <class T>
@@ -82,11 +111,15 @@ inline cudaError_t cudaFree(void* p) {
   std::free(p);
   return cudaSuccess;
 }
+// Stream-ordered allocation: while a capture records, the memory belongs to the graph for good
+// (a real graph allocates at every launch; the emulation keeps one allocation and never frees it).
 template <class T>
 cudaError_t cudaMallocAsync(T** p, size_t bytes, cudaStream_t) {
   return cudaMalloc(p, bytes);
 }
-inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) { return cudaFree(p); }
+inline cudaError_t cudaFreeAsync(void* p, cudaStream_t) {
+  return ftx_emu::capturing != nullptr ? cudaSuccess : cudaFree(p);
+}
 inline cudaError_t cudaMemsetAsync(void* p, int v, size_t bytes, cudaStream_t) {
   ftx_emu::enqueue([=] { std::memset(p, v, bytes); });
   return cudaSuccess;
@@ -128,13 +161,34 @@ namespace ftx_emu {
 
 constexpr size_t kDefaultSmem = 48 << 10, kMaxSmem = 227 << 10;
 
+// A barrier among fibers: the last to arrive opens it, the others yield until it has opened.
+struct Barrier {
+  unsigned expected = 0, arrived = 0;
+  uint64_t generation = 0;
+};
+
+// The CUDA threads of one block as fibers (ucontext) on the launching OS thread: a fiber runs
+// until it waits at a barrier or ends, then the next one runs. Switching fibers costs far less
+// than waking OS threads, and warps shuffle at every reduction.
+struct Fiber {
+  ucontext_t ctx{};
+  std::unique_ptr<char[]> stack;  // uninitialised: zeroing 256 of them per launch would cost more than the kernel
+  uint3 idx;
+  bool done = false;
+};
+
 struct Block {
-  std::unique_ptr<std::barrier<>> all;
-  std::vector<std::unique_ptr<std::barrier<>>> warps;
+  Barrier all;
+  std::vector<Barrier> warps;
   std::vector<std::array<uint64_t, 32>> slots;  // shuffle exchange, one row per warp
   std::vector<double> smem;                     // double: 8-byte aligned for any element type
+  std::vector<Fiber> fibers;
+  ucontext_t scheduler{};
+  unsigned current = 0;
+  uint64_t events = 0;  // barrier openings and fiber ends: progress, for deadlock detection
+  const std::function<void()>* body = nullptr;
 };
-inline thread_local Block* block = nullptr;
+inline Block* block = nullptr;  // the block being run (blocks run one at a time)
 
 inline std::map<const void*, size_t>& smem_limits() {
   static std::map<const void*, size_t> m;
@@ -144,6 +198,29 @@ inline std::map<const void*, size_t>& smem_limits() {
 template <class T>
 T* shared() {
   return reinterpret_cast<T*>(block->smem.data());
+}
+
+constexpr size_t kStackBytes = size_t(128) << 10;  // per fiber: the WMMA kernels keep fragments on it
+
+inline void fiber_main() {
+  (*block->body)();
+  block->fibers[block->current].done = true;
+  ++block->events;
+}  // returns to the scheduler through uc_link
+
+inline void wait(Barrier& bar) {
+  const uint64_t g = bar.generation;
+  if (++bar.arrived == bar.expected) {
+    bar.arrived = 0;
+    ++bar.generation;
+    ++block->events;
+    return;
+  }
+  while (bar.generation == g) {
+    const unsigned me = block->current;
+    swapcontext(&block->fibers[me].ctx, &block->scheduler);
+    threadIdx = block->fibers[me].idx;
+  }
 }
 
 template <class K, class... A>
@@ -164,47 +241,63 @@ void run_blocks(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args)
                  smem_bytes, allowed);
     std::abort();
   }
-  // One OS thread per CUDA thread of a block, reused for every block of the grid in turn.
   Block b;
-  b.all = std::make_unique<std::barrier<>>(n);
-  for (unsigned w = 0; w < n / 32; ++w) b.warps.push_back(std::make_unique<std::barrier<>>(32));
+  b.all.expected = n;
+  b.warps.assign(n / 32, Barrier{32});
   b.slots.resize(n / 32);
-  const unsigned blocks = grid.x * grid.y * grid.z;
-  std::vector<std::thread> ts;
-  ts.reserve(n);
-  for (unsigned t = 0; t < n; ++t)
-    ts.emplace_back([&, t] {
-      threadIdx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
-      blockDim = threads, gridDim = grid;
-      block = &b;
-      for (unsigned i = 0; i < blocks; ++i) {
-        if (t == 0) b.smem.assign(smem_bytes / sizeof(double) + 1, std::numeric_limits<double>::quiet_NaN());
-        blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
-        b.all->arrive_and_wait();  // fresh shared memory for the block
-        kernel(args...);
-        b.all->arrive_and_wait();  // every thread is done before the next block reuses it
+  b.fibers.resize(n);
+  for (Fiber& f : b.fibers) f.stack.reset(new char[kStackBytes]);
+  const std::function<void()> body = [&] { kernel(args...); };
+  b.body = &body;
+  Block* const outer = block;
+  block = &b;
+  for (unsigned i = 0; i < grid.x * grid.y * grid.z; ++i) {
+    b.smem.assign(smem_bytes / sizeof(double) + 1, std::numeric_limits<double>::quiet_NaN());
+    blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
+    blockDim = threads, gridDim = grid;
+    for (unsigned t = 0; t < n; ++t) {
+      Fiber& f = b.fibers[t];
+      f.idx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
+      f.done = false;
+      getcontext(&f.ctx);
+      f.ctx.uc_stack.ss_sp = f.stack.get();
+      f.ctx.uc_stack.ss_size = kStackBytes;
+      f.ctx.uc_link = &b.scheduler;
+      makecontext(&f.ctx, fiber_main, 0);
+    }
+    for (unsigned left = n; left > 0;) {
+      const uint64_t before = b.events;
+      for (unsigned t = 0; t < n; ++t) {
+        if (b.fibers[t].done) continue;
+        b.current = t;
+        threadIdx = b.fibers[t].idx;
+        swapcontext(&b.scheduler, &b.fibers[t].ctx);
+        if (b.fibers[t].done) --left;
       }
-    });
-  for (auto& t : ts) t.join();
+      if (left > 0 && b.events == before) {
+        std::fprintf(stderr, "emulated kernel deadlocked: threads wait at barriers that never open\n");
+        std::abort();
+      }
+    }
+  }
+  block = outer;
 }
 
 inline unsigned linear_thread() { return threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z); }
 
 }  // namespace ftx_emu
 
-inline void __syncthreads() { ftx_emu::block->all->arrive_and_wait(); }
-inline void __syncwarp(unsigned = 0xffffffffu) {
-  ftx_emu::block->warps[ftx_emu::linear_thread() / 32]->arrive_and_wait();
-}
+inline void __syncthreads() { ftx_emu::wait(ftx_emu::block->all); }
+inline void __syncwarp(unsigned = 0xffffffffu) { ftx_emu::wait(ftx_emu::block->warps[ftx_emu::linear_thread() / 32]); }
 
 template <class T>
 T __shfl_sync(unsigned, T v, int src) {
   static_assert(sizeof(T) <= 8);
   const unsigned t = ftx_emu::linear_thread(), w = t / 32, l = t % 32;
   auto& row = ftx_emu::block->slots[w];
-  ftx_emu::block->warps[w]->arrive_and_wait();
+  ftx_emu::wait(ftx_emu::block->warps[w]);
   std::memcpy(&row[l], &v, sizeof(T));
-  ftx_emu::block->warps[w]->arrive_and_wait();
+  ftx_emu::wait(ftx_emu::block->warps[w]);
   T out;
   std::memcpy(&out, &row[unsigned(src) % 32], sizeof(T));
   return out;
@@ -220,7 +313,11 @@ cudaError_t cudaFuncSetAttribute(K* kernel, cudaFuncAttribute, int v) {
   return cudaSuccess;
 }
 
-inline float atomicAdd(float* p, float v) { return std::atomic_ref<float>(*p).fetch_add(v); }
+inline float atomicAdd(float* p, float v) {  // fibers never run at once: a plain add is atomic here
+  const float old = *p;
+  *p = old + v;
+  return old;
+}
 [[noreturn]] inline void __trap() { std::abort(); }
 
 #define FTX_LAUNCH(kernel, grid, block, smem, stream, ...) ::ftx_emu::launch(grid, block, smem, kernel, __VA_ARGS__)
