@@ -60,6 +60,10 @@ class Backend {
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // rows rows of row_bytes each, from src (rows src_pitch bytes apart) to dst (dst_pitch apart):
+  // one call where a loop of copy() would be one launch per row (the KV cache append).
+  virtual void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                         size_t rows) = 0;
   virtual void fill(float* x, float value, size_t n) = 0;
   virtual void synchronize() = 0;
 

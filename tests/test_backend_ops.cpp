@@ -381,6 +381,19 @@ TEST_F(BackendOps, SumSquares) {
   EXPECT_EQ(gpu().sum_squares(empty.get(), 0), 0.0);
 }
 
+// The KV cache append: B rows into a (B, max_len, KD) cache at one position.
+TEST_F(BackendOps, CopyRowsIntoAStridedCache) {
+  const int B = 5, max_len = 9, KD = 12, pos = 7;
+  const std::vector<float> rows = rnd(size_t(B) * KD, 50), cache0 = rnd(size_t(B) * max_len * KD, 51);
+  auto [c, g] = on_both(gpu(), [&](Backend& be) {
+    DevBuf<float> src(be, rows), cache(be, cache0);
+    be.copy_rows(cache.get() + size_t(pos) * KD, size_t(max_len) * KD * sizeof(float), src.get(), KD * sizeof(float),
+                 KD * sizeof(float), B);
+    return Outs{{"cache", take(cache, "cache")}};
+  });
+  expect_close(c, g, "cache", kExact);
+}
+
 // The norm stays on the device; clipping happens there too (no host round trip in a step graph).
 TEST_F(BackendOps, ClipGradNorm) {
   for (size_t n : {size_t(1), size_t(1000003)}) {

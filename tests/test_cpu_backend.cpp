@@ -401,6 +401,18 @@ TEST_F(CpuBackendTest, RefusesReducedPrecision) {
   }
 }
 
+// copy_rows moves each row to its pitch and touches nothing between the rows.
+TEST_F(CpuBackendTest, CopyRowsKeepsThePitches) {
+  const size_t rows = 4, width = 3, dst_pitch = 7, src_pitch = 5;  // in floats
+  std::vector<float> src(rows * src_pitch), dst(rows * dst_pitch, -1.0f);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = float(i);
+  be_->copy_rows(dst.data(), dst_pitch * sizeof(float), src.data(), src_pitch * sizeof(float), width * sizeof(float),
+                 rows);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t k = 0; k < dst_pitch; ++k)
+      EXPECT_EQ(dst[r * dst_pitch + k], k < width ? src[r * src_pitch + k] : -1.0f) << "row " << r << ", " << k;
+}
+
 // ---- elementwise and reductions ----------------------------------------------------------------
 
 TEST_F(CpuBackendTest, SumSquaresIsDoubleAccurateAndRepeatable) {

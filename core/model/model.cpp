@@ -482,11 +482,10 @@ void Model::decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* c
     be_.matmul_forward(a.v, a.ln_kv, w.wv, B, C, KD, false);
     be_.rope_forward(a.q, B, 1, NH, HS, pos, theta);
     be_.rope_forward(a.k, B, 1, NKV, HS, pos, theta);
-    for (int b = 0; b < B; ++b) {  // append this position's keys/values to the cache
-      const size_t off = (size_t(b) * d.max_len + pos) * KD;
-      be_.copy(d.kcache[l] + off, a.k + size_t(b) * KD, KD * sizeof(float));
-      be_.copy(d.vcache[l] + off, a.v + size_t(b) * KD, KD * sizeof(float));
-    }
+    // Append this position's keys/values to the cache: row b goes to (b, pos) of (B, max_len, KD).
+    const size_t pitch = size_t(d.max_len) * KD * sizeof(float), row = KD * sizeof(float);
+    be_.copy_rows(d.kcache[l] + size_t(pos) * KD, pitch, a.k, row, row, size_t(B));
+    be_.copy_rows(d.vcache[l] + size_t(pos) * KD, pitch, a.v, row, row, size_t(B));
     AttnShape sh{B, NH, NKV, HS, 1, pos + 1, d.max_len, pos, true};
     be_.attention_forward(a.atty, a.att, a.q, d.kcache[l], d.vcache[l], sh);
     be_.copy(a.a, d.x, size_t(B) * C * sizeof(float));

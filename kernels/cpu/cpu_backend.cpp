@@ -54,6 +54,11 @@ class CpuBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes != 0) std::memmove(dst, src, bytes);
   }
+  void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                 size_t rows) override {
+    for (size_t r = 0; r < rows; ++r)
+      std::memmove(static_cast<char*>(dst) + r * dst_pitch, static_cast<const char*>(src) + r * src_pitch, row_bytes);
+  }
   void fill(float* x, float value, size_t n) override { cpu::fill(x, value, n); }
   void synchronize() override {}
 

@@ -132,6 +132,14 @@ class CudaBackend final : public Backend {
         [=, st = stream_] { FTX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st)); });
     weights_written(dst, bytes);
   }
+  void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                 size_t rows) override {
+    if (row_bytes == 0 || rows == 0) return;
+    run(cuda::make_key("copy_rows", dst, dst_pitch, src, src_pitch, row_bytes, rows), [=, st = stream_] {
+      FTX_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, st));
+    });
+    weights_written(dst, dst_pitch * (rows - 1) + row_bytes);
+  }
   void fill(float* x, float value, size_t n) override {
     if (n == 0) return;
     run(cuda::make_key("fill", x, value, n), [=, st = stream_] { cuda::fill(x, value, n, st); });

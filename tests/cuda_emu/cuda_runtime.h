@@ -129,6 +129,14 @@ inline cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cud
   ftx_emu::enqueue([=] { std::memcpy(dst, src, bytes); });
   return cudaSuccess;
 }
+inline cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch, size_t width,
+                                     size_t height, cudaMemcpyKind, cudaStream_t) {
+  ftx_emu::enqueue([=] {
+    for (size_t r = 0; r < height; ++r)
+      std::memcpy(static_cast<char*>(dst) + r * dpitch, static_cast<const char*>(src) + r * spitch, width);
+  });
+  return cudaSuccess;
+}
 inline cudaError_t cudaStreamBeginCapture(cudaStream_t, cudaStreamCaptureMode) {
   if (ftx_emu::capturing != nullptr) return cudaErrorInvalidValue;
   ftx_emu::capturing = new EmuGraph;
