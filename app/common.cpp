@@ -29,10 +29,8 @@ void add_device_options(CLI::App* c, std::string& device, std::string& precision
 }
 
 std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& precision, Error* err) {
-  std::optional<MatmulPrecision> prec;
-  for (MatmulPrecision p : {MatmulPrecision::Fp32, MatmulPrecision::Tf32, MatmulPrecision::Bf16})
-    if (precision == matmul_precision_name(p)) prec = p;
-  if (!precision.empty() && !prec) {
+  MatmulPrecision prec = MatmulPrecision::Fp32;
+  if (!precision.empty() && !parse_matmul_precision(precision, &prec)) {
     *err = make_error("--precision " + precision + ": unknown (expected fp32, tf32 or bf16)");
     return nullptr;
   }
@@ -40,7 +38,7 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const std::stri
   auto be = make_backend_for(device, &why);
   if (!be) {
     *err = make_error("--device " + device + ": " + why);
-  } else if (prec && !be->set_matmul_precision(*prec, &why)) {
+  } else if (!precision.empty() && !be->set_matmul_precision(prec, &why)) {
     *err = make_error("--precision " + precision + ": " + why);
     return nullptr;
   }

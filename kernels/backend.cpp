@@ -16,6 +16,12 @@ const char* matmul_precision_name(MatmulPrecision p) {
   return "?";
 }
 
+bool parse_matmul_precision(const std::string& name, MatmulPrecision* p) {
+  for (MatmulPrecision q : {MatmulPrecision::Fp32, MatmulPrecision::Tf32, MatmulPrecision::Bf16})
+    if (name == matmul_precision_name(q)) return *p = q, true;
+  return false;
+}
+
 bool Backend::set_matmul_precision(MatmulPrecision p, std::string* why) {
   if (p == MatmulPrecision::Fp32) return true;
   *why = std::string(name()) + " computes GEMMs in fp32 only (" + matmul_precision_name(p) + " needs --device cuda)";

@@ -24,6 +24,8 @@ enum class DeviceKind { Cpu, Cuda };
 //         come from a bf16 copy the backend keeps of every buffer given to track_weights.
 enum class MatmulPrecision { Fp32, Tf32, Bf16 };
 const char* matmul_precision_name(MatmulPrecision p);
+// "fp32", "tf32" or "bf16"; false for anything else.
+bool parse_matmul_precision(const std::string& name, MatmulPrecision* p);
 
 // One tensor of a fused AdamW update: elements [offset, offset + numel) of the flat buffers.
 struct AdamWSegment {

@@ -136,6 +136,20 @@ TEST_F(SessionTest, SweepRunsOneAfterAnother) {
   }
 }
 
+// A precision the device cannot do (bf16 on the CPU) or an unknown one fails the run with the
+// reason, before anything is trained.
+TEST_F(SessionTest, PrecisionTheDeviceLacksFailsTheRunWithItsReason) {
+  for (const auto& [precision, needle] : {std::pair{"bf16", "fp32 only"}, std::pair{"fp8", "unknown GEMM precision"}}) {
+    Session s(make_dataset);
+    TrainRequest r = tiny_request(db(), std::string("p_") + precision, 5);
+    r.precision = precision;
+    ASSERT_TRUE(s.start({r}).ok());
+    const SessionSnapshot snap = wait_until(s, [](const SessionSnapshot& x) { return x.state == SessionState::Failed; });
+    EXPECT_NE(snap.message.find(needle), std::string::npos) << snap.message;
+    EXPECT_EQ(snap.step, 0);
+  }
+}
+
 TEST_F(SessionTest, BadRequestsAreRefusedBeforeAnythingIsQueued) {
   Session s(make_dataset);
   TrainRequest bad_kappa = tiny_request(db(), "b", 5);

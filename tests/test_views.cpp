@@ -15,6 +15,8 @@
 #include <gtest/gtest.h>
 
 #include <QApplication>
+#include <QComboBox>
+#include <QStandardItemModel>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
@@ -548,6 +550,33 @@ TEST(TrainView, StartWithAValidFormRequestsOneRun) {
   EXPECT_EQ(r.train.dataset, "synthetic");
   EXPECT_NEAR(r.train.kappa_nats, ftx::bits_to_nats(kKappaBits), kFloatTol);
   EXPECT_LE(r.train.eval_every, r.train.steps / 4) << "a short run still evaluates a few times";
+}
+
+// The Device combo: CPU, CUDA, CUDA with bf16 GEMMs (the last two only when the build has CUDA).
+TEST(TrainView, DeviceChoiceSetsDeviceAndPrecision) {
+  TrainHarness h;
+  QComboBox* device = nullptr;
+  for (QComboBox* c : h.view.findChildren<QComboBox*>())
+    if (c->count() > 0 && c->itemData(0).toString() == "cpu") device = c;
+  QPushButton* start = button(&h.view, "Start");
+  ASSERT_TRUE(device && start);
+  ASSERT_EQ(device->count(), 3);
+  h.view.set_cuda_available(false);
+  auto* items = qobject_cast<QStandardItemModel*>(device->model());
+  ASSERT_TRUE(items);
+  EXPECT_FALSE(items->item(2)->isEnabled());
+  EXPECT_TRUE(device->itemText(2).contains("not in this build"));
+  h.view.set_cuda_available(true);
+  EXPECT_TRUE(items->item(2)->isEnabled());
+  h.view.set_db_path("/tmp/runs.db");
+  const std::pair<const char*, const char*> expect[] = {{"cpu", ""}, {"cuda", ""}, {"cuda", "bf16"}};
+  for (int i = 0; i < 3; ++i) {
+    device->setCurrentIndex(i);
+    start->click();
+    ASSERT_EQ(h.started.size(), size_t(i + 1));
+    EXPECT_EQ(h.started[i][0].device, expect[i].first) << device->itemText(i).toStdString();
+    EXPECT_EQ(h.started[i][0].precision, expect[i].second) << device->itemText(i).toStdString();
+  }
 }
 
 TEST(TrainView, SweepRequestsOneRunPerKappaInOrder) {

@@ -47,6 +47,9 @@ std::optional<std::vector<double>> parse_kappa_list(const QString& text) {
 
 namespace {
 
+// The Device combo's items: device name as the item's data, GEMM precision ("" = default) here.
+constexpr int kPrecisionRole = Qt::UserRole + 1;
+
 QSpinBox* spin(int lo, int hi, int value) {
   auto* s = new QSpinBox;
   s->setRange(lo, hi);
@@ -100,6 +103,8 @@ QWidget* TrainView::build_form() {
   device_ = new QComboBox;
   device_->addItem("CPU", "cpu");
   device_->addItem("CUDA (not in this build)", "cuda");
+  device_->addItem("CUDA, bf16 GEMMs (not in this build)", "cuda");
+  device_->setItemData(2, "bf16", kPrecisionRole);
   set_cuda_available(ftx::cuda_in_build());
   name_ = new QLineEdit;
   name_->setPlaceholderText("run name (default: dataset-H-kappa-time)");
@@ -163,8 +168,11 @@ QWidget* TrainView::build_controls() {
 }
 
 void TrainView::set_cuda_available(bool on) {
-  device_->setItemText(1, on ? "CUDA" : "CUDA (not in this build)");
-  if (auto* item = qobject_cast<QStandardItemModel*>(device_->model())) item->item(1)->setEnabled(on);
+  const char* suffix = on ? "" : " (not in this build)";
+  device_->setItemText(1, QString("CUDA") + suffix);
+  device_->setItemText(2, QString("CUDA, bf16 GEMMs") + suffix);
+  if (auto* items = qobject_cast<QStandardItemModel*>(device_->model()))
+    for (int i : {1, 2}) items->item(i)->setEnabled(on);
 }
 
 void TrainView::set_run_name(const QString& name) { name_->setText(name); }
@@ -194,6 +202,7 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   const double lr = lr_->text().toDouble(&ok);
   if (!ok || !(lr > 0 && lr < 1)) return ftx::make_error("learning rate '" + lr_->text().toStdString() + "' must be a number in (0, 1)");
   r.device = device_->currentData().toString().toStdString();
+  r.precision = device_->currentData(kPrecisionRole).toString().toStdString();
   const QString preset = preset_->currentText();
   auto base = ftx::model_preset(preset == "custom" ? "small" : preset.toStdString());
   if (!base) return base.error();

@@ -174,6 +174,12 @@ void Session::run_one(TrainRequest& req) {
   omp_set_num_threads(req.threads > 0 ? req.threads : cores);
   std::string why;
   auto be = make_backend_for(req.device, &why);
+  MatmulPrecision prec = MatmulPrecision::Fp32;
+  if (be && !req.precision.empty() && !parse_matmul_precision(req.precision, &prec)) {
+    be.reset();
+    why = "unknown GEMM precision '" + req.precision + "' (expected fp32, tf32 or bf16)";
+  }
+  if (be && !req.precision.empty() && !be->set_matmul_precision(prec, &why)) be.reset();
   if (!be) {
     s.state = SessionState::Failed, s.message = "device " + req.device + ": " + why;
     return publish(s);

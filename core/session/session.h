@@ -31,6 +31,7 @@ struct TrainRequest {
   TrainConfig train;
   int threads = 0;    // OpenMP threads for the worker; 0 = all cores (it runs at idle priority)
   std::string device = "cpu";  // "cpu", "cuda" or "cuda:N" (make_backend_for)
+  std::string precision;       // GEMM inputs: "" (the device's default), "fp32", "tf32" or "bf16"
 };
 
 // Whether this build has the CUDA backend (a GPU may still be missing: start() then fails with
