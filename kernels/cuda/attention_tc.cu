@@ -16,8 +16,8 @@
 // D_i = <dout_i, out_i> is computed per query tile from the fp32 inputs.
 // Head sizes 32, 64 and 128 (attention_tc_supports); other shapes use attention.cu.
 //
-// Shared memory per block at HS = 128: forward about 104 KB, dq 104 KB, dk/dv 113 KB (opt-in
-// above 48 KB, as attention.cu does).
+// Shared memory per block at HS = 128: forward 110 KB, dq 111 KB, dk/dv 120 KB (opt-in above
+// 48 KB, as attention.cu does), with rows padded by 16 bytes against bank conflicts.
 #include <cuda_bf16.h>
 #include <mma.h>
 
@@ -41,6 +41,16 @@ constexpr int kBc = 64;  // keys per tile
 constexpr int kF = 16;   // fragment edge
 constexpr unsigned kMask = 0xffffffffu;
 
+// Leading dimensions in shared memory, padded by 16 bytes: with a 128- or 256-byte row stride the
+// rows of a 16 x 16 fragment would all fall in the same banks. 16-row blocks stay 32-byte aligned,
+// as WMMA requires (test_cuda_emu checks it).
+template <int HS>
+constexpr int kLdH = HS + 8;   // bf16 (rows, HS) tiles: Q, K, V, dO
+constexpr int kLdP = kBc + 8;  // bf16 (kBr, kBc): P, dS
+constexpr int kLdS = kBc + 4;  // fp32 (kBr, kBc): S, dP
+template <int HS>
+constexpr int kLdO = HS + 4;   // fp32 (kBr, HS): O, and the staging of dq / dk / dv
+
 using FragA = wmma::fragment<wmma::matrix_a, kF, kF, kF, bf16, wmma::row_major>;
 using FragAT = wmma::fragment<wmma::matrix_a, kF, kF, kF, bf16, wmma::col_major>;  // a transposed
 using FragB = wmma::fragment<wmma::matrix_b, kF, kF, kF, bf16, wmma::row_major>;
@@ -53,13 +63,14 @@ __device__ inline int tc_visible_keys(const AttnShape& s, int i) {
   return s.causal ? min(s.Tk, s.q_pos0 + i + 1) : s.Tk;
 }
 
-// Rows first .. first + 64 of a (rows, stride) fp32 matrix into a (64, HS) bf16 tile; rows at or
-// past `rows` become zeros (a garbage row times a zero probability would still give NaN).
+// Rows first .. first + 64 of a (rows, stride) fp32 matrix into a (64, HS) bf16 tile (leading
+// dimension kLdH); rows at or past `rows` become zeros (a garbage row times a zero probability
+// would still give NaN).
 template <int HS>
 __device__ void stage_tile(bf16* dst, const float* src, size_t stride, int first, int rows) {
   for (int e = threadIdx.x; e < kBr * HS; e += kTcThreads) {
     const int r = e / HS, d = e % HS;
-    dst[e] = __float2bfloat16(first + r < rows ? src[size_t(first + r) * stride + d] : 0.0f);
+    dst[r * kLdH<HS> + d] = __float2bfloat16(first + r < rows ? src[size_t(first + r) * stride + d] : 0.0f);
   }
 }
 
@@ -100,13 +111,14 @@ __global__ void __launch_bounds__(kTcThreads)
     attention_tc_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v, AttnShape s,
                                 float scale) {
   FTX_DYNAMIC_SHARED(float, smem);
+  constexpr int LH = kLdH<HS>, LO = kLdO<HS>;
   bf16* Qs = reinterpret_cast<bf16*>(smem);  // (kBr, HS)
-  bf16* Ks = Qs + kBr * HS;                   // (kBc, HS)
-  bf16* Vs = Ks + kBc * HS;                   // (kBc, HS)
-  bf16* Ps = Vs + kBc * HS;                   // (kBr, kBc) probabilities of the tile
-  float* Ss = reinterpret_cast<float*>(Ps + kBr * kBc);  // (kBr, kBc) scores
-  float* Os = Ss + kBr * kBc;                             // (kBr, HS) unnormalised output
-  float* alpha = Os + kBr * HS;                           // (kBr) rescale of the tile
+  bf16* Ks = Qs + kBr * LH;                   // (kBc, HS)
+  bf16* Vs = Ks + kBc * LH;                   // (kBc, HS)
+  bf16* Ps = Vs + kBc * LH;                   // (kBr, kBc) probabilities of the tile
+  float* Ss = reinterpret_cast<float*>(Ps + kBr * kLdP);  // (kBr, kBc) scores
+  float* Os = Ss + kBr * kLdS;                             // (kBr, HS) unnormalised output
+  float* alpha = Os + kBr * LO;                            // (kBr) rescale of the tile
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int i0 = blockIdx.x * kBr, h = blockIdx.y, b = blockIdx.z, kh = h / (s.NH / s.NKV);
@@ -115,7 +127,7 @@ __global__ void __launch_bounds__(kTcThreads)
   const float* kb = k + size_t(b) * s.Tk_cap * ks + size_t(kh) * HS;
   const float* vb = v + size_t(b) * s.Tk_cap * ks + size_t(kh) * HS;
   stage_tile<HS>(Qs, qb, qs, i0, s.Tq);
-  for (int e = threadIdx.x; e < kBr * HS; e += kTcThreads) Os[e] = 0.0f;
+  for (int e = threadIdx.x; e < kBr * LO; e += kTcThreads) Os[e] = 0.0f;
 
   // Two lanes per row: lane 2r and 2r + 1 hold row r of the warp's 16, columns by halves.
   const int r = warp * kF + lane / 2, half = lane % 2;
@@ -129,10 +141,10 @@ __global__ void __launch_bounds__(kTcThreads)
     stage_tile<HS>(Vs, vb, ks, j0, s.Tk);
     __syncthreads();
     for (int n = 0; n < kBc / kF; ++n)  // S_w = Q_w K^T
-      product16<HS, FragA, FragBT>(Ss + warp * kF * kBc + n * kF, kBc, Qs + warp * kF * HS, HS, kF,
-                                   Ks + n * kF * HS, HS, kF);
+      product16<HS, FragA, FragBT>(Ss + warp * kF * kLdS + n * kF, kLdS, Qs + warp * kF * LH, LH, kF,
+                                   Ks + n * kF * LH, LH, kF);
     __syncwarp();
-    float* srow = Ss + r * kBc;
+    float* srow = Ss + r * kLdS;
     float mx = -INFINITY;
     for (int c = half * 32; c < half * 32 + 32; ++c) {
       const float x = j0 + c < vis ? srow[c] * scale : -INFINITY;
@@ -145,7 +157,7 @@ __global__ void __launch_bounds__(kTcThreads)
     float sum = 0.0f;
     for (int c = half * 32; c < half * 32 + 32; ++c) {
       const float p = expf(srow[c] - base);
-      Ps[r * kBc + c] = __float2bfloat16(p);
+      Ps[r * kLdP + c] = __float2bfloat16(p);
       sum += p;
     }
     sum += __shfl_xor_sync(kMask, sum, 1);
@@ -154,20 +166,20 @@ __global__ void __launch_bounds__(kTcThreads)
     m = m_new;
     if (half == 0) alpha[r] = a;
     __syncwarp();
-    for (int e = lane; e < kF * HS; e += kWarp) Os[warp * kF * HS + e] *= alpha[warp * kF + e / HS];
+    for (int e = lane; e < kF * HS; e += kWarp) Os[(warp * kF + e / HS) * LO + e % HS] *= alpha[warp * kF + e / HS];
     __syncwarp();
     for (int dn = 0; dn < HS / kF; ++dn) {  // O_w += P_w V
       FragC acc;
-      float* o = Os + warp * kF * HS + dn * kF;
-      wmma::load_matrix_sync(acc, o, HS, wmma::mem_row_major);
+      float* o = Os + warp * kF * LO + dn * kF;
+      wmma::load_matrix_sync(acc, o, LO, wmma::mem_row_major);
       for (int kk = 0; kk < kBc / kF; ++kk) {
         FragA pa;
         FragB vb16;
-        wmma::load_matrix_sync(pa, Ps + warp * kF * kBc + kk * kF, kBc);
-        wmma::load_matrix_sync(vb16, Vs + kk * kF * HS + dn * kF, HS);
+        wmma::load_matrix_sync(pa, Ps + warp * kF * kLdP + kk * kF, kLdP);
+        wmma::load_matrix_sync(vb16, Vs + kk * kF * LH + dn * kF, LH);
         wmma::mma_sync(acc, pa, vb16, acc);
       }
-      wmma::store_matrix_sync(o, acc, HS, wmma::mem_row_major);
+      wmma::store_matrix_sync(o, acc, LO, wmma::mem_row_major);
     }
     __syncwarp();
   }
@@ -175,7 +187,7 @@ __global__ void __launch_bounds__(kTcThreads)
   if (i < s.Tq) {
     const float inv = l > 0.0f ? 1.0f / l : 0.0f;
     float* orow = out + (size_t(b) * s.Tq + i) * qs + size_t(h) * HS;
-    for (int d = half; d < HS; d += 2) orow[d] = Os[r * HS + d] * inv;
+    for (int d = half; d < HS; d += 2) orow[d] = Os[r * LO + d] * inv;
     if (half == 0) lse[(size_t(b) * s.NH + h) * s.Tq + i] = l > 0.0f ? m + logf(l) : -INFINITY;
   }
 }
@@ -187,14 +199,15 @@ __global__ void __launch_bounds__(kTcThreads)
     attention_tc_backward_dq_kernel(float* dq, const float* dout, const float* out, const float* lse, const float* q,
                                     const float* k, const float* v, AttnShape s, float scale) {
   FTX_DYNAMIC_SHARED(float, smem);
+  constexpr int LH = kLdH<HS>, LO = kLdO<HS>;
   bf16* Qs = reinterpret_cast<bf16*>(smem);  // (kBr, HS)
-  bf16* dOs = Qs + kBr * HS;                  // (kBr, HS)
-  bf16* Ks = dOs + kBr * HS;                  // (kBc, HS)
-  bf16* Vs = Ks + kBc * HS;                   // (kBc, HS)
-  bf16* dSs = Vs + kBc * HS;                  // (kBr, kBc)
-  float* Ss = reinterpret_cast<float*>(dSs + kBr * kBc);  // (kBr, kBc); with dPs: dq staging at the end
-  float* dPs = Ss + kBr * kBc;                            // (kBr, kBc)
-  float* Ls = dPs + kBr * kBc;                            // (kBr) log-sum-exp
+  bf16* dOs = Qs + kBr * LH;                  // (kBr, HS)
+  bf16* Ks = dOs + kBr * LH;                  // (kBc, HS)
+  bf16* Vs = Ks + kBc * LH;                   // (kBc, HS)
+  bf16* dSs = Vs + kBc * LH;                  // (kBr, kBc)
+  float* Ss = reinterpret_cast<float*>(dSs + kBr * kLdP);  // (kBr, kBc); with dPs: dq staging at the end
+  float* dPs = Ss + kBr * kLdS;                             // (kBr, kBc)
+  float* Ls = dPs + kBr * kLdS;                             // (kBr) log-sum-exp
   float* Ds = Ls + kBr;                                   // (kBr) D_i
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -219,34 +232,34 @@ __global__ void __launch_bounds__(kTcThreads)
     stage_tile<HS>(Vs, vb, ks, j0, s.Tk);
     __syncthreads();
     for (int n = 0; n < kBc / kF; ++n) {
-      product16<HS, FragA, FragBT>(Ss + warp * kF * kBc + n * kF, kBc, Qs + warp * kF * HS, HS, kF, Ks + n * kF * HS,
-                                   HS, kF);  // S_w = Q_w K^T
-      product16<HS, FragA, FragBT>(dPs + warp * kF * kBc + n * kF, kBc, dOs + warp * kF * HS, HS, kF,
-                                   Vs + n * kF * HS, HS, kF);  // dP_w = dO_w V^T
+      product16<HS, FragA, FragBT>(Ss + warp * kF * kLdS + n * kF, kLdS, Qs + warp * kF * LH, LH, kF, Ks + n * kF * LH,
+                                   LH, kF);  // S_w = Q_w K^T
+      product16<HS, FragA, FragBT>(dPs + warp * kF * kLdS + n * kF, kLdS, dOs + warp * kF * LH, LH, kF,
+                                   Vs + n * kF * LH, LH, kF);  // dP_w = dO_w V^T
     }
     __syncwarp();
     for (int e = lane; e < kF * kBc; e += kWarp) {  // dS = P (dP - D)
       const int r = warp * kF + e / kBc, c = e % kBc;
-      const float p = j0 + c < tc_visible_keys(s, i0 + r) ? expf(Ss[r * kBc + c] * scale - Ls[r]) : 0.0f;
-      dSs[r * kBc + c] = __float2bfloat16(p * (dPs[r * kBc + c] - Ds[r]));
+      const float p = j0 + c < tc_visible_keys(s, i0 + r) ? expf(Ss[r * kLdS + c] * scale - Ls[r]) : 0.0f;
+      dSs[r * kLdP + c] = __float2bfloat16(p * (dPs[r * kLdS + c] - Ds[r]));
     }
     __syncwarp();
     for (int dn = 0; dn < HS / kF; ++dn)  // dq_w += dS_w K
       for (int kk = 0; kk < kBc / kF; ++kk) {
         FragA a;
         FragB kf;
-        wmma::load_matrix_sync(a, dSs + warp * kF * kBc + kk * kF, kBc);
-        wmma::load_matrix_sync(kf, Ks + kk * kF * HS + dn * kF, HS);
+        wmma::load_matrix_sync(a, dSs + warp * kF * kLdP + kk * kF, kLdP);
+        wmma::load_matrix_sync(kf, Ks + kk * kF * LH + dn * kF, LH);
         wmma::mma_sync(acc[dn], a, kf, acc[dn]);
       }
   }
-  __syncthreads();  // Ss / dPs become the staging area of dq (kBr x HS floats <= 2 kBr kBc)
-  float* stage = Ss + warp * kF * HS;
-  for (int dn = 0; dn < HS / kF; ++dn) wmma::store_matrix_sync(stage + dn * kF, acc[dn], HS, wmma::mem_row_major);
+  __syncthreads();  // Ss / dPs become the staging area of dq (kBr x LO floats <= 2 kBr kLdS)
+  float* stage = Ss + warp * kF * LO;
+  for (int dn = 0; dn < HS / kF; ++dn) wmma::store_matrix_sync(stage + dn * kF, acc[dn], LO, wmma::mem_row_major);
   __syncwarp();
   for (int e = lane; e < kF * HS; e += kWarp) {
     const int i = i0 + warp * kF + e / HS;
-    if (i < s.Tq) dq[(size_t(b) * s.Tq + i) * qs + size_t(h) * HS + e % HS] = stage[e] * scale;
+    if (i < s.Tq) dq[(size_t(b) * s.Tq + i) * qs + size_t(h) * HS + e % HS] = stage[(e / HS) * LO + e % HS] * scale;
   }
 }
 
@@ -257,15 +270,16 @@ __global__ void __launch_bounds__(kTcThreads)
     attention_tc_backward_dkv_kernel(float* dk, float* dv, const float* dout, const float* out, const float* lse,
                                      const float* q, const float* k, const float* v, AttnShape s, float scale) {
   FTX_DYNAMIC_SHARED(float, smem);
+  constexpr int LH = kLdH<HS>, LO = kLdO<HS>;
   bf16* Ks = reinterpret_cast<bf16*>(smem);  // (kBc, HS) this block's keys
-  bf16* Vs = Ks + kBc * HS;                   // (kBc, HS)
-  bf16* Qs = Vs + kBc * HS;                   // (kBr, HS) the current query tile
-  bf16* dOs = Qs + kBr * HS;                  // (kBr, HS)
-  bf16* Ps = dOs + kBr * HS;                  // (kBr, kBc)
-  bf16* dSs = Ps + kBr * kBc;                 // (kBr, kBc)
-  float* Ss = reinterpret_cast<float*>(dSs + kBr * kBc);  // (kBr, kBc); with dPs: dk/dv staging at the end
-  float* dPs = Ss + kBr * kBc;                            // (kBr, kBc)
-  float* Ls = dPs + kBr * kBc;                            // (kBr)
+  bf16* Vs = Ks + kBc * LH;                   // (kBc, HS)
+  bf16* Qs = Vs + kBc * LH;                   // (kBr, HS) the current query tile
+  bf16* dOs = Qs + kBr * LH;                  // (kBr, HS)
+  bf16* Ps = dOs + kBr * LH;                  // (kBr, kBc)
+  bf16* dSs = Ps + kBr * kLdP;                // (kBr, kBc)
+  float* Ss = reinterpret_cast<float*>(dSs + kBr * kLdP);  // (kBr, kBc); with dPs: dk/dv staging at the end
+  float* dPs = Ss + kBr * kLdS;                             // (kBr, kBc)
+  float* Ls = dPs + kBr * kLdS;                             // (kBr)
   float* Ds = Ls + kBr;                                   // (kBr)
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
@@ -292,18 +306,18 @@ __global__ void __launch_bounds__(kTcThreads)
       __syncthreads();
       // Warp w: columns w*16 .. w*16+15 (its keys) of S and dP, for all 64 query rows.
       for (int mq = 0; mq < kBr / kF; ++mq) {
-        product16<HS, FragA, FragBT>(Ss + mq * kF * kBc + warp * kF, kBc, Qs + mq * kF * HS, HS, kF,
-                                     Ks + warp * kF * HS, HS, kF);  // S = Q K_w^T
-        product16<HS, FragA, FragBT>(dPs + mq * kF * kBc + warp * kF, kBc, dOs + mq * kF * HS, HS, kF,
-                                     Vs + warp * kF * HS, HS, kF);  // dP = dO V_w^T
+        product16<HS, FragA, FragBT>(Ss + mq * kF * kLdS + warp * kF, kLdS, Qs + mq * kF * LH, LH, kF,
+                                     Ks + warp * kF * LH, LH, kF);  // S = Q K_w^T
+        product16<HS, FragA, FragBT>(dPs + mq * kF * kLdS + warp * kF, kLdS, dOs + mq * kF * LH, LH, kF,
+                                     Vs + warp * kF * LH, LH, kF);  // dP = dO V_w^T
       }
       __syncwarp();
       for (int e = lane; e < kBr * kF; e += kWarp) {
         const int r = e / kF, c = warp * kF + e % kF;
         const float p =
-            j0 + c < tc_visible_keys(s, i0 + r) ? expf(Ss[r * kBc + c] * scale - Ls[r]) : 0.0f;
-        Ps[r * kBc + c] = __float2bfloat16(p);
-        dSs[r * kBc + c] = __float2bfloat16(p * (dPs[r * kBc + c] - Ds[r]));
+            j0 + c < tc_visible_keys(s, i0 + r) ? expf(Ss[r * kLdS + c] * scale - Ls[r]) : 0.0f;
+        Ps[r * kLdP + c] = __float2bfloat16(p);
+        dSs[r * kLdP + c] = __float2bfloat16(p * (dPs[r * kLdS + c] - Ds[r]));
       }
       __syncwarp();
       for (int dn = 0; dn < HS / kF; ++dn)
@@ -312,45 +326,47 @@ __global__ void __launch_bounds__(kTcThreads)
           // column-major.
           FragAT pt, dst;
           FragB dof, qf;
-          wmma::load_matrix_sync(pt, Ps + kk * kF * kBc + warp * kF, kBc);
-          wmma::load_matrix_sync(dof, dOs + kk * kF * HS + dn * kF, HS);
+          wmma::load_matrix_sync(pt, Ps + kk * kF * kLdP + warp * kF, kLdP);
+          wmma::load_matrix_sync(dof, dOs + kk * kF * LH + dn * kF, LH);
           wmma::mma_sync(dv_acc[dn], pt, dof, dv_acc[dn]);  // dV_w += P_w^T dO
-          wmma::load_matrix_sync(dst, dSs + kk * kF * kBc + warp * kF, kBc);
-          wmma::load_matrix_sync(qf, Qs + kk * kF * HS + dn * kF, HS);
+          wmma::load_matrix_sync(dst, dSs + kk * kF * kLdP + warp * kF, kLdP);
+          wmma::load_matrix_sync(qf, Qs + kk * kF * LH + dn * kF, LH);
           wmma::mma_sync(dk_acc[dn], dst, qf, dk_acc[dn]);  // dK_w += dS_w^T Q
         }
     }
   }
-  __syncthreads();  // Ss / dPs become the staging area (2 x kBc x HS floats <= 2 kBr kBc... per warp below)
-  float* stage = Ss + warp * kF * HS;  // kF x HS per warp: 4 warps x 16 x 128 = 2 kBr kBc floats at HS = 128
+  __syncthreads();  // Ss / dPs become the staging area: kF x LO floats per warp, 4 kF LO <= 2 kBr kLdS
+  float* stage = Ss + warp * kF * LO;
   for (int pass = 0; pass < 2; ++pass) {
     FragC* acc = pass == 0 ? dk_acc : dv_acc;
     float* dst = pass == 0 ? dk : dv;
     const float mul = pass == 0 ? scale : 1.0f;
     __syncwarp();
-    for (int dn = 0; dn < HS / kF; ++dn) wmma::store_matrix_sync(stage + dn * kF, acc[dn], HS, wmma::mem_row_major);
+    for (int dn = 0; dn < HS / kF; ++dn) wmma::store_matrix_sync(stage + dn * kF, acc[dn], LO, wmma::mem_row_major);
     __syncwarp();
     for (int e = lane; e < kF * HS; e += kWarp) {
       const int j = j0 + warp * kF + e / HS;
-      if (j < s.Tk) dst[(size_t(b) * s.Tk + j) * ks + size_t(kh) * HS + e % HS] = stage[e] * mul;
+      if (j < s.Tk) dst[(size_t(b) * s.Tk + j) * ks + size_t(kh) * HS + e % HS] = stage[(e / HS) * LO + e % HS] * mul;
     }
   }
 }
 
 template <int HS>
-size_t forward_smem() {
-  return (size_t(kBr) * HS * 3 + size_t(kBr) * kBc) * sizeof(bf16) +
-         (size_t(kBr) * kBc + size_t(kBr) * HS + kBr) * sizeof(float);
+size_t forward_smem() {  // Q, K, V, P in bf16; S, O, alpha in fp32
+  return (size_t(kBr) * kLdH<HS> * 3 + size_t(kBr) * kLdP) * sizeof(bf16) +
+         (size_t(kBr) * kLdS + size_t(kBr) * kLdO<HS> + kBr) * sizeof(float);
 }
 template <int HS>
-size_t dq_smem() {
-  return (size_t(kBr) * HS * 4 + size_t(kBr) * kBc) * sizeof(bf16) + (size_t(kBr) * kBc * 2 + 2 * kBr) * sizeof(float);
+size_t dq_smem() {  // Q, dO, K, V, dS in bf16; S, dP, lse, D in fp32
+  return (size_t(kBr) * kLdH<HS> * 4 + size_t(kBr) * kLdP) * sizeof(bf16) +
+         (size_t(kBr) * kLdS * 2 + 2 * kBr) * sizeof(float);
 }
 template <int HS>
-size_t dkv_smem() {
-  return (size_t(kBr) * HS * 4 + size_t(kBr) * kBc * 2) * sizeof(bf16) +
-         (size_t(kBr) * kBc * 2 + 2 * kBr) * sizeof(float);
+size_t dkv_smem() {  // K, V, Q, dO, P, dS in bf16; S, dP, lse, D in fp32
+  return (size_t(kBr) * kLdH<HS> * 4 + size_t(kBr) * kLdP * 2) * sizeof(bf16) +
+         (size_t(kBr) * kLdS * 2 + 2 * kBr) * sizeof(float);
 }
+static_assert(kTcWarps * kF * kLdO<128> <= 2 * kBr * kLdS, "the output staging must fit in S and dP");
 
 template <class Kernel>
 void allow_tc_smem(Kernel* kernel, size_t bytes) {

@@ -6,8 +6,8 @@
 // and a launch over the 48 KB default without cudaFuncSetAttribute, or over the 227 KB of sm_90,
 // fails like on a GPU. Stream capture records launches, copies and fills as closures that a graph
 // launch replays (what kernels/cuda/step_graph.cu needs); device memory is host memory. What it
-// cannot show: timing, races a real GPU exposes, WMMA's alignment rules (mma.h here works on
-// whole 16 x 16 matrices).
+// cannot show: timing, races a real GPU exposes, what WMMA does inside a warp (mma.h here works on
+// whole 16 x 16 matrices, but checks WMMA's pointer and leading-dimension rules).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -189,7 +189,7 @@ struct Block {
   Barrier all;
   std::vector<Barrier> warps;
   std::vector<std::array<uint64_t, 32>> slots;  // shuffle exchange, one row per warp
-  std::vector<double> smem;                     // double: 8-byte aligned for any element type
+  std::unique_ptr<double[], decltype(&std::free)> smem{nullptr, &std::free};  // 128-byte aligned, like a GPU's
   std::vector<Fiber> fibers;
   ucontext_t scheduler{};
   unsigned current = 0;
@@ -205,7 +205,7 @@ inline std::map<const void*, size_t>& smem_limits() {
 
 template <class T>
 T* shared() {
-  return reinterpret_cast<T*>(block->smem.data());
+  return reinterpret_cast<T*>(block->smem.get());
 }
 
 constexpr size_t kStackBytes = size_t(128) << 10;  // per fiber: the WMMA kernels keep fragments on it
@@ -260,7 +260,9 @@ void run_blocks(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args)
   Block* const outer = block;
   block = &b;
   for (unsigned i = 0; i < grid.x * grid.y * grid.z; ++i) {
-    b.smem.assign(smem_bytes / sizeof(double) + 1, std::numeric_limits<double>::quiet_NaN());
+    const size_t words = smem_bytes / sizeof(double) + 16;
+    b.smem.reset(static_cast<double*>(std::aligned_alloc(128, words * sizeof(double))));
+    std::fill(b.smem.get(), b.smem.get() + words, std::numeric_limits<double>::quiet_NaN());
     blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
     blockDim = threads, gridDim = grid;
     for (unsigned t = 0; t < n; ++t) {

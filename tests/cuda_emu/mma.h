@@ -2,6 +2,9 @@
 // 16 x 16 fragment and computes the whole product; lane 0 alone stores (the kernels put a
 // __syncwarp between a store and the loads that read it, as they must on a GPU).
 #pragma once
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <type_traits>
 
 #include "cuda_bf16.h"
@@ -21,20 +24,33 @@ struct fragment {
   float x[16][16];
 };
 
+// WMMA's rules for load_matrix_sync / store_matrix_sync: a 256-bit aligned pointer, and a leading
+// dimension that is a multiple of 16 bytes (8 bf16, 4 floats).
+template <class T>
+void check_wmma_operand(const T* p, unsigned ldm) {
+  if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ldm * sizeof(T)) % 16 != 0) {
+    std::fprintf(stderr, "WMMA operand breaks the alignment rules: pointer %p, ldm %u\n", static_cast<const void*>(p), ldm);
+    std::abort();
+  }
+}
+
 inline float to_float(float v) { return v; }
 inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 // Element (r, c) of the fragment's matrix, row-major in memory or column-major.
 template <class Use, class T, class L>
 void load_matrix_sync(fragment<Use, 16, 16, 16, T, L>& f, const T* p, unsigned ldm) {
+  check_wmma_operand(p, ldm);
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) f.x[r][c] = to_float(std::is_same_v<L, row_major> ? p[r * ldm + c] : p[c * ldm + r]);
 }
 inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, float>& f, const float* p, unsigned ldm, layout_t l) {
+  check_wmma_operand(p, ldm);
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) f.x[r][c] = l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r];
 }
 inline void store_matrix_sync(float* p, const fragment<accumulator, 16, 16, 16, float>& f, unsigned ldm, layout_t l) {
+  check_wmma_operand(p, ldm);
   if (ftx_emu::linear_thread() % 32 != 0) return;
   for (int r = 0; r < 16; ++r)
     for (int c = 0; c < 16; ++c) (l == mem_row_major ? p[r * ldm + c] : p[c * ldm + r]) = f.x[r][c];
