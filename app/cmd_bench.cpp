@@ -3,9 +3,12 @@
 // model FLOPs utilization when the GPU's peak is known.
 // ftx bench mapper: Backend::binary_mapper_backward against the GEMM of the same
 // (N x C)(C x 2^H) shape on the same backend, as JSON.
+// ftx bench generate: generation throughput with the KV cache (Model::decode_step) of a preset,
+// maybe reshaped, with random weights: B sequences over --len positions, greedy, Z from the prior.
 //
-// Deliberately not here: anything written to disk (the run store is ":memory:"), and data that
-// matter (a reshaped model trains on uniform random tokens: throughput does not depend on them).
+// Deliberately not here: anything written to disk (the run store is ":memory:"), and data or
+// weights that matter (a reshaped model trains on uniform random tokens, generation runs random
+// weights: throughput depends on neither).
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -26,6 +29,8 @@ namespace ftx::app {
 namespace {
 
 using nlohmann::json;
+
+constexpr uint64_t kGenerateSeed = 1;  // random weights and prior codes of `bench generate`
 
 // Uniform random tokens for shapes the synthetic task does not have (another vocabulary or
 // length). Sequence i is a pure function of (seed, i); validation sequences start at 2^40.
@@ -103,8 +108,9 @@ json peak_tflops(const Backend& be, MatmulPrecision p) {
   return nullptr;
 }
 
-// The preset reshaped by the overrides, sized for `data` (its vocabulary when it has an alphabet).
-Result<ModelConfig> bench_model_config(const BenchArgs& a, const BatchSource& data) {
+// The preset reshaped by the overrides, with `alphabet` (its size is the vocabulary; when empty,
+// --vocab or the preset's) and room for at least `seq_len` positions.
+Result<ModelConfig> bench_model_config(const BenchArgs& a, const std::string& alphabet, int seq_len) {
   auto cfg = model_preset(a.preset);
   if (!cfg) return make_error("--" + cfg.error().message);
   if (a.latent_bits < 0 || a.latent_bits > kMaxLatentBits)
@@ -124,9 +130,9 @@ Result<ModelConfig> bench_model_config(const BenchArgs& a, const BatchSource& da
     return make_error("--layers " + std::to_string(cfg->n_layers) +
                       ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
   cfg->inject_after = cfg->n_layers / 2;
-  cfg->alphabet = data.alphabet();
-  cfg->vocab_size = data.alphabet().empty() ? a.vocab.value_or(cfg->vocab_size) : int(data.alphabet().size());
-  cfg->max_seq_len = std::max(cfg->max_seq_len, data.seq_len());
+  cfg->alphabet = alphabet;
+  cfg->vocab_size = alphabet.empty() ? a.vocab.value_or(cfg->vocab_size) : int(alphabet.size());
+  cfg->max_seq_len = std::max(cfg->max_seq_len, seq_len);
   FTX_TRY(cfg->validate());
   return cfg;
 }
@@ -209,7 +215,7 @@ int run_bench_train(const BenchArgs& a) {
   t.eval_every = 0, t.checkpoint_every = 0;
   auto data = bench_data(a, t);
   if (!data) return fail(data.error());
-  auto mcfg = bench_model_config(a, **data);
+  auto mcfg = bench_model_config(a, (*data)->alphabet(), (*data)->seq_len());
   if (!mcfg) return fail(mcfg.error());
   Error err;
   auto backend = make_backend(a.device, a.precision, &err);
@@ -329,6 +335,126 @@ int run_bench_mapper(const BenchArgs::Mapper& m) {
   return 0;
 }
 
+Status check_generate_args(const BenchArgs& a) {
+  const BenchArgs::Generate& g = a.generate;
+  if (a.batch <= 0) return make_error("bench generate: --batch must be positive, got " + std::to_string(a.batch));
+  if (g.len <= 0) return make_error("bench generate: --len must be positive, got " + std::to_string(g.len));
+  if (g.steps <= 0) return make_error("bench generate: --steps must be positive, got " + std::to_string(g.steps));
+  if (g.warmup < 0) return make_error("bench generate: --warmup must be >= 0, got " + std::to_string(g.warmup));
+  if (a.vocab && *a.vocab <= 0) return make_error("--vocab must be positive, got " + std::to_string(*a.vocab));
+  return {};
+}
+
+// Bytes generation holds on the backend, from below: the weights and the KV cache of every block
+// (the decode state's scratch for one position is small next to it).
+double generate_bytes(const ModelConfig& m, int B, int len) {
+  const double kv = 2.0 * m.n_layers * B * len * double(m.n_kv_heads) * m.head_dim;  // (L, 2, B, len, KD)
+  return 4.0 * (double(param_count(param_specs(m))) + kv);
+}
+
+// Refuses (B, len) when the weights and the cache do not fit: against the physical memory on the
+// CPU (its allocations are zero-filled, so trying could exhaust the machine), by a trial
+// allocation elsewhere.
+Status check_generate_memory(Backend& be, const ModelConfig& m, int B, int len) {
+  const double need = generate_bytes(m, B, len);
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "bench generate: the weights and the KV cache for --batch %d and --len %d (%.1f GiB) do not fit on "
+                "%s: lower --batch or --len",
+                B, len, need / (1 << 30), be.name());
+  if (be.kind() == DeviceKind::Cpu) return need > 0.9 * physical_memory_gib() * (1 << 30) ? make_error(buf) : Status{};
+  void* p = need < 0x1p62 ? be.try_alloc(size_t(need)) : nullptr;
+  if (!p) return make_error(buf);
+  be.release(p);
+  return {};
+}
+
+// One generation run over positions 0..len-1 of the B sequences of `d` (position 0 restarts its
+// cache): each sequence is fed the argmax of its previous logits (the first token 0, ties to the
+// lowest id) and, for a Free Transformer, a code drawn uniformly per sequence and position, as Z
+// is sampled from the prior at generation. tok (B), codes (B), logits (B, V) are host scratch.
+void generate_run(Model& model, DecodeState& d, int len, std::vector<int32_t>& tok, std::vector<uint32_t>& codes,
+                  std::vector<float>& logits) {
+  const ModelConfig& m = model.config();
+  const int B = d.B, V = m.vocab_size;
+  const uint32_t mask = static_cast<uint32_t>(m.num_codes() - 1);  // 0 for the plain decoder
+  std::fill(tok.begin(), tok.end(), 0);
+  for (int pos = 0; pos < len; ++pos) {
+    for (int b = 0; b < B; ++b) codes[b] = philox_block(kGenerateSeed, kStreamPrior + b, pos).v[0] & mask;
+    model.decode_step(d, tok.data(), codes.data(), pos, logits.data());
+    for (int b = 0; b < B; ++b) {
+      const float* row = logits.data() + size_t(b) * V;  // (V)
+      tok[b] = static_cast<int32_t>(std::max_element(row, row + V) - row);
+    }
+  }
+}
+
+json generate_report(const BenchArgs& a, Backend& be, Model& model, const std::vector<double>& ms) {
+  const ModelConfig& m = model.config();
+  const int len = a.generate.len;
+  const double med = median(ms);
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  return json{{"device", be.name()},
+              {"threads", omp_get_max_threads()},
+              {"precision", matmul_precision_name(be.matmul_precision())},
+              {"preset", a.preset},
+              {"layers", m.n_layers},
+              {"dim", m.dim},
+              {"heads", m.n_heads},
+              {"kv_heads", m.n_kv_heads},
+              {"head_dim", m.head_dim},
+              {"ffn", m.ffn_hidden},
+              {"vocab", m.vocab_size},
+              {"latent_bits", m.latent_bits},
+              {"max_seq_len", m.max_seq_len},
+              {"params", model.num_params()},
+              {"batch", a.batch},
+              {"len", len},
+              {"kv_cache", true},
+              {"timed_runs", a.generate.steps},
+              {"run_ms_median", med},
+              {"run_ms_min", *std::min_element(ms.begin(), ms.end())},
+              {"tokens_per_s", double(a.batch) * len / (med * 1e-3)},
+              {"ms_per_position", med / len},
+              {"peak_rss_mb", ru.ru_maxrss / 1024.0}};
+}
+
+int run_bench_generate(const BenchArgs& a) {
+  if (auto s = check_generate_args(a); !s) return fail(s.error());
+  const int B = a.batch, len = a.generate.len;
+  // --vocab other than the synthetic task's: no alphabet (token ids only). --len only sizes the cache.
+  auto mcfg = bench_model_config(a, a.vocab ? std::string() : std::string(kSyntheticAlphabet), len);
+  if (!mcfg) return fail(mcfg.error());
+  Error err;
+  auto backend = make_backend(a.device, a.precision, &err);
+  if (!backend) return fail(err);
+  if (auto s = check_generate_memory(*backend, *mcfg, B, len); !s) return fail(s.error());
+  auto made = Model::create(*backend, *mcfg);
+  if (!made) return fail(made.error());
+  Model& model = **made;
+  model.init_weights(kGenerateSeed, InitConfig{});
+  auto state = model.make_decode_state(B, len);
+  std::vector<int32_t> tok(B);
+  std::vector<uint32_t> codes(B);
+  std::vector<float> logits(size_t(B) * mcfg->vocab_size);  // (B, V)
+  const auto ms = time_calls(*backend, a.generate.warmup, a.generate.steps,
+                             [&] { generate_run(model, *state, len, tok, codes, logits); });
+  std::printf("%s\n", generate_report(a, *backend, model, ms).dump(2).c_str());
+  return 0;
+}
+
+// The preset and its shape overrides, shared by bench train and bench generate.
+void add_shape_options(CLI::App* c, BenchArgs& a) {
+  c->add_option("--preset", a.preset, "tiny | small")->capture_default_str();
+  c->add_option("--layers", a.layers, "Override the preset's number of blocks");
+  c->add_option("--dim", a.dim, "Override the model width");
+  c->add_option("--heads", a.heads, "Override the number of query heads");
+  c->add_option("--kv-heads", a.kv_heads, "Override the number of key/value heads (GQA)");
+  c->add_option("--ffn", a.ffn, "Override the SwiGLU hidden width");
+  c->add_option("--latent-bits", a.latent_bits, "H (0 = baseline decoder)")->capture_default_str();
+}
+
 }  // namespace
 
 void add_bench_options(CLI::App& app, BenchArgs& a) {
@@ -336,15 +462,9 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
   bench->require_subcommand(1);
   auto* c = bench->add_subcommand("train", "Training throughput (tokens/s, model TFLOP/s) of a preset, maybe reshaped");
   c->callback([&a] { a.command = "train"; });
-  c->add_option("--preset", a.preset, "tiny | small")->capture_default_str();
-  c->add_option("--layers", a.layers, "Override the preset's number of blocks");
-  c->add_option("--dim", a.dim, "Override the model width");
-  c->add_option("--heads", a.heads, "Override the number of query heads");
-  c->add_option("--kv-heads", a.kv_heads, "Override the number of key/value heads (GQA)");
-  c->add_option("--ffn", a.ffn, "Override the SwiGLU hidden width");
+  add_shape_options(c, a);
   c->add_option("--vocab", a.vocab, "Vocabulary size (other than 29: uniform random tokens)");
   c->add_option("--seq-len", a.seq_len, "Predicted positions T (other than 65: uniform random tokens)");
-  c->add_option("--latent-bits", a.latent_bits, "H (0 = baseline decoder)")->capture_default_str();
   c->add_option("--batch", a.batch, "Sequences per step")->capture_default_str();
   c->add_option("--warmup", a.warmup, "Untimed steps first")->capture_default_str();
   c->add_option("--steps", a.steps, "Timed steps")->capture_default_str();
@@ -358,10 +478,22 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
   mp->add_option("--warmup", a.mapper.warmup, "Untimed calls first")->capture_default_str();
   mp->add_option("--steps", a.mapper.steps, "Timed calls")->capture_default_str();
   add_device_options(mp, a.mapper.device, a.mapper.precision);
+
+  auto* g = bench->add_subcommand("generate", "Generation throughput (tokens/s) with the KV cache, random weights");
+  g->callback([&a] { a.command = "generate"; });
+  add_shape_options(g, a);
+  g->add_option("--vocab", a.vocab, "Vocabulary size (default: the preset's)");
+  g->add_option("--batch", a.batch, "Sequences generated together")->capture_default_str();
+  g->add_option("--len", a.generate.len, "Positions per run (raises the model's max_seq_len if needed)")
+      ->capture_default_str();
+  g->add_option("--warmup", a.generate.warmup, "Untimed runs first")->capture_default_str();
+  g->add_option("--steps", a.generate.steps, "Timed runs")->capture_default_str();
+  add_device_options(g, a.device, a.precision);
 }
 
 int run_bench(const BenchArgs& a) {
   if (a.command == "mapper") return run_bench_mapper(a.mapper);
+  if (a.command == "generate") return run_bench_generate(a);
   return run_bench_train(a);
 }
 

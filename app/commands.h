@@ -62,6 +62,10 @@ struct BenchArgs {
     std::string device = "cpu", precision;
     int tokens = 8192, dim = 768, latent_bits = 16, warmup = 3, steps = 10;
   } mapper;
+  // decode_step with the KV cache; the shape, --batch, --device and --precision are the ones above.
+  struct Generate {
+    int len = 66, warmup = 1, steps = 3;  // len: positions per run (the synthetic task's length)
+  } generate;
 };
 void add_bench_options(CLI::App& app, BenchArgs& a);
 int run_bench(const BenchArgs& a);

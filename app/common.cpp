@@ -52,7 +52,9 @@ Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& de
   if (!lm.backend) return err;
   auto ck = load_checkpoint(dir, false);
   if (!ck) return ck.error();
-  lm.model = std::make_unique<Model>(*lm.backend, ck->config);
+  auto model = Model::create(*lm.backend, ck->config);
+  if (!model) return model.error();
+  lm.model = std::move(*model);
   lm.model->load_params(ck->params.data());
   lm.dir = dir;
   return lm;

@@ -461,7 +461,7 @@ TEST_F(CliWithRun, RunsAndMetricsCsvListWhatWasTrained) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// ftx bench train | mapper: the JSON other tools read, the FLOP count, one-line refusals.
+// ftx bench train | mapper | generate: the JSON other tools read, the FLOP count, one-line refusals.
 
 // model_tflops against flops_per_token * tokens_per_s / 1e12 recomputed from the printed doubles:
 // the same three operations on the same values, up to the last bit of the printing.
@@ -578,6 +578,48 @@ TEST_F(CliBench, MapperRefusesBadArguments) {
   // 2^25 x 2^20 floats (128 TiB) exceed the x86-64 user address space: refused, not crashed.
   expect_refused({"mapper", "--tokens", "33554432", "--dim", "1", "--latent-bits", "20"},
                  {"GEMM output", "does not fit"});
+}
+
+TEST_F(CliBench, GenerateOnTheCpuReportsTokensPerSecond) {
+  for (const char* bits : {"0", "3"}) {
+    SCOPED_TRACE(std::string("--latent-bits ") + bits);
+    const json j = bench_json({"generate", "--preset", "tiny", "--latent-bits", bits, "--batch", "3", "--len", "5",
+                               "--warmup", "0", "--steps", "2"});
+    ASSERT_TRUE(j.is_object()) << j;
+    EXPECT_EQ(j["batch"], 3);
+    EXPECT_EQ(j["len"], 5);
+    EXPECT_EQ(j["latent_bits"], std::stoi(bits));
+    EXPECT_EQ(j["precision"], "fp32");
+    EXPECT_EQ(j["timed_runs"], 2);
+    for (const char* k : {"tokens_per_s", "run_ms_median", "run_ms_min", "ms_per_position", "peak_rss_mb"})
+      EXPECT_GT(j[k].get<double>(), 0) << k;
+    const double want = 3.0 * 5 / (j["run_ms_median"].get<double>() * 1e-3);
+    EXPECT_NEAR(j["tokens_per_s"].get<double>(), want, kTflopsRelTol * want);
+  }
+}
+
+// The preset's max_seq_len (128) only sizes the cache: a longer --len raises it.
+TEST_F(CliBench, GenerateLongerThanThePresetsContext) {
+  const json j = bench_json({"generate", "--preset", "tiny", "--batch", "1", "--len", "130", "--warmup", "0",
+                             "--steps", "1"});
+  ASSERT_TRUE(j.is_object()) << j;
+  EXPECT_EQ(j["len"], 130);
+  EXPECT_EQ(j["max_seq_len"], 130);
+  EXPECT_GT(j["tokens_per_s"].get<double>(), 0);
+}
+
+TEST_F(CliBench, GenerateRefusesBadArguments) {
+  expect_refused({"generate", "--preset", "tiny", "--batch", "0"}, {"--batch", "positive"});
+  expect_refused({"generate", "--preset", "tiny", "--len", "-1"}, {"--len", "positive"});
+  expect_refused({"generate", "--preset", "tiny", "--steps", "0"}, {"--steps", "positive"});
+  expect_refused({"generate", "--preset", "tiny", "--warmup", "-1"}, {"--warmup"});
+  expect_refused({"generate", "--preset", "tiny", "--vocab", "0"}, {"--vocab", "positive"});
+  expect_refused({"generate", "--preset", "tiny", "--latent-bits", "25"}, {"--latent-bits 25", "0..20"});
+  expect_refused({"generate", "--preset", "tiny", "--dim", "30", "--heads", "4"}, {"--dim 30", "--heads 4"});
+  expect_refused({"generate", "--preset", "tiny", "--precision", "bf16"}, {"--precision bf16", "fp32 only"});
+  // 2^20 sequences of 2^20 positions: a KV cache of petabytes is refused, not allocated.
+  expect_refused({"generate", "--preset", "tiny", "--batch", "1048576", "--len", "1048576"},
+                 {"KV cache", "do not fit"});
 }
 
 }  // namespace

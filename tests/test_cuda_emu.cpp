@@ -645,5 +645,31 @@ TEST(CudaEmu, GenerationWithKvCacheFollowsTheCpu) {
   EXPECT_LE(rel_error(all_e, Vec(all_c.begin(), all_c.end())), 1e-2) << "TF32 GEMMs: about 1e-3";
 }
 
+// A model or a training run too big for the GPU is a one-line error naming the device, not an
+// abort (the emulated GPU is shrunk to 2 MiB per allocation here).
+TEST(CudaEmu, TooLittleGpuMemoryIsAnErrorNotACrash) {
+  std::string why;
+  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);
+  ASSERT_TRUE(emu) << why;
+  auto mc = model_preset("small");  // 1M parameters: 4 MiB of weights
+  ASSERT_TRUE(mc.ok());
+  ftx_emu::device_memory = size_t(2) << 20;
+  auto model = Model::create(*emu, *mc);
+  TrainConfig tc;
+  auto trainer = Trainer::start(*emu, *mc, tc, 66, ":memory:", "too_big");
+  ftx_emu::device_memory = SIZE_MAX;
+  ASSERT_FALSE(model.ok());
+  EXPECT_NE(model.error().message.find("not enough memory for the model's weights"), std::string::npos)
+      << model.error().message;
+  EXPECT_NE(model.error().message.find("emulated CUDA device"), std::string::npos) << model.error().message;
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_NE(trainer.error().message.find("not enough memory"), std::string::npos) << trainer.error().message;
+  // Inference holds no gradients: a model whose weights fit loads without them.
+  auto tiny = model_preset("tiny");
+  ASSERT_TRUE(tiny.ok());
+  auto fits = Model::create(*emu, *tiny);
+  EXPECT_TRUE(fits.ok());
+}
+
 }  // namespace
 }  // namespace ftx

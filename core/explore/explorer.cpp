@@ -82,7 +82,9 @@ Result<ExplorerModel> load_explorer_model(Backend& be, const DatasetFactory& dat
   if (m.seq_len - 1 > ck->config.max_seq_len)
     return make_error(ref->dir + ": the model's context " + std::to_string(ck->config.max_seq_len) +
                       " is shorter than the run's sequences");
-  m.model = std::make_unique<Model>(be, ck->config);
+  auto model = Model::create(be, ck->config);
+  if (!model) return model.error();
+  m.model = std::move(*model);
   m.model->load_params(ck->params.data());
   return m;
 }

@@ -51,13 +51,42 @@ float philox_normal(uint64_t seed, uint64_t stream, uint64_t i) {
 
 }  // namespace
 
-Model::Model(Backend& backend, const ModelConfig& config) : be_(backend), cfg_(config) {
+Model::Model(Backend& backend, const ModelConfig& config, std::nullptr_t) : be_(backend), cfg_(config) {
   FT_ASSERT(cfg_.validate().ok(), "invalid config reached Model: %s", cfg_.validate().error().message.c_str());
   specs_ = param_specs(cfg_);
   n_params_ = param_count(specs_);
-  params_ = static_cast<float*>(be_.alloc(n_params_ * sizeof(float)));
-  grads_ = static_cast<float*>(be_.alloc(n_params_ * sizeof(float)));
-  be_.track_weights(params_, static_cast<size_t>(n_params_));  // GEMMs at bf16 read a bf16 copy
+  params_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)));
+  if (params_ != nullptr) be_.track_weights(params_, static_cast<size_t>(n_params_));  // bf16 GEMMs read a bf16 copy
+}
+
+Model::Model(Backend& backend, const ModelConfig& config) : Model(backend, config, nullptr) {
+  FT_ASSERT(params_ != nullptr, "%s: out of memory for %lld parameters", be_.name(), static_cast<long long>(n_params_));
+}
+
+namespace {
+std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", bytes / double(1ull << 30));
+  return buf;
+}
+}  // namespace
+
+Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig& config) {
+  std::unique_ptr<Model> m(new Model(backend, config, nullptr));
+  if (m->params_ == nullptr)
+    return make_error(std::string(backend.name()) + ": not enough memory for the model's weights (" +
+                      std::to_string(m->n_params_) + " parameters, " + gib(4.0 * double(m->n_params_)) + " in fp32)");
+  return m;
+}
+
+bool Model::allocate_grads() {
+  if (grads_ == nullptr) grads_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)));
+  return grads_ != nullptr;
+}
+
+float* Model::grads() {
+  FT_ASSERT(allocate_grads(), "%s: out of memory for the gradients", be_.name());
+  return grads_;
 }
 
 Model::~Model() {
@@ -126,7 +155,7 @@ void Model::init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed,
 
 void Model::load_params(const float* host) { be_.upload(params_, host, n_params_ * sizeof(float)); }
 void Model::save_params(float* host) const { be_.download(host, params_, n_params_ * sizeof(float)); }
-void Model::zero_grad() { be_.fill(grads_, 0.0f, n_params_); }
+void Model::zero_grad() { be_.fill(grads(), 0.0f, n_params_); }
 
 // ---------------------------------------------------------------------------------------------
 // State allocation
@@ -140,7 +169,8 @@ static size_t attention_saved(const Backend* be, const ModelConfig& m, int B, in
 
 static void carve_block(Carver& c, BlockActs& a, const ModelConfig& m, int B, int Tq, int Tk, bool two_inputs,
                         const Backend* be) {
-  const size_t N = size_t(B) * Tq, C = m.dim, QD = size_t(m.n_heads) * m.head_dim, KD = size_t(m.n_kv_heads) * m.head_dim;
+  const size_t N = size_t(B) * Tq, C = m.dim, QD = size_t(m.n_heads) * m.head_dim,
+               KD = size_t(m.n_kv_heads) * m.head_dim;
   a.ln_q = c.take(N * C);
   a.rstd_q = c.take(N);
   a.ln_kv = two_inputs ? c.take(N * C) : a.ln_q;
@@ -361,6 +391,7 @@ StepStats Model::read_stats(const ModelState& s) const {
 
 void Model::backward(ModelState& s) {
   FT_ASSERT(s.has_targets, "backward needs a forward with targets");
+  (void)grads();  // allocated on first use: inference never holds them
   const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
   const int k = cfg_.inject_after, H = cfg_.latent_bits;
   const size_t NC = size_t(N) * C;

@@ -36,7 +36,10 @@ struct StepStats {
 
 class Model {
  public:
-  Model(Backend& backend, const ModelConfig& config);
+  Model(Backend& backend, const ModelConfig& config);  // aborts when the weights do not fit (tests, tools)
+  // The model with its weights allocated, or which backend lacks the memory for them (how ftx,
+  // the studio and the trainer make models: a checkpoint too big for the GPU is an error, not a crash).
+  static Result<std::unique_ptr<Model>> create(Backend& backend, const ModelConfig& config);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -46,7 +49,10 @@ class Model {
   Backend& backend() { return be_; }
   int64_t num_params() const { return n_params_; }
   float* params() { return params_; }  // (num_params) on the backend
-  float* grads() { return grads_; }    // (num_params) on the backend
+  // Gradients (num_params) on the backend, allocated on first use (inference never needs them);
+  // allocate_grads() says false instead of aborting when the memory is not there.
+  float* grads();
+  bool allocate_grads();
 
   void init_weights(uint64_t seed, const InitConfig& init);
   void load_params(const float* host);  // (num_params) host, arena order of specs()
@@ -93,6 +99,8 @@ class Model {
   void init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed, float std) const;
   float* param(const std::string& name) const;
   float* grad(const std::string& name) const;
+
+  Model(Backend& backend, const ModelConfig& config, std::nullptr_t);  // params_ null when out of memory
 
   Backend& be_;
   ModelConfig cfg_;

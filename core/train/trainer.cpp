@@ -106,17 +106,29 @@ Result<CheckpointRef> find_run_checkpoint(RunStore& store, const std::string& ru
   return CheckpointRef{resolve_checkpoint_path(store.path(), pick->path), static_cast<int>(pick->step)};
 }
 
-Trainer::Trainer(Backend& be, RunStore store, const ModelConfig& mcfg, const TrainConfig& tcfg, std::string db,
+Trainer::Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, const TrainConfig& tcfg, std::string db,
                  std::string run)
-    : be_(be), store_(std::move(store)), tcfg_(tcfg), db_path_(std::move(db)), run_(std::move(run)) {
-  model_ = std::make_unique<Model>(be_, mcfg);
+    : be_(be), store_(std::move(store)), model_(std::move(model)), tcfg_(tcfg), db_path_(std::move(db)),
+      run_(std::move(run)) {
   const size_t bytes = model_->num_params() * sizeof(float);
-  adam_m_ = static_cast<float*>(be_.alloc(bytes));
-  adam_v_ = static_cast<float*>(be_.alloc(bytes));
-  grad_norm_ = static_cast<float*>(be_.alloc(sizeof(float)));
+  adam_m_ = static_cast<float*>(be_.try_alloc(bytes));
+  adam_v_ = static_cast<float*>(be_.try_alloc(bytes));
+  grad_norm_ = static_cast<float*>(be_.try_alloc(sizeof(float)));
   for (const ParamSpec& p : model_->specs())
     adam_segments_.push_back(
         {static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay ? tcfg_.weight_decay : 0.0f});
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::make(Backend& be, RunStore store, const ModelConfig& mcfg,
+                                               const TrainConfig& tcfg, std::string db, std::string run) {
+  auto model = Model::create(be, mcfg);
+  if (!model) return model.error();
+  std::unique_ptr<Trainer> t(new Trainer(be, std::move(store), std::move(*model), tcfg, std::move(db), std::move(run)));
+  if (!t->adam_m_ || !t->adam_v_ || !t->grad_norm_ || !t->model_->allocate_grads())
+    return make_error(std::string(be.name()) + ": not enough memory to train " +
+                      std::to_string(t->model_->num_params()) +
+                      " parameters (weights, gradients and two AdamW moments: 16 bytes each)");
+  return t;
 }
 
 Trainer::~Trainer() {
@@ -134,7 +146,9 @@ Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& 
   if (!store) return store.error();
   auto id = store->create_run(run, run_config_json(mcfg, tcfg));
   if (!id) return id.error();
-  std::unique_ptr<Trainer> t(new Trainer(be, std::move(*store), mcfg, tcfg, db_path, run));
+  auto made = make(be, std::move(*store), mcfg, tcfg, db_path, run);
+  if (!made) return made.error();
+  std::unique_ptr<Trainer> t = std::move(*made);
   t->run_id_ = *id;
   t->model_->init_weights(tcfg.seed, tcfg.init);
   return t;
@@ -159,7 +173,9 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
   if (!tcfg) return tcfg.error();
   if (steps) tcfg->steps = *steps;
   FTX_TRY(tcfg->validate());
-  std::unique_ptr<Trainer> t(new Trainer(be, std::move(*store), ck->config, *tcfg, db_path, run));
+  auto made = make(be, std::move(*store), ck->config, *tcfg, db_path, run);
+  if (!made) return made.error();
+  std::unique_ptr<Trainer> t = std::move(*made);
   t->run_id_ = info->id;
   t->step_ = pos->step;
   t->data_position_ = pos->data_position;

@@ -93,8 +93,11 @@ class Trainer {
   bool thread_count_changed() const { return thread_change_; }
 
  private:
-  Trainer(Backend& be, RunStore store, const ModelConfig& mcfg, const TrainConfig& tcfg, std::string db,
+  Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, const TrainConfig& tcfg, std::string db,
           std::string run);
+  // The model, its gradients and the optimizer state on the backend, or what did not fit.
+  static Result<std::unique_ptr<Trainer>> make(Backend& be, RunStore store, const ModelConfig& mcfg,
+                                               const TrainConfig& tcfg, std::string db, std::string run);
   void train_step(BatchSource& data, StepReport& rep);
   void ensure_state(const BatchSource& data);
   Status save_checkpoint();

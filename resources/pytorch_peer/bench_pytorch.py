@@ -3,6 +3,13 @@
 timed the same way (median step time over timed steps after warm-up, AdamW, gradient clipping)
 and reported with the same JSON fields (tokens_per_s, model_flops_per_token, model_tflops, mfu).
 
+With --generate, the peer of `ftx bench generate`: greedy generation of --batch sequences over
+--len positions (the first token 0) the way a script without a KV cache does it, one full forward
+over the prefix at every position under torch.no_grad(); for a Free Transformer Z comes from the
+prior: uniform random codes, gathered from the post-sampler rows as ft_reference.FT.generate does
+(no one-hot). Median time of whole runs over --steps timed runs (default 3) after --warmup
+(default 1), with the same fields as ftx (tokens_per_s = batch * len / median).
+
 Shape options reshape the `small` model; when the vocabulary or the length is not the synthetic
 task's (29, T = 65), the data are uniform random tokens (throughput does not depend on them).
 --latent-bits 0 times the plain decoder (no encoder, no latent). On CUDA the default precision is
@@ -11,7 +18,8 @@ tf32 (as ftx's CUDA backend); bf16 runs the forward under torch.autocast. AdamW 
 
 Not part of the product or its tests; run by hand to compare on the same machine:
     OMP_WAIT_POLICY=PASSIVE python3 resources/pytorch_peer/bench_pytorch.py --latent-bits 8
-    python3 resources/pytorch_peer/bench_pytorch.py --device cuda --latent-bits 16 --precision bf16"""
+    python3 resources/pytorch_peer/bench_pytorch.py --device cuda --latent-bits 16 --precision bf16
+    python3 resources/pytorch_peer/bench_pytorch.py --generate --latent-bits 8 --batch 64 --len 66"""
 import argparse, contextlib, json, math, os, statistics, sys, time
 
 import torch
@@ -70,10 +78,16 @@ def parse_args():
     ap.add_argument("--precision", choices=["fp32", "tf32", "bf16"], default=None,
                     help="GEMM inputs (default: fp32 on cpu, tf32 on cuda; tf32 and bf16 need cuda)")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--warmup", type=int, default=5)
-    ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=None, help="untimed steps or runs (default 5, --generate 1)")
+    ap.add_argument("--steps", type=int, default=None, help="timed steps or runs (default 20, --generate 3)")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads")
+    ap.add_argument("--generate", action="store_true",
+                    help="time greedy generation without a KV cache instead of training")
+    ap.add_argument("--len", type=int, default=SYNTHETIC_T + 1,
+                    help="--generate: positions per run (default 66, the synthetic task's length)")
     a = ap.parse_args()
+    a.warmup = a.warmup if a.warmup is not None else (1 if a.generate else 5)
+    a.steps = a.steps if a.steps is not None else (3 if a.generate else 20)
     a.precision = a.precision or ("tf32" if a.device == "cuda" else "fp32")
     if a.device == "cpu" and a.precision != "fp32":
         ap.error(f"--precision {a.precision} needs --device cuda")
@@ -83,8 +97,8 @@ def parse_args():
         ap.error(f"--dim {a.dim} must be a multiple of --heads {a.heads} with an even head size")
     if not 0 <= a.latent_bits <= 20 or (a.latent_bits > 0 and a.layers < 2):
         ap.error("--latent-bits must be in 0..20, and a Free Transformer needs --layers >= 2")
-    if min(a.layers, a.ffn, a.vocab, a.seq_len, a.batch, a.steps) <= 0 or a.warmup < 0:
-        ap.error("shapes, --batch and --steps must be positive")
+    if min(a.layers, a.ffn, a.vocab, a.seq_len, a.batch, a.steps, a.len) <= 0 or a.warmup < 0:
+        ap.error("shapes, --batch, --len and --steps must be positive")
     return a
 
 
@@ -111,6 +125,49 @@ def train_step(m, params, opt, x, a, kappa, autocast):
     opt.step()
 
 
+@torch.no_grad()
+def generate_run(m, a, gen):
+    """One greedy run of --len positions for --batch sequences without a KV cache: the forward at
+    position t runs over the whole prefix 0..t. Codes (B, len) are uniform over 2^H (the prior)."""
+    x = torch.zeros(a.batch, 1, dtype=torch.long, device=a.device)  # (B, 1) first token 0
+    codes = torch.randint(0, 2 ** m.H, (a.batch, a.len), device=a.device, generator=gen)
+    for t in range(a.len):
+        h = m.first_half(x)  # (B, t+1, D)
+        R = m.post[codes[:, :t + 1]] if a.latent_bits > 0 else torch.zeros_like(h)  # gather, no one-hot
+        logits = m.second_half(h, R)[:, -1]  # (B, V)
+        x = torch.cat([x, logits.argmax(-1, keepdim=True)], 1)
+    return x
+
+
+def main_generate(a, m, autocast):
+    cuda = a.device == "cuda"
+    m.eval()
+    gen = torch.Generator(device=a.device).manual_seed(0)
+    times = []
+    for i in range(a.warmup + a.steps):
+        if cuda:
+            torch.cuda.synchronize()
+        t0 = time.perf_counter()
+        with autocast:
+            generate_run(m, a, gen)
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= a.warmup:
+            times.append(time.perf_counter() - t0)
+    med = statistics.median(times)
+    params = sum(p.numel() for n, p in m.named_parameters()
+                 if a.latent_bits > 0 or not n.startswith(("enc", "zeta", "post")))
+    print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__,
+                      "device": torch.cuda.get_device_name() if cuda else "cpu",
+                      "threads": a.threads, "precision": a.precision,
+                      "layers": a.layers, "dim": a.dim, "heads": a.heads, "ffn": a.ffn, "vocab": a.vocab,
+                      "latent_bits": a.latent_bits, "params": params, "batch": a.batch, "len": a.len,
+                      "kv_cache": False, "timed_runs": a.steps,
+                      "run_ms_median": med * 1e3, "run_ms_min": min(times) * 1e3,
+                      "tokens_per_s": a.batch * a.len / med, "ms_per_position": med * 1e3 / a.len,
+                      "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}, indent=2))
+
+
 def main():
     a = parse_args()
     torch.set_num_threads(a.threads)
@@ -119,11 +176,13 @@ def main():
     if cuda:
         torch.backends.cuda.matmul.allow_tf32 = a.precision == "tf32"
         torch.backends.cudnn.allow_tf32 = a.precision == "tf32"
-    m = ft.FT(H=max(a.latent_bits, 1), D=a.dim, L=a.layers, nh=a.heads, hf=a.ffn, Tmax=a.seq_len + 1,
-              vocab=a.vocab).to(a.device)
+    m = ft.FT(H=max(a.latent_bits, 1), D=a.dim, L=a.layers, nh=a.heads, hf=a.ffn,
+              Tmax=max(a.seq_len + 1, a.len), vocab=a.vocab).to(a.device)
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if a.precision == "bf16" else contextlib.nullcontext()
+    if a.generate:
+        return main_generate(a, m, autocast)
     params = [p for n, p in m.named_parameters() if a.latent_bits > 0 or not n.startswith(("enc", "zeta", "post"))]
     opt = torch.optim.AdamW(params, lr=1e-3, betas=(0.9, 0.95), weight_decay=0.1, fused=False)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if a.precision == "bf16" else contextlib.nullcontext()
     gen = torch.Generator().manual_seed(0)
     kappa = math.log(2) / 8
     times = []

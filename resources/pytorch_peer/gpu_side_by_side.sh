@@ -1,23 +1,29 @@
 #!/usr/bin/env bash
 # ftx's CUDA backend against the eager PyTorch peer (bench_pytorch.py) on one GPU, side by side in
-# one run, then the binary-mapper micro-benchmark; prints one markdown table. Run from the
+# one run: training, then generation, then the binary-mapper micro-benchmark; prints markdown tables. Run from the
 # repository root on a machine with a GPU, the CUDA toolkit and ftx's build dependencies:
 #     resources/pytorch_peer/gpu_side_by_side.sh
 # It builds ftx with the CUDA backend into build-gpu (tests off: GoogleTest is not needed) and
 # keeps every JSON report and log under build-gpu/bench/. PyTorch rows are skipped, with a note,
 # when torch with CUDA cannot be imported. The table needs python3's standard library only.
-# Environment: WARMUP (5), STEPS (20) for every training row; SKIP_BUILD=1 reuses build-gpu.
+# Environment: WARMUP (5), STEPS (20) for every training row; GEN_WARMUP (2), GEN_STEPS (10) runs
+# for every generation row; SKIP_BUILD=1 reuses build-gpu.
 # Exit code 1 when the build or any ftx run failed (the table is printed first).
 #
 # Rows: the small preset (tf32, batch 64) as the baseline decoder, H = 8 and H = 16; a larger
 # shape (12 layers, D = 768, 12 heads, SwiGLU 2048, T = 1024, batch 8, bf16) at H = 16 and as the
-# baseline decoder (the Free Transformer's overhead); bench mapper at its default shape.
+# baseline decoder (the Free Transformer's overhead); generation of the small preset (tf32, batch
+# 64, len 66, greedy, Z from the prior) as the baseline decoder and H = 8: ftx bench generate (KV
+# cache) against bench_pytorch.py --generate (a full forward over the prefix per position); bench
+# mapper at its default shape.
 set -uo pipefail
 
 BUILD=build-gpu
 OUT="$BUILD/bench"
 WARMUP="${WARMUP:-5}"
 STEPS="${STEPS:-20}"
+GEN_WARMUP="${GEN_WARMUP:-2}"
+GEN_STEPS="${GEN_STEPS:-10}"
 FTX="$BUILD/app/ftx"
 PEER=resources/pytorch_peer/bench_pytorch.py
 
@@ -62,11 +68,33 @@ row() {
   fi
 }
 
+# gen_row NAME "FLAGS": ftx bench generate and (when available) bench_pytorch.py --generate.
+gen_row() {
+  local name=$1 flags=$2
+  echo "== $name: $flags" >&2
+  # shellcheck disable=SC2086
+  "$FTX" bench generate --device cuda --warmup "$GEN_WARMUP" --steps "$GEN_STEPS" $flags \
+    >"$OUT/$name.ftx.json" 2>"$OUT/$name.ftx.err" || {
+    echo "   ftx failed: see $OUT/$name.ftx.err" >&2
+    failed=$((failed + 1))
+  }
+  rm -f "$OUT/$name.torch.json"
+  if [ "$have_torch" = 1 ]; then
+    # shellcheck disable=SC2086
+    python3 "$PEER" --generate --device cuda --warmup "$GEN_WARMUP" --steps "$GEN_STEPS" $flags \
+      >"$OUT/$name.torch.json" 2>"$OUT/$name.torch.err" || echo "   PyTorch failed: see $OUT/$name.torch.err" >&2
+  fi
+}
+
+GEN="--batch 64 --len 66 --precision tf32"
+
 row small-baseline "--latent-bits 0 $SMALL"
 row small-h8 "--latent-bits 8 $SMALL"
 row small-h16 "--latent-bits 16 $SMALL"
 row large-baseline "--latent-bits 0 $LARGE"
 row large-h16 "--latent-bits 16 $LARGE"
+gen_row gen-small-baseline "--latent-bits 0 $GEN"
+gen_row gen-small-h8 "--latent-bits 8 $GEN"
 echo "== mapper (default shape)" >&2
 if ! "$FTX" bench mapper --device cuda >"$OUT/mapper.ftx.json" 2>"$OUT/mapper.ftx.err"; then
   echo "   ftx bench mapper failed: see $OUT/mapper.ftx.err" >&2
@@ -111,6 +139,19 @@ if base and ft:
     print(f"\nFree Transformer overhead at 12 x 768, T = 1024 (ftx, bf16): H = 16 runs at "
           f"{100 * ft['tokens_per_s'] / base['tokens_per_s']:.1f}% of the baseline decoder's tokens/s "
           f"(step {ft['step_ms_median']:.1f} ms vs {base['step_ms_median']:.1f} ms).")
+gen_rows = [("gen-small-baseline", "small, baseline decoder (H = 0), tf32, batch 64, len 66"),
+            ("gen-small-h8", "small, H = 8, tf32, batch 64, len 66")]
+print("\nGeneration, greedy (ftx: KV cache; PyTorch: full forward over the prefix per position):\n")
+print("| config | ftx tok/s | PyTorch tok/s | speed-up | ftx ms/position |")
+print("|---|---|---|---|---|")
+for name, label in gen_rows:
+    f, t = load(name + ".ftx.json"), load(name + ".torch.json")
+    ftx_tps = f and f["tokens_per_s"]
+    torch_tps = t and t["tokens_per_s"]
+    torch_cell = num(torch_tps, ",.0f") if have_torch else "skipped (no torch+CUDA)"
+    speedup = num(ftx_tps / torch_tps, ".2f") + "x" if ftx_tps and torch_tps else "-"
+    print(f"| {label} | {num(ftx_tps, ',.0f')} | {torch_cell} | {speedup} | {num(f and f['ms_per_position'], '.3f')} |")
+
 m = load("mapper.ftx.json")
 if m:
     print(f"\nbench mapper, N = {m['tokens']}, C = {m['dim']}, H = {m['latent_bits']} ({m['precision']} GEMM):\n")

@@ -48,7 +48,7 @@ inline uint3 threadIdx, blockIdx;  // of the fiber running now
 inline dim3 blockDim, gridDim;
 
 using cudaStream_t = void*;
-enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1 };
+enum cudaError_t { cudaSuccess = 0, cudaErrorInvalidValue = 1, cudaErrorMemoryAllocation = 2 };
 enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize };
 enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice };
 enum cudaStreamCaptureMode {
@@ -64,6 +64,7 @@ using cudaGraphExec_t = EmuGraph*;
 
 namespace ftx_emu {
 inline EmuGraph* capturing = nullptr;  // the graph a stream capture records into
+inline size_t device_memory = SIZE_MAX;  // a test may shrink the emulated GPU: larger cudaMallocs fail
 // Runs `op` now, or records it when a capture is under way.
 inline void enqueue(std::function<void()> op) {
   if (capturing != nullptr) capturing->nodes.push_back(std::move(op));
@@ -104,6 +105,7 @@ inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emulated"; }
 template <class T>
 cudaError_t cudaMalloc(T** p, size_t bytes) {
+  if (bytes > ftx_emu::device_memory) return cudaErrorMemoryAllocation;
   *p = static_cast<T*>(std::malloc(bytes == 0 ? 1 : bytes));
   return cudaSuccess;
 }
