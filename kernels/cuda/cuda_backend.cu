@@ -54,10 +54,17 @@ void cublas_gemm_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t 
                                 CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// cudaSetDevice for this host thread, skipped when that device is current already.
+void use_device(int device) {
+  static thread_local int current = -1;
+  if (current != device) FTX_CUDA_CHECK(cudaSetDevice(device));
+  current = device;
+}
+
 class CudaBackend final : public Backend {
  public:
   explicit CudaBackend(int device) : device_(device) {
-    FTX_CUDA_CHECK(cudaSetDevice(device));
+    use_device(device);
     FTX_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     FTX_CUBLAS_CHECK(cublasCreate(&cublas_));
     FTX_CUBLAS_CHECK(cublasSetStream(cublas_, stream_));
@@ -79,6 +86,7 @@ class CudaBackend final : public Backend {
     name_ = std::string("cuda:") + std::to_string(device) + " (" + prop.name + ")";
   }
   ~CudaBackend() override {
+    use_device(device_);
     cudaStreamSynchronize(stream_);
     graph_.reset();
     cudaFree(mirror_);
@@ -366,36 +374,45 @@ class CudaBackend final : public Backend {
     (void)why;
     outside_graph("set_matmul_precision");
     precision_ = p;
-    refresh_mirror();
+    if (p == MatmulPrecision::Bf16) refresh_mirror();
+    else free_mirror();  // only bf16 GEMMs read it
     return true;
   }
   MatmulPrecision matmul_precision() const override { return precision_; }
   void track_weights(const float* base, size_t n) override {
     outside_graph("track_weights");
-    if (mirror_ != nullptr) {
-      FTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
-      FTX_CUDA_CHECK(cudaFree(mirror_));
-    }
-    mirror_ = nullptr;
+    free_mirror();
     tracked_ = base, tracked_n_ = base != nullptr ? n : 0;
     refresh_mirror();
   }
-  void begin_graph() override { graph_->begin(); }
-  void end_graph() override { graph_->end(); }
+  void begin_graph() override {
+    bind();
+    graph_->begin();
+  }
+  void end_graph() override {
+    bind();
+    graph_->end();
+  }
   GraphStats graph_stats() const override { return {graph_->captures(), graph_->replays()}; }
 
  private:
   template <class F>
   void run(std::vector<uint64_t>&& key, F&& launch) {
+    bind();
     if (!graph_->active()) {
       launch();
       return;
     }
     graph_->run(std::move(key), std::forward<F>(launch));
   }
+  // Every host call into the backend checks that it is outside a step graph (those that may not be
+  // in one) and makes this backend's GPU current: the CUDA device is per host thread, and the
+  // studio drives a backend from its worker thread.
   void outside_graph(const char* what) const {
     FT_ASSERT(!graph_->active(), "cuda backend: %s inside a step graph", what);
+    bind();
   }
+  void bind() const { use_device(device_); }
 
   // ---- bf16 copies of the tracked weights ----
   bool tracked(const void* p) const {
@@ -406,6 +423,12 @@ class CudaBackend final : public Backend {
     return mirror_ != nullptr && tracked(p) ? mirror_ + (p - tracked_) : nullptr;
   }
   // Allocates the mirror when the precision is bf16 and rounds the whole tracked buffer into it.
+  void free_mirror() {
+    if (mirror_ == nullptr) return;
+    FTX_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    FTX_CUDA_CHECK(cudaFree(mirror_));
+    mirror_ = nullptr;
+  }
   void refresh_mirror() {
     if (precision_ != MatmulPrecision::Bf16 || tracked_ == nullptr) return;
     if (mirror_ == nullptr) {

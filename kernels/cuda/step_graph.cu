@@ -108,6 +108,8 @@ void StepGraph::end() {
     if (++misses_in_a_row_ >= 3) {
       std::fprintf(stderr, "ftx: CUDA step graphs turned off: the training step changes every time\n");
       enabled_ = false;
+      FTX_CUDA_CHECK(cudaGraphExecDestroy(exec_));
+      exec_ = nullptr;
       upload_slots();
       for (const auto& f : launches_) f();
       launches_.clear();
