@@ -108,33 +108,9 @@ json peak_tflops(const Backend& be, MatmulPrecision p) {
   return nullptr;
 }
 
-// The preset reshaped by the overrides, with `alphabet` (its size is the vocabulary; when empty,
-// --vocab or the preset's) and room for at least `seq_len` positions.
 Result<ModelConfig> bench_model_config(const BenchArgs& a, const std::string& alphabet, int seq_len) {
-  auto cfg = model_preset(a.preset);
-  if (!cfg) return make_error("--" + cfg.error().message);
-  if (a.latent_bits < 0 || a.latent_bits > kMaxLatentBits)
-    return make_error("--latent-bits " + std::to_string(a.latent_bits) + ": H must be in 0.." +
-                      std::to_string(kMaxLatentBits));
-  if (a.layers) cfg->n_layers = *a.layers;
-  if (a.dim) cfg->dim = *a.dim;
-  if (a.heads) cfg->n_heads = *a.heads, cfg->n_kv_heads = *a.heads;
-  if (a.kv_heads) cfg->n_kv_heads = *a.kv_heads;
-  if (a.ffn) cfg->ffn_hidden = *a.ffn;
-  if (cfg->n_heads > 0 && cfg->dim % cfg->n_heads != 0)
-    return make_error("--dim " + std::to_string(cfg->dim) + " is not a multiple of --heads " +
-                      std::to_string(cfg->n_heads));
-  if (cfg->n_heads > 0) cfg->head_dim = cfg->dim / cfg->n_heads;
-  cfg->latent_bits = a.latent_bits;
-  if (cfg->is_free() && cfg->n_layers < 2)
-    return make_error("--layers " + std::to_string(cfg->n_layers) +
-                      ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
-  cfg->inject_after = cfg->n_layers / 2;
-  cfg->alphabet = alphabet;
-  cfg->vocab_size = alphabet.empty() ? a.vocab.value_or(cfg->vocab_size) : int(alphabet.size());
-  cfg->max_seq_len = std::max(cfg->max_seq_len, seq_len);
-  FTX_TRY(cfg->validate());
-  return cfg;
+  return shaped_model_config({a.preset, a.layers, a.dim, a.heads, a.kv_heads, a.ffn, a.latent_bits, a.vocab}, alphabet,
+                             seq_len);
 }
 
 // The synthetic task when the shape is its own (vocabulary 29, T = 65), else random tokens.
@@ -167,20 +143,14 @@ std::vector<double> time_train_steps(Backend& be, Trainer& trainer, BatchSource&
   return secs;
 }
 
-json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const BatchSource& data,
-                  const std::vector<double>& secs) {
-  const ModelConfig& m = trainer.model_config();
-  const int T = data.seq_len() - 1;
-  const double med = median(secs), tokens_per_s = double(a.batch) * T / med;
-  const double flops = train_flops_per_token(m, T), tflops = flops * tokens_per_s / 1e12;
-  const json peak = peak_tflops(be, be.matmul_precision());
+// What every bench report says: where it ran, the model's shape, the batch and the peak memory.
+json common_report(const BenchArgs& a, const Backend& be, const ModelConfig& m, int64_t params) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
   return json{{"device", be.name()},
               {"threads", omp_get_max_threads()},
               {"precision", matmul_precision_name(be.matmul_precision())},
               {"preset", a.preset},
-              {"data", data.name()},
               {"layers", m.n_layers},
               {"dim", m.dim},
               {"heads", m.n_heads},
@@ -189,23 +159,35 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
               {"ffn", m.ffn_hidden},
               {"vocab", m.vocab_size},
               {"latent_bits", m.latent_bits},
-              {"params", trainer.model().num_params()},
+              {"params", params},
               {"batch", a.batch},
-              {"seq_len", T},
-              {"tokens_per_step", a.batch * T},
-              {"timed_steps", a.steps},
-              {"step_ms_median", med * 1e3},
-              {"step_ms_min", *std::min_element(secs.begin(), secs.end()) * 1e3},
-              {"tokens_per_s", tokens_per_s},
-              {"model_flops_per_token", flops},
-              {"model_tflops", tflops},
-              {"peak_tflops", peak},
-              {"mfu", peak.is_null() ? json(nullptr) : json(tflops / peak.get<double>())},
-              {"flops_convention", kFlopsConvention},
-              // Step graphs recorded and replayed (CUDA; 0 and 0 on the CPU, or with FTX_CUDA_GRAPHS=0)
-              {"graph_captures", be.graph_stats().captures},
-              {"graph_replays", be.graph_stats().replays},
               {"peak_rss_mb", ru.ru_maxrss / 1024.0}};
+}
+
+json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const BatchSource& data,
+                  const std::vector<double>& secs) {
+  const ModelConfig& m = trainer.model_config();
+  const int T = data.seq_len() - 1;
+  const double med = median(secs), tokens_per_s = double(a.batch) * T / med;
+  const double flops = train_flops_per_token(m, T), tflops = flops * tokens_per_s / 1e12;
+  const json peak = peak_tflops(be, be.matmul_precision());
+  json j = common_report(a, be, m, trainer.model().num_params());
+  j.update({{"data", data.name()},
+            {"seq_len", T},
+            {"tokens_per_step", a.batch * T},
+            {"timed_steps", a.steps},
+            {"step_ms_median", med * 1e3},
+            {"step_ms_min", *std::min_element(secs.begin(), secs.end()) * 1e3},
+            {"tokens_per_s", tokens_per_s},
+            {"model_flops_per_token", flops},
+            {"model_tflops", tflops},
+            {"peak_tflops", peak},
+            {"mfu", peak.is_null() ? json(nullptr) : json(tflops / peak.get<double>())},
+            {"flops_convention", kFlopsConvention},
+            // Step graphs recorded and replayed (CUDA; 0 and 0 on the CPU, or with FTX_CUDA_GRAPHS=0)
+            {"graph_captures", be.graph_stats().captures},
+            {"graph_replays", be.graph_stats().replays}});
+  return j;
 }
 
 int run_bench_train(const BenchArgs& a) {
@@ -393,31 +375,16 @@ json generate_report(const BenchArgs& a, Backend& be, Model& model, const std::v
   const ModelConfig& m = model.config();
   const int len = a.generate.len;
   const double med = median(ms);
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  return json{{"device", be.name()},
-              {"threads", omp_get_max_threads()},
-              {"precision", matmul_precision_name(be.matmul_precision())},
-              {"preset", a.preset},
-              {"layers", m.n_layers},
-              {"dim", m.dim},
-              {"heads", m.n_heads},
-              {"kv_heads", m.n_kv_heads},
-              {"head_dim", m.head_dim},
-              {"ffn", m.ffn_hidden},
-              {"vocab", m.vocab_size},
-              {"latent_bits", m.latent_bits},
-              {"max_seq_len", m.max_seq_len},
-              {"params", model.num_params()},
-              {"batch", a.batch},
-              {"len", len},
-              {"kv_cache", true},
-              {"timed_runs", a.generate.steps},
-              {"run_ms_median", med},
-              {"run_ms_min", *std::min_element(ms.begin(), ms.end())},
-              {"tokens_per_s", double(a.batch) * len / (med * 1e-3)},
-              {"ms_per_position", med / len},
-              {"peak_rss_mb", ru.ru_maxrss / 1024.0}};
+  json j = common_report(a, be, m, model.num_params());
+  j.update({{"max_seq_len", m.max_seq_len},
+            {"len", len},
+            {"kv_cache", true},
+            {"timed_runs", a.generate.steps},
+            {"run_ms_median", med},
+            {"run_ms_min", *std::min_element(ms.begin(), ms.end())},
+            {"tokens_per_s", double(a.batch) * len / (med * 1e-3)},
+            {"ms_per_position", med / len}});
+  return j;
 }
 
 int run_bench_generate(const BenchArgs& a) {

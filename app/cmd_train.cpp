@@ -71,33 +71,6 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   c->add_flag("--quiet", a.quiet, "No progress line");
 }
 
-// Builds the model config from the preset and the overrides, sized for the dataset's alphabet.
-static Result<ModelConfig> model_config_from(const TrainArgs& a, const BatchSource& data) {
-  auto cfg = model_preset(a.preset);
-  if (!cfg) return make_error("--" + cfg.error().message);  // "--preset 'x': unknown ..."
-  if (a.latent_bits < 0 || a.latent_bits > kMaxLatentBits)
-    return make_error("--latent-bits " + std::to_string(a.latent_bits) + ": H must be in 0.." +
-                      std::to_string(kMaxLatentBits));
-  if (a.layers) cfg->n_layers = *a.layers;
-  if (a.dim) cfg->dim = *a.dim;
-  if (a.heads) cfg->n_heads = *a.heads, cfg->n_kv_heads = *a.heads;
-  if (a.kv_heads) cfg->n_kv_heads = *a.kv_heads;
-  if (a.ffn) cfg->ffn_hidden = *a.ffn;
-  if (cfg->n_heads > 0 && cfg->dim % cfg->n_heads != 0)
-    return make_error("--dim " + std::to_string(cfg->dim) + " is not a multiple of --heads " + std::to_string(cfg->n_heads));
-  if (cfg->n_heads > 0) cfg->head_dim = cfg->dim / cfg->n_heads;
-  cfg->latent_bits = a.latent_bits;
-  if (cfg->is_free() && cfg->n_layers < 2)
-    return make_error("--layers " + std::to_string(cfg->n_layers) +
-                      ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
-  cfg->inject_after = cfg->n_layers / 2;
-  cfg->alphabet = data.alphabet();
-  cfg->vocab_size = static_cast<int>(data.alphabet().size());
-  cfg->max_seq_len = std::max(cfg->max_seq_len, data.seq_len());
-  FTX_TRY(cfg->validate());
-  return cfg;
-}
-
 int run_train(TrainArgs& a) {
   Error err;
   auto backend = make_backend(a.device, a.precision, &err);
@@ -122,7 +95,8 @@ int run_train(TrainArgs& a) {
       std::fprintf(stderr, "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
   } else {
     auto probe = make_dataset(a.train);
-    auto mcfg = model_config_from(a, *probe);
+    auto mcfg = shaped_model_config({a.preset, a.layers, a.dim, a.heads, a.kv_heads, a.ffn, a.latent_bits, {}},
+                                    probe->alphabet(), probe->seq_len());
     if (!mcfg) return fail(mcfg.error());
     auto t = Trainer::start(*backend, *mcfg, a.train, probe->seq_len(), a.db, a.run);
     if (!t) return fail(t.error());

@@ -4,6 +4,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -43,6 +44,33 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const std::stri
     return nullptr;
   }
   return be;
+}
+
+Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::string& alphabet, int seq_len) {
+  auto cfg = model_preset(o.preset);
+  if (!cfg) return make_error("--" + cfg.error().message);  // "--preset 'x': unknown ..."
+  if (o.latent_bits < 0 || o.latent_bits > kMaxLatentBits)
+    return make_error("--latent-bits " + std::to_string(o.latent_bits) + ": H must be in 0.." +
+                      std::to_string(kMaxLatentBits));
+  if (o.layers) cfg->n_layers = *o.layers;
+  if (o.dim) cfg->dim = *o.dim;
+  if (o.heads) cfg->n_heads = *o.heads, cfg->n_kv_heads = *o.heads;
+  if (o.kv_heads) cfg->n_kv_heads = *o.kv_heads;
+  if (o.ffn) cfg->ffn_hidden = *o.ffn;
+  if (cfg->n_heads > 0 && cfg->dim % cfg->n_heads != 0)
+    return make_error("--dim " + std::to_string(cfg->dim) + " is not a multiple of --heads " +
+                      std::to_string(cfg->n_heads));
+  if (cfg->n_heads > 0) cfg->head_dim = cfg->dim / cfg->n_heads;
+  cfg->latent_bits = o.latent_bits;
+  if (cfg->is_free() && cfg->n_layers < 2)
+    return make_error("--layers " + std::to_string(cfg->n_layers) +
+                      ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
+  cfg->inject_after = cfg->n_layers / 2;
+  cfg->alphabet = alphabet;
+  cfg->vocab_size = alphabet.empty() ? o.vocab.value_or(cfg->vocab_size) : static_cast<int>(alphabet.size());
+  cfg->max_seq_len = std::max(cfg->max_seq_len, seq_len);
+  FTX_TRY(cfg->validate());
+  return cfg;
 }
 
 Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision) {

@@ -26,6 +26,17 @@ void add_device_options(CLI::App* c, std::string& device, std::string& precision
 // with a one-line error naming the option otherwise.
 std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& precision, Error* err);
 
+// The model shape a command line asks for: a preset and the overrides ftx train and ftx bench share.
+struct ShapeOverrides {
+  std::string preset;
+  std::optional<int> layers, dim, heads, kv_heads, ffn;
+  int latent_bits = 0;
+  std::optional<int> vocab;  // used when the data have no alphabet (random tokens)
+};
+// The preset reshaped by the overrides, with `alphabet` as its vocabulary (or the overrides'
+// vocab when the alphabet is empty) and room for `seq_len` positions; errors name the option.
+Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::string& alphabet, int seq_len);
+
 // A loaded model with its checkpoint directory and step.
 struct LoadedModel {
   std::unique_ptr<Backend> backend;
