@@ -108,20 +108,16 @@ json peak_tflops(const Backend& be, MatmulPrecision p) {
   return nullptr;
 }
 
-Result<ModelConfig> bench_model_config(const BenchArgs& a, const std::string& alphabet, int seq_len) {
-  return shaped_model_config({a.preset, a.layers, a.dim, a.heads, a.kv_heads, a.ffn, a.latent_bits, a.vocab}, alphabet,
-                             seq_len);
-}
-
 // The synthetic task when the shape is its own (vocabulary 29, T = 65), else random tokens.
 Result<std::unique_ptr<BatchSource>> bench_data(const BenchArgs& a, const TrainConfig& t) {
   if (a.seq_len && *a.seq_len <= 0) return make_error("--seq-len must be positive, got " + std::to_string(*a.seq_len));
-  if (a.vocab && *a.vocab <= 0) return make_error("--vocab must be positive, got " + std::to_string(*a.vocab));
+  if (a.shape.vocab && *a.shape.vocab <= 0)
+    return make_error("--vocab must be positive, got " + std::to_string(*a.shape.vocab));
   auto synthetic = make_dataset(t);
   const int vocab = static_cast<int>(synthetic->alphabet().size()), T = synthetic->seq_len() - 1;
-  if (a.vocab.value_or(vocab) == vocab && a.seq_len.value_or(T) == T) return synthetic;
+  if (a.shape.vocab.value_or(vocab) == vocab && a.seq_len.value_or(T) == T) return synthetic;
   return std::unique_ptr<BatchSource>(
-      std::make_unique<RandomTokens>(a.vocab.value_or(vocab), a.seq_len.value_or(T) + 1, t.seed));
+      std::make_unique<RandomTokens>(a.shape.vocab.value_or(vocab), a.seq_len.value_or(T) + 1, t.seed));
 }
 
 double median(std::vector<double> v) {
@@ -150,7 +146,7 @@ json common_report(const BenchArgs& a, const Backend& be, const ModelConfig& m, 
   return json{{"device", be.name()},
               {"threads", omp_get_max_threads()},
               {"precision", matmul_precision_name(be.matmul_precision())},
-              {"preset", a.preset},
+              {"preset", a.shape.preset},
               {"layers", m.n_layers},
               {"dim", m.dim},
               {"heads", m.n_heads},
@@ -193,11 +189,11 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
 int run_bench_train(const BenchArgs& a) {
   if (a.steps <= 0 || a.warmup < 0 || a.batch <= 0) return fail("bench: --steps and --batch must be positive");
   TrainConfig t;
-  t.preset = a.preset, t.batch = a.batch, t.lr = 1e-3f, t.steps = a.warmup + a.steps;
+  t.preset = a.shape.preset, t.batch = a.batch, t.lr = 1e-3f, t.steps = a.warmup + a.steps;
   t.eval_every = 0, t.checkpoint_every = 0;
   auto data = bench_data(a, t);
   if (!data) return fail(data.error());
-  auto mcfg = bench_model_config(a, (*data)->alphabet(), (*data)->seq_len());
+  auto mcfg = shaped_model_config(a.shape, (*data)->alphabet(), (*data)->seq_len());
   if (!mcfg) return fail(mcfg.error());
   Error err;
   auto backend = make_backend(a.device, a.precision, &err);
@@ -323,7 +319,8 @@ Status check_generate_args(const BenchArgs& a) {
   if (g.len <= 0) return make_error("bench generate: --len must be positive, got " + std::to_string(g.len));
   if (g.steps <= 0) return make_error("bench generate: --steps must be positive, got " + std::to_string(g.steps));
   if (g.warmup < 0) return make_error("bench generate: --warmup must be >= 0, got " + std::to_string(g.warmup));
-  if (a.vocab && *a.vocab <= 0) return make_error("--vocab must be positive, got " + std::to_string(*a.vocab));
+  if (a.shape.vocab && *a.shape.vocab <= 0)
+    return make_error("--vocab must be positive, got " + std::to_string(*a.shape.vocab));
   return {};
 }
 
@@ -391,7 +388,7 @@ int run_bench_generate(const BenchArgs& a) {
   if (auto s = check_generate_args(a); !s) return fail(s.error());
   const int B = a.batch, len = a.generate.len;
   // --vocab other than the synthetic task's: no alphabet (token ids only). --len only sizes the cache.
-  auto mcfg = bench_model_config(a, a.vocab ? std::string() : std::string(kSyntheticAlphabet), len);
+  auto mcfg = shaped_model_config(a.shape, a.shape.vocab ? std::string() : std::string(kSyntheticAlphabet), len);
   if (!mcfg) return fail(mcfg.error());
   Error err;
   auto backend = make_backend(a.device, a.precision, &err);
@@ -411,16 +408,6 @@ int run_bench_generate(const BenchArgs& a) {
   return 0;
 }
 
-// The preset and its shape overrides, shared by bench train and bench generate.
-void add_shape_options(CLI::App* c, BenchArgs& a) {
-  c->add_option("--preset", a.preset, "tiny | small")->capture_default_str();
-  c->add_option("--layers", a.layers, "Override the preset's number of blocks");
-  c->add_option("--dim", a.dim, "Override the model width");
-  c->add_option("--heads", a.heads, "Override the number of query heads");
-  c->add_option("--kv-heads", a.kv_heads, "Override the number of key/value heads (GQA)");
-  c->add_option("--ffn", a.ffn, "Override the SwiGLU hidden width");
-  c->add_option("--latent-bits", a.latent_bits, "H (0 = baseline decoder)")->capture_default_str();
-}
 
 }  // namespace
 
@@ -429,8 +416,8 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
   bench->require_subcommand(1);
   auto* c = bench->add_subcommand("train", "Training throughput (tokens/s, model TFLOP/s) of a preset, maybe reshaped");
   c->callback([&a] { a.command = "train"; });
-  add_shape_options(c, a);
-  c->add_option("--vocab", a.vocab, "Vocabulary size (other than 29: uniform random tokens)");
+  add_shape_options(c, a.shape);
+  c->add_option("--vocab", a.shape.vocab, "Vocabulary size (other than 29: uniform random tokens)");
   c->add_option("--seq-len", a.seq_len, "Predicted positions T (other than 65: uniform random tokens)");
   c->add_option("--batch", a.batch, "Sequences per step")->capture_default_str();
   c->add_option("--warmup", a.warmup, "Untimed steps first")->capture_default_str();
@@ -448,8 +435,8 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
 
   auto* g = bench->add_subcommand("generate", "Generation throughput (tokens/s) with the KV cache, random weights");
   g->callback([&a] { a.command = "generate"; });
-  add_shape_options(g, a);
-  g->add_option("--vocab", a.vocab, "Vocabulary size (default: the preset's)");
+  add_shape_options(g, a.shape);
+  g->add_option("--vocab", a.shape.vocab, "Vocabulary size (default: the preset's)");
   g->add_option("--batch", a.batch, "Sequences generated together")->capture_default_str();
   g->add_option("--len", a.generate.len, "Positions per run (raises the model's max_seq_len if needed)")
       ->capture_default_str();

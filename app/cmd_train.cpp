@@ -38,13 +38,7 @@ void print_eval(const EvalReport& e, bool tty) {
 void add_train_options(CLI::App& app, TrainArgs& a) {
   auto* c = app.add_subcommand("train", "Train a Free Transformer (or the baseline with --latent-bits 0)");
   c->add_option("--dataset", a.train.dataset, "synthetic | coinflip")->capture_default_str();
-  c->add_option("--preset", a.preset, "tiny | small")->capture_default_str();
-  c->add_option("--layers", a.layers, "Override the preset's number of blocks");
-  c->add_option("--dim", a.dim, "Override the model width");
-  c->add_option("--heads", a.heads, "Override the number of query heads");
-  c->add_option("--kv-heads", a.kv_heads, "Override the number of key/value heads (GQA)");
-  c->add_option("--ffn", a.ffn, "Override the SwiGLU hidden width");
-  c->add_option("--latent-bits", a.latent_bits, "H: latent bits per position (0 = plain decoder)")->capture_default_str();
+  add_shape_options(c, a.shape);
   auto* kb = c->add_option("--kappa-bits", a.kappa_bits, "Free bits per token, in bits (default 1/8)");
   auto* kn = c->add_option("--kappa-nats", a.kappa_nats, "Free bits per token, in nats");
   kb->excludes(kn);
@@ -82,7 +76,7 @@ int run_train(TrainArgs& a) {
   if (a.kappa_nats && !(*a.kappa_nats >= 0)) return fail("--kappa-nats must be >= 0, got " + std::to_string(*a.kappa_nats));
   if (a.kappa_start_bits && !(*a.kappa_start_bits >= 0))
     return fail("--kappa-start-bits must be >= 0, got " + std::to_string(*a.kappa_start_bits));
-  a.train.preset = a.preset;
+  a.train.preset = a.shape.preset;
   a.train.steps = a.steps;
   if (auto s = a.train.validate(); !s) return fail(s.error());
 
@@ -95,8 +89,7 @@ int run_train(TrainArgs& a) {
       std::fprintf(stderr, "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
   } else {
     auto probe = make_dataset(a.train);
-    auto mcfg = shaped_model_config({a.preset, a.layers, a.dim, a.heads, a.kv_heads, a.ffn, a.latent_bits, {}},
-                                    probe->alphabet(), probe->seq_len());
+    auto mcfg = shaped_model_config(a.shape, probe->alphabet(), probe->seq_len());
     if (!mcfg) return fail(mcfg.error());
     auto t = Trainer::start(*backend, *mcfg, a.train, probe->seq_len(), a.db, a.run);
     if (!t) return fail(t.error());

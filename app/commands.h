@@ -10,11 +10,19 @@ namespace ftx::app {
 
 inline constexpr const char* kDefaultDb = "workspace/runs.db";
 
-struct TrainArgs {
-  TrainConfig train;
+// The model shape a command line asks for: a preset and its overrides (ftx train, ftx bench).
+struct ShapeOverrides {
   std::string preset = "small";
   std::optional<int> layers, dim, heads, kv_heads, ffn;
   int latent_bits = kDefaultLatentBits;
+  std::optional<int> vocab;  // bench only: used when the data have no alphabet (random tokens)
+};
+// --preset, --layers, --dim, --heads, --kv-heads, --ffn, --latent-bits.
+void add_shape_options(CLI::App* c, ShapeOverrides& s);
+
+struct TrainArgs {
+  TrainConfig train;
+  ShapeOverrides shape;
   std::optional<double> kappa_bits, kappa_nats, kappa_start_bits;
   int steps = 3000;
   bool steps_given = false;
@@ -54,10 +62,11 @@ int run_metrics(const StoreArgs& a);
 // ftx bench train | mapper. `command` is the subcommand given (set while parsing).
 struct BenchArgs {
   std::string command;
-  std::string preset = "small", device = "cpu";
-  std::optional<int> layers, dim, heads, kv_heads, ffn, vocab, seq_len;  // overrides of the preset
+  ShapeOverrides shape;
+  std::optional<int> seq_len;  // predicted positions; with another --vocab: random tokens
+  std::string device = "cpu";
   std::string precision;  // fp32 | tf32 | bf16; empty: the backend's default
-  int latent_bits = 8, batch = 64, warmup = 5, steps = 20;
+  int batch = 64, warmup = 5, steps = 20;
   struct Mapper {  // binary_mapper_backward against the GEMM of the same shape
     std::string device = "cpu", precision;
     int tokens = 8192, dim = 768, latent_bits = 16, warmup = 3, steps = 10;

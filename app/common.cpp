@@ -46,6 +46,17 @@ std::unique_ptr<Backend> make_backend(const std::string& device, const std::stri
   return be;
 }
 
+void add_shape_options(CLI::App* c, ShapeOverrides& s) {
+  c->add_option("--preset", s.preset, "tiny | small")->capture_default_str();
+  c->add_option("--layers", s.layers, "Override the preset's number of blocks");
+  c->add_option("--dim", s.dim, "Override the model width");
+  c->add_option("--heads", s.heads, "Override the number of query heads");
+  c->add_option("--kv-heads", s.kv_heads, "Override the number of key/value heads (GQA)");
+  c->add_option("--ffn", s.ffn, "Override the SwiGLU hidden width");
+  c->add_option("--latent-bits", s.latent_bits, "H: latent bits per position (0 = plain decoder)")
+      ->capture_default_str();
+}
+
 Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::string& alphabet, int seq_len) {
   auto cfg = model_preset(o.preset);
   if (!cfg) return make_error("--" + cfg.error().message);  // "--preset 'x': unknown ..."

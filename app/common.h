@@ -9,6 +9,7 @@
 #include "core/model/model.h"
 #include "core/train/train_config.h"
 #include "core/util/result.h"
+#include "app/commands.h"
 #include "datasets/registry.h"
 
 namespace CLI {
@@ -26,13 +27,6 @@ void add_device_options(CLI::App* c, std::string& device, std::string& precision
 // with a one-line error naming the option otherwise.
 std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& precision, Error* err);
 
-// The model shape a command line asks for: a preset and the overrides ftx train and ftx bench share.
-struct ShapeOverrides {
-  std::string preset;
-  std::optional<int> layers, dim, heads, kv_heads, ffn;
-  int latent_bits = 0;
-  std::optional<int> vocab;  // used when the data have no alphabet (random tokens)
-};
 // The preset reshaped by the overrides, with `alphabet` as its vocabulary (or the overrides'
 // vocab when the alphabet is empty) and room for `seq_len` positions; errors name the option.
 Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::string& alphabet, int seq_len);
