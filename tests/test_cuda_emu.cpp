@@ -20,10 +20,12 @@
 // Not here: speed, anything only a GPU shows (races between real warps, WMMA alignment,
 // shared-memory bank conflicts, cuBLAS's own numerics).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
 #include <limits>
 #include <random>
 #include <string>
@@ -31,6 +33,7 @@
 
 #include "core/model/config.h"
 #include "core/model/model.h"
+#include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
 #include "kernels/backend.h"
@@ -653,10 +656,12 @@ TEST(CudaEmu, TooLittleGpuMemoryIsAnErrorNotACrash) {
   ASSERT_TRUE(emu) << why;
   auto mc = model_preset("small");  // 1M parameters: 4 MiB of weights
   ASSERT_TRUE(mc.ok());
+  const std::string db =
+      (std::filesystem::temp_directory_path() / ("ftx_emu_oom_" + std::to_string(::getpid()) + ".db")).string();
   ftx_emu::device_memory = size_t(2) << 20;
   auto model = Model::create(*emu, *mc);
   TrainConfig tc;
-  auto trainer = Trainer::start(*emu, *mc, tc, 66, ":memory:", "too_big");
+  auto trainer = Trainer::start(*emu, *mc, tc, 66, db, "too_big");
   ftx_emu::device_memory = SIZE_MAX;
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.error().message.find("not enough memory for the model's weights"), std::string::npos)
@@ -664,6 +669,12 @@ TEST(CudaEmu, TooLittleGpuMemoryIsAnErrorNotACrash) {
   EXPECT_NE(model.error().message.find("emulated CUDA device"), std::string::npos) << model.error().message;
   ASSERT_FALSE(trainer.ok());
   EXPECT_NE(trainer.error().message.find("not enough memory"), std::string::npos) << trainer.error().message;
+  {
+    auto store = RunStore::open_readonly(db);
+    ASSERT_TRUE(store.ok()) << store.error().message;
+    EXPECT_FALSE(store->find_run("too_big").ok()) << "a run that could not start was recorded";
+  }
+  std::filesystem::remove(db);
   // Inference holds no gradients: a model whose weights fit loads without them.
   auto tiny = model_preset("tiny");
   ASSERT_TRUE(tiny.ok());

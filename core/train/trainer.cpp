@@ -144,11 +144,12 @@ Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& 
   FTX_TRY(check_memory(mcfg, tcfg, seq_len));
   auto store = RunStore::open(db_path);
   if (!store) return store.error();
-  auto id = store->create_run(run, run_config_json(mcfg, tcfg));
-  if (!id) return id.error();
+  // Allocate before recording the run: a model too big for the device leaves no run behind.
   auto made = make(be, std::move(*store), mcfg, tcfg, db_path, run);
   if (!made) return made.error();
   std::unique_ptr<Trainer> t = std::move(*made);
+  auto id = t->store_.create_run(run, run_config_json(mcfg, tcfg));
+  if (!id) return id.error();
   t->run_id_ = *id;
   t->model_->init_weights(tcfg.seed, tcfg.init);
   return t;
