@@ -50,12 +50,14 @@ LARGE="--layers 12 --dim 768 --heads 12 --ffn 2048 --seq-len 1024 --batch 8 --pr
 
 failed=0  # ftx runs that failed: the exit code after the table
 
-# row NAME "FLAGS": ftx bench train and (when available) the PyTorch peer on the same shape.
-row() {
-  local name=$1 flags=$2
+# pair KIND NAME "FLAGS": ftx bench KIND (train or generate) and, when available, the PyTorch peer
+# (with --generate for generation) on the same shape; JSON and logs under $OUT/NAME.*.
+pair() {
+  local kind=$1 name=$2 flags=$3 warmup=$WARMUP steps=$STEPS peer_mode=()
+  if [ "$kind" = generate ]; then warmup=$GEN_WARMUP steps=$GEN_STEPS peer_mode=(--generate); fi
   echo "== $name: $flags" >&2
   # shellcheck disable=SC2086
-  "$FTX" bench train --device cuda --warmup "$WARMUP" --steps "$STEPS" $flags \
+  "$FTX" bench "$kind" --device cuda --warmup "$warmup" --steps "$steps" $flags \
     >"$OUT/$name.ftx.json" 2>"$OUT/$name.ftx.err" || {
     echo "   ftx failed: see $OUT/$name.ftx.err" >&2
     failed=$((failed + 1))
@@ -63,38 +65,20 @@ row() {
   rm -f "$OUT/$name.torch.json"
   if [ "$have_torch" = 1 ]; then
     # shellcheck disable=SC2086
-    python3 "$PEER" --device cuda --warmup "$WARMUP" --steps "$STEPS" $flags \
-      >"$OUT/$name.torch.json" 2>"$OUT/$name.torch.err" || echo "   PyTorch failed: see $OUT/$name.torch.err" >&2
-  fi
-}
-
-# gen_row NAME "FLAGS": ftx bench generate and (when available) bench_pytorch.py --generate.
-gen_row() {
-  local name=$1 flags=$2
-  echo "== $name: $flags" >&2
-  # shellcheck disable=SC2086
-  "$FTX" bench generate --device cuda --warmup "$GEN_WARMUP" --steps "$GEN_STEPS" $flags \
-    >"$OUT/$name.ftx.json" 2>"$OUT/$name.ftx.err" || {
-    echo "   ftx failed: see $OUT/$name.ftx.err" >&2
-    failed=$((failed + 1))
-  }
-  rm -f "$OUT/$name.torch.json"
-  if [ "$have_torch" = 1 ]; then
-    # shellcheck disable=SC2086
-    python3 "$PEER" --generate --device cuda --warmup "$GEN_WARMUP" --steps "$GEN_STEPS" $flags \
+    python3 "$PEER" "${peer_mode[@]}" --device cuda --warmup "$warmup" --steps "$steps" $flags \
       >"$OUT/$name.torch.json" 2>"$OUT/$name.torch.err" || echo "   PyTorch failed: see $OUT/$name.torch.err" >&2
   fi
 }
 
 GEN="--batch 64 --len 66 --precision tf32"
 
-row small-baseline "--latent-bits 0 $SMALL"
-row small-h8 "--latent-bits 8 $SMALL"
-row small-h16 "--latent-bits 16 $SMALL"
-row large-baseline "--latent-bits 0 $LARGE"
-row large-h16 "--latent-bits 16 $LARGE"
-gen_row gen-small-baseline "--latent-bits 0 $GEN"
-gen_row gen-small-h8 "--latent-bits 8 $GEN"
+pair train small-baseline "--latent-bits 0 $SMALL"
+pair train small-h8 "--latent-bits 8 $SMALL"
+pair train small-h16 "--latent-bits 16 $SMALL"
+pair train large-baseline "--latent-bits 0 $LARGE"
+pair train large-h16 "--latent-bits 16 $LARGE"
+pair generate gen-small-baseline "--latent-bits 0 $GEN"
+pair generate gen-small-h8 "--latent-bits 8 $GEN"
 echo "== mapper (default shape)" >&2
 if ! "$FTX" bench mapper --device cuda >"$OUT/mapper.ftx.json" 2>"$OUT/mapper.ftx.err"; then
   echo "   ftx bench mapper failed: see $OUT/mapper.ftx.err" >&2
