@@ -17,12 +17,18 @@
 // The target compiles these files with cuda=cuda_emu and make_cuda_backend=make_emulated_cuda_backend
 // (tests/CMakeLists.txt), so the emulated kernels never collide with the real CUDA library.
 //
-// Not here: speed, anything only a GPU shows (races between real warps, WMMA alignment,
-// shared-memory bank conflicts, cuBLAS's own numerics).
+// ctest runs every test twice, the second time with FTX_EMU_ORDER=reverse (the last block and
+// thread first): a missing barrier lets a thread read shared memory before it is written, or
+// after it is overwritten, in one order or the other (removing the barrier before the dq staging
+// of attention_tc.cu fails only in reverse, the one before its key tiles only in the usual order).
+//
+// Not here: speed, anything only a GPU shows (races between threads that interleave between
+// barriers, shared-memory bank conflicts, cuBLAS's own numerics).
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -40,6 +46,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graph.h"
 #include "kernels/philox.h"
+#include "cuda_runtime.h"  // tests/cuda_emu: the emulation's own controls
 
 namespace ftx {
 namespace {
@@ -141,6 +148,18 @@ AttnRef attention_reference(const AttnShape& s, const std::vector<float>& q, con
 }
 
 // The fp32 kernels (tc = false) or the tensor-core ones; backward when Tk_cap == Tk.
+// ctest runs this file twice, the second time with FTX_EMU_ORDER=reverse: the emulation must
+// then really start with the last block and the last thread.
+TEST(CudaEmu, RunsBlocksAndThreadsInTheOrderAsked) {
+  static std::vector<unsigned> seen;  // (block, thread) in the order they ran, as block * 64 + thread
+  seen.clear();
+  ftx_emu::run_blocks(dim3(3), dim3(64), 0, +[] { seen.push_back(blockIdx.x * 64 + threadIdx.x); });
+  ASSERT_EQ(seen.size(), 3u * 64u);
+  const char* order = std::getenv("FTX_EMU_ORDER");
+  const bool reverse = order != nullptr && std::string(order) == "reverse";
+  for (unsigned k = 0; k < seen.size(); ++k) EXPECT_EQ(seen[k], reverse ? 3 * 64 - 1 - k : k) << k;
+}
+
 void check_attention(const AttnShape& s, bool tc, double limit, uint64_t seed) {
   SCOPED_TRACE("B " + std::to_string(s.B) + " NH " + std::to_string(s.NH) + " NKV " + std::to_string(s.NKV) + " HS " +
                std::to_string(s.HS) + " Tq " + std::to_string(s.Tq) + " Tk " + std::to_string(s.Tk) + " cap " +

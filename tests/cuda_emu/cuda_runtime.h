@@ -5,9 +5,11 @@
 // shared memory is a fresh NaN-filled buffer per block (a read before any write shows up as NaN),
 // and a launch over the 48 KB default without cudaFuncSetAttribute, or over the 227 KB of sm_90,
 // fails like on a GPU. Stream capture records launches, copies and fills as closures that a graph
-// launch replays (what kernels/cuda/step_graph.cu needs); device memory is host memory. What it
-// cannot show: timing, races a real GPU exposes, what WMMA does inside a warp (mma.h here works on
-// whole 16 x 16 matrices, but checks WMMA's pointer and leading-dimension rules).
+// launch replays (what kernels/cuda/step_graph.cu needs); device memory is host memory.
+// FTX_EMU_ORDER=reverse runs blocks and threads last first, which shows a missing barrier that the
+// usual order hides. What it cannot show: timing, races that need two threads to interleave
+// between barriers (a fiber runs until it waits), what WMMA does inside a warp (mma.h here works
+// on whole 16 x 16 matrices, but checks WMMA's pointer and leading-dimension rules).
 #pragma once
 #include <algorithm>
 #include <array>
@@ -210,6 +212,17 @@ T* shared() {
   return reinterpret_cast<T*>(block->smem.get());
 }
 
+// The order in which blocks run, and fibers resume at every barrier: FTX_EMU_ORDER=reverse runs
+// the last block and the last thread first. Run in both orders, a kernel shows its missing
+// barriers: a thread that reads what another writes in the same barrier interval reads it
+// unwritten (NaN in dynamic shared memory) in one order or the other, as do blocks that rely on
+// each other's output or race on a store.
+inline const bool reverse_order = [] {
+  const char* v = std::getenv("FTX_EMU_ORDER");
+  return v != nullptr && std::strcmp(v, "reverse") == 0;
+}();
+inline unsigned in_order(unsigned i, unsigned n) { return reverse_order ? n - 1 - i : i; }
+
 constexpr size_t kStackBytes = size_t(128) << 10;  // per fiber: the WMMA kernels keep fragments on it
 
 inline void fiber_main() {
@@ -261,7 +274,9 @@ void run_blocks(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args)
   b.body = &body;
   Block* const outer = block;
   block = &b;
-  for (unsigned i = 0; i < grid.x * grid.y * grid.z; ++i) {
+  const unsigned blocks = grid.x * grid.y * grid.z;
+  for (unsigned k = 0; k < blocks; ++k) {
+    const unsigned i = in_order(k, blocks);
     const size_t words = smem_bytes / sizeof(double) + 16;
     b.smem.reset(static_cast<double*>(std::aligned_alloc(128, words * sizeof(double))));
     std::fill(b.smem.get(), b.smem.get() + words, std::numeric_limits<double>::quiet_NaN());
@@ -279,7 +294,8 @@ void run_blocks(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args)
     }
     for (unsigned left = n; left > 0;) {
       const uint64_t before = b.events;
-      for (unsigned t = 0; t < n; ++t) {
+      for (unsigned k = 0; k < n; ++k) {
+        const unsigned t = in_order(k, n);
         if (b.fibers[t].done) continue;
         b.current = t;
         threadIdx = b.fibers[t].idx;
