@@ -20,8 +20,9 @@ enum class DeviceKind { Cpu, Cuda };
 // Input precision of the GEMMs (matmul_forward / matmul_backward); accumulation is fp32 always.
 //   Fp32: full fp32 products (the CPU backend; on CUDA the slow exact reference).
 //   Tf32: tensor cores with 10-bit mantissa inputs (the CUDA default for fp32 training).
-//   Bf16: tensor cores on bf16 inputs (8-bit mantissa): activations are rounded per call, weights
-//         come from a bf16 copy the backend keeps of every buffer given to track_weights.
+//   Bf16: tensor cores on bf16 inputs (8-bit mantissa): activations are rounded when a GEMM reads
+//         them (once for a run of GEMMs on the same input), weights come from a bf16 copy the
+//         backend keeps of every buffer given to track_weights.
 enum class MatmulPrecision { Fp32, Tf32, Bf16 };
 const char* matmul_precision_name(MatmulPrecision p);
 // "fp32", "tf32" or "bf16"; false for anything else.
@@ -173,6 +174,7 @@ class Backend {
   virtual void end_graph() {}
   struct GraphStats {
     int captures = 0, replays = 0;  // graphs recorded, graphs replayed unchanged
+    int64_t roundings = 0;          // bf16 roundings of GEMM inputs other than weights (a replay adds none)
   };
   virtual GraphStats graph_stats() const { return {}; }
 };

@@ -593,6 +593,104 @@ TEST(CudaEmu, ClipAndAdamwOverSegments) {
 
 // ---- the whole backend ---------------------------------------------------------------------------
 
+// out (N x C) = bf16(x) bf16(w)^T in double, w (C x C): what a bf16 GEMM computes.
+Vec bf16_product(const std::vector<float>& x, const std::vector<float>& w, int N, int C) {
+  auto r = [](float v) { return double(__bfloat162float(__float2bfloat16(v))); };
+  Vec out(size_t(N) * C, 0.0);
+  for (int n = 0; n < N; ++n)
+    for (int o = 0; o < C; ++o)
+      for (int i = 0; i < C; ++i) out[size_t(n) * C + o] += r(x[size_t(n) * C + i]) * r(w[size_t(o) * C + i]);
+  return out;
+}
+
+// At bf16 a GEMM input that is not a weight is rounded once for a run of GEMMs that read it (q, k
+// and v share their input), again once a GEMM or any other op has written into it.
+TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
+  std::string why;
+  std::unique_ptr<Backend> be = make_cuda_backend(0, &why);
+  ASSERT_TRUE(be) << why;
+  ASSERT_TRUE(be->set_matmul_precision(MatmulPrecision::Bf16, &why)) << why;
+  const int N = 24, C = 32;
+  const size_t nx = size_t(N) * C, nw = size_t(C) * C;
+  auto dev = [&](const std::vector<float>& host) {
+    auto* p = static_cast<float*>(be->alloc(host.size() * sizeof(float)));
+    be->upload(p, host.data(), host.size() * sizeof(float));
+    return p;
+  };
+  auto host = [&](const float* p, size_t n) {
+    std::vector<float> h(n);
+    be->download(h.data(), p, n * sizeof(float));
+    return h;
+  };
+  std::vector<float> x = rnd(nx, 1), weights = rnd(3 * nw, 2);
+  float* w = dev(weights);
+  be->track_weights(w, 3 * nw);
+  const std::vector<float> w0(weights.begin(), weights.begin() + nw), w1(weights.begin() + nw, weights.begin() + 2 * nw),
+      w2(weights.begin() + 2 * nw, weights.end());
+  float* X = dev(x);
+  float* Y0 = dev(std::vector<float>(nx)), *Y1 = dev(std::vector<float>(nx)), *Y2 = dev(std::vector<float>(nx));
+  auto made = [&] { return be->graph_stats().roundings; };
+
+  int64_t before = made();
+  be->matmul_forward(Y0, X, w, N, C, C, false);
+  be->matmul_forward(Y1, X, w + nw, N, C, C, false);
+  be->matmul_forward(Y2, X, w + 2 * nw, N, C, C, false);
+  EXPECT_EQ(made() - before, 1) << "three GEMMs on one input";
+  EXPECT_LE(rel_error(host(Y0, nx), bf16_product(x, w0, N, C)), 1e-5);
+  EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, w2, N, C)), 1e-5);
+
+  // A GEMM writes X: the next GEMM on X must see the new values.
+  const std::vector<float> y1 = host(Y1, nx);
+  before = made();
+  be->matmul_forward(Y0, X, w, N, C, C, false);      // X rounded and kept
+  be->matmul_forward(X, Y1, w + nw, N, C, C, false);  // X = Y1 w1^T
+  be->matmul_forward(Y2, X, w + 2 * nw, N, C, C, false);
+  EXPECT_EQ(made() - before, 3) << "X, Y1, then X again";
+  x = host(X, nx);
+  EXPECT_LE(rel_error(x, bf16_product(y1, w1, N, C)), 1e-5);
+  EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, w2, N, C)), 1e-5) << "a stale rounding of X was used";
+
+  // Another op writes X: likewise.
+  be->matmul_forward(Y0, X, w, N, C, C, false);
+  be->scale(X, -2.0f, nx);
+  before = made();
+  be->matmul_forward(Y2, X, w + 2 * nw, N, C, C, false);
+  EXPECT_EQ(made() - before, 1);
+  for (float& v : x) v *= -2.0f;
+  EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, w2, N, C)), 1e-5) << "a stale rounding of X was used";
+
+  // matmul_backward rounds dout once for dinp and dw; the weight comes from the mirror.
+  float* dW = dev(std::vector<float>(nw));
+  before = made();
+  be->matmul_backward(Y1, dW, X, Y0, w, N, C, C, false);
+  EXPECT_EQ(made() - before, 2) << "dout and inp";
+
+  // Eight roundings are kept at most. A GEMM whose first input is the oldest kept and whose
+  // second is new must not evict the first before it has read it (freed memory is NaN here).
+  std::vector<float*> inputs;
+  for (int i = 0; i < 8; ++i) {
+    inputs.push_back(dev(rnd(nx, 10 + i)));
+    be->matmul_forward(Y0, inputs.back(), w, N, C, C, false);
+  }
+  be->fill(dW, 0.0f, nw);
+  be->matmul_forward(Y0, inputs[1], w, N, C, C, false);  // (fill forgot them all) inputs[1] is kept alone
+  for (int i = 2; i < 8; ++i) be->matmul_forward(Y0, inputs[i], w, N, C, C, false);
+  be->matmul_forward(Y0, X, w, N, C, C, false);  // 8 kept: inputs[1] is the oldest
+  before = made();
+  be->matmul_backward(nullptr, dW, Y2, inputs[1], w, N, C, C, false);  // dW = Y2^T inputs[1]
+  EXPECT_EQ(made() - before, 1) << "inputs[1] kept, Y2 new";
+  const std::vector<float> in1 = host(inputs[1], nx), y2 = host(Y2, nx), dw = host(dW, nw);
+  Vec ref(nw, 0.0);
+  auto r = [](float v) { return double(__bfloat162float(__float2bfloat16(v))); };
+  for (int o = 0; o < C; ++o)
+    for (int i = 0; i < C; ++i)
+      for (int n = 0; n < N; ++n) ref[size_t(o) * C + i] += r(y2[size_t(n) * C + o]) * r(in1[size_t(n) * C + i]);
+  EXPECT_LE(rel_error(dw, ref), 1e-5) << "an input freed before its GEMM read it";
+  for (float* p : inputs) be->release(p);
+  for (float* p : {w, X, Y0, Y1, Y2, dW}) be->release(p);
+}
+
+
 // Per-step losses of the tiny preset (Free Transformer, H = 8) on short coin-flip sequences: every
 // op of a training step, at a size the emulation runs in seconds.
 std::vector<double> tiny_losses(Backend& be, int steps) {

@@ -35,6 +35,14 @@ constexpr size_t kCublasWorkspace = size_t(32) << 20;
 // Column-major extent, in elements, of a stored (rows x cols) matrix with leading dimension ld.
 size_t extent(int rows, int cols, int ld) { return rows == 0 || cols == 0 ? 0 : size_t(ld) * (cols - 1) + rows; }
 
+// A new bf16 rounding of x[0, n) from the stream-ordered pool; the caller frees it (cudaFreeAsync).
+__nv_bfloat16* rounded(const float* x, size_t n, cudaStream_t st) {
+  __nv_bfloat16* out = nullptr;
+  FTX_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&out), std::max<size_t>(n, 1) * sizeof(__nv_bfloat16), st));
+  cuda::to_bf16(out, x, n, st);
+  return out;
+}
+
 // Column-major C (m x n) = op(A) op(B) (+ C when accumulate), fp32 inputs, TF32 tensor cores or
 // plain fp32.
 void cublas_gemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A,
@@ -87,6 +95,7 @@ class CudaBackend final : public Backend {
   }
   ~CudaBackend() override {
     use_device(device_);
+    roundings_.forget(stream_);
     cudaStreamSynchronize(stream_);
     graph_.reset();
     cudaFree(mirror_);
@@ -386,18 +395,26 @@ class CudaBackend final : public Backend {
     refresh_mirror();
   }
   void begin_graph() override {
-    bind();
+    outside_graph("begin_graph");  // roundings kept from before are freed now, not by the graph
     graph_->begin();
   }
   void end_graph() override {
-    bind();
+    run(cuda::make_key("end_of_step"), [] {});  // frees the kept roundings inside the graph
     graph_->end();
   }
-  GraphStats graph_stats() const override { return {graph_->captures(), graph_->replays()}; }
+  GraphStats graph_stats() const override { return {graph_->captures(), graph_->replays(), roundings_.made()}; }
 
  private:
+  // Every op but the GEMMs: it may write anything, so the kept roundings go first.
   template <class F>
   void run(std::vector<uint64_t>&& key, F&& launch) {
+    launch_op(std::move(key), [this, op = std::forward<F>(launch)]() mutable {
+      roundings_.forget(stream_);
+      op();
+    });
+  }
+  template <class F>
+  void launch_op(std::vector<uint64_t>&& key, F&& launch) {
     bind();
     if (!graph_->active()) {
       launch();
@@ -408,9 +425,10 @@ class CudaBackend final : public Backend {
   // Every host call into the backend checks that it is outside a step graph (those that may not be
   // in one) and makes this backend's GPU current: the CUDA device is per host thread, and the
   // studio drives a backend from its worker thread.
-  void outside_graph(const char* what) const {
+  void outside_graph(const char* what) {
     FT_ASSERT(!graph_->active(), "cuda backend: %s inside a step graph", what);
     bind();
+    roundings_.forget(stream_);
   }
   void bind() const { use_device(device_); }
 
@@ -451,7 +469,7 @@ class CudaBackend final : public Backend {
     run(cuda::make_key("to_bf16", out, x, n), [=, st = stream_] { cuda::to_bf16(out, x, n, st); });
   }
 
-  // bf16 roundings of activations for one op, from the stream-ordered pool, freed with the op.
+  // bf16 roundings of activations for one op (the mapper's tiles), freed with the op.
   class BfScratch {
    public:
     explicit BfScratch(cudaStream_t st) : st_(st) {}
@@ -459,17 +477,60 @@ class CudaBackend final : public Backend {
       for (void* p : blocks_) FTX_CUDA_CHECK(cudaFreeAsync(p, st_));
     }
     const __nv_bfloat16* convert(const float* x, size_t n) {
-      __nv_bfloat16* out = nullptr;
-      FTX_CUDA_CHECK(
-          cudaMallocAsync(reinterpret_cast<void**>(&out), std::max<size_t>(n, 1) * sizeof(__nv_bfloat16), st_));
-      blocks_.push_back(out);
-      cuda::to_bf16(out, x, n, st_);
-      return out;
+      blocks_.push_back(rounded(x, n, st_));
+      return static_cast<const __nv_bfloat16*>(blocks_.back());
     }
 
    private:
     cudaStream_t st_;
     std::vector<void*> blocks_;
+  };
+
+  // bf16 roundings of GEMM inputs that are not tracked weights (activations, gradients), kept
+  // while only GEMMs run: the q, k and v projections then round their common input once, gate and
+  // up theirs, a matmul_backward its dout once for both products, and the backward of q, k, v one
+  // input for three weight gradients. A GEMM forgets the roundings its output overlaps; any other
+  // op, which may write anything, forgets them all (run()), and so does the end of a step graph.
+  // Only closures call it, so a replayed graph repeats exactly what its recording decided.
+  class Roundings {
+   public:
+    const __nv_bfloat16* of(const float* x, size_t n, cudaStream_t st) {
+      for (auto k = kept_.begin(); k != kept_.end(); ++k)
+        if (k->x == x && k->n == n) {  // the latest used goes last: the other operand never evicts it
+          std::rotate(k, k + 1, kept_.end());
+          return kept_.back().bf;
+        }
+      if (kept_.size() == kMaxKept) {
+        FTX_CUDA_CHECK(cudaFreeAsync(kept_.front().bf, st));
+        kept_.erase(kept_.begin());
+      }
+      kept_.push_back({x, n, rounded(x, n, st)});
+      ++made_;
+      return kept_.back().bf;
+    }
+    void written(const float* c, size_t n, cudaStream_t st) {
+      const auto stale = std::remove_if(kept_.begin(), kept_.end(), [&](const Kept& k) {
+        const bool overlaps = k.x < c + n && c < k.x + k.n;
+        if (overlaps) FTX_CUDA_CHECK(cudaFreeAsync(k.bf, st));
+        return overlaps;
+      });
+      kept_.erase(stale, kept_.end());
+    }
+    void forget(cudaStream_t st) {
+      for (const Kept& k : kept_) FTX_CUDA_CHECK(cudaFreeAsync(k.bf, st));
+      kept_.clear();
+    }
+    int64_t made() const { return made_; }
+
+   private:
+    struct Kept {
+      const float* x;
+      size_t n;
+      __nv_bfloat16* bf;
+    };
+    static constexpr size_t kMaxKept = 8;
+    std::vector<Kept> kept_;
+    int64_t made_ = 0;
   };
 
   // Column-major C (m x n) = op(A) op(B) (+ C when accumulate) at the backend's precision. The
@@ -481,20 +542,22 @@ class CudaBackend final : public Backend {
     const MatmulPrecision prec = precision_;
     const __nv_bfloat16* A16 = prec == MatmulPrecision::Bf16 ? mirror_of(A) : nullptr;
     const __nv_bfloat16* B16 = prec == MatmulPrecision::Bf16 ? mirror_of(B) : nullptr;
-    run(cuda::make_key(tag, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec, A16, B16),
-        [=, st = stream_, h = cublas_] {
-          if (prec != MatmulPrecision::Bf16) {
-            cublas_gemm(h, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);
-            return;
-          }
-          BfScratch scratch(st);
-          // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
-          const __nv_bfloat16* a =
-              A16 != nullptr ? A16 : scratch.convert(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda));
-          const __nv_bfloat16* b =
-              B16 != nullptr ? B16 : scratch.convert(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb));
-          cublas_gemm_bf16(h, ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
-        });
+    launch_op(cuda::make_key(tag, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec, A16, B16),
+              [=, st = stream_, h = cublas_, kept = &roundings_] {
+                if (prec != MatmulPrecision::Bf16) {
+                  cublas_gemm(h, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);
+                } else {
+                  // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
+                  const __nv_bfloat16* a =
+                      A16 != nullptr ? A16
+                                     : kept->of(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda), st);
+                  const __nv_bfloat16* b =
+                      B16 != nullptr ? B16
+                                     : kept->of(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb), st);
+                  cublas_gemm_bf16(h, ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
+                }
+                kept->written(C, extent(m, n, ldc), st);
+              });
   }
   void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign) {
     FT_ASSERT(HS % 2 == 0, "rope: head size %d", HS);
@@ -515,6 +578,7 @@ class CudaBackend final : public Backend {
   const float* tracked_ = nullptr;  // track_weights: the weights whose bf16 copy is mirror_
   size_t tracked_n_ = 0;
   __nv_bfloat16* mirror_ = nullptr;
+  Roundings roundings_;
 };
 
 }  // namespace

@@ -6,7 +6,7 @@
 // and a launch over the 48 KB default without cudaFuncSetAttribute, or over the 227 KB of sm_90,
 // fails like on a GPU. Stream capture records launches, copies and fills as closures that a graph
 // launch replays (what kernels/cuda/step_graph.cu needs); device memory is host memory.
-// FTX_EMU_ORDER=reverse runs blocks and threads last first, which shows a missing barrier that the
+// Freed device memory is filled with NaN before it goes back. FTX_EMU_ORDER=reverse runs blocks and threads last first, which shows a missing barrier that the
 // usual order hides. What it cannot show: timing, races that need two threads to interleave
 // between barriers (a fiber runs until it waits), what WMMA does inside a warp (mma.h here works
 // on whole 16 x 16 matrices, but checks WMMA's pointer and leading-dimension rules).
@@ -105,13 +105,26 @@ inline cudaError_t cudaMemPoolSetAttribute(cudaMemPool_t, cudaMemPoolAttr, void*
 
 inline cudaError_t cudaGetLastError() { return cudaSuccess; }
 inline const char* cudaGetErrorString(cudaError_t) { return "emulated"; }
+namespace ftx_emu {
+inline std::map<const void*, size_t>& allocations() {  // live device allocations and their sizes
+  static std::map<const void*, size_t> m;
+  return m;
+}
+}  // namespace ftx_emu
 template <class T>
 cudaError_t cudaMalloc(T** p, size_t bytes) {
   if (bytes > ftx_emu::device_memory) return cudaErrorMemoryAllocation;
   *p = static_cast<T*>(std::malloc(bytes == 0 ? 1 : bytes));
+  ftx_emu::allocations()[*p] = bytes;
   return cudaSuccess;
 }
+// Freed memory is filled with NaN bytes first: a kernel that reads it afterwards sees NaN.
 inline cudaError_t cudaFree(void* p) {
+  const auto a = ftx_emu::allocations().find(p);
+  if (a != ftx_emu::allocations().end()) {
+    std::memset(p, 0xFF, a->second);
+    ftx_emu::allocations().erase(a);
+  }
   std::free(p);
   return cudaSuccess;
 }
