@@ -7,7 +7,9 @@
 # keeps every JSON report and log under build-gpu/bench/. PyTorch rows are skipped, with a note,
 # when torch with CUDA cannot be imported. The table needs python3's standard library only.
 # Environment: WARMUP (5), STEPS (20) for every training row; GEN_WARMUP (2), GEN_STEPS (10) runs
-# for every generation row; SKIP_BUILD=1 reuses build-gpu.
+# for every generation row; SKIP_BUILD=1 reuses build-gpu; FTX, another ftx binary (with
+# SKIP_BUILD=1: resources/gpu/on_device.sh runs the one it unpacked); BENCH_OUT, where the reports
+# go (build-gpu/bench).
 # Exit code 1 when the build or any ftx run failed (the table is printed first).
 #
 # Rows: the small preset (tf32, batch 64) as the baseline decoder, H = 8 and H = 16; a larger
@@ -19,12 +21,12 @@
 set -uo pipefail
 
 BUILD=build-gpu
-OUT="$BUILD/bench"
+OUT="${BENCH_OUT:-$BUILD/bench}"
 WARMUP="${WARMUP:-5}"
 STEPS="${STEPS:-20}"
 GEN_WARMUP="${GEN_WARMUP:-2}"
 GEN_STEPS="${GEN_STEPS:-10}"
-FTX="$BUILD/app/ftx"
+FTX="${FTX:-$BUILD/app/ftx}"
 PEER=resources/pytorch_peer/bench_pytorch.py
 
 if [ ! -f CMakeLists.txt ] || [ ! -f "$PEER" ]; then
@@ -79,11 +81,13 @@ pair train large-baseline "--latent-bits 0 $LARGE"
 pair train large-h16 "--latent-bits 16 $LARGE"
 pair generate gen-small-baseline "--latent-bits 0 $GEN"
 pair generate gen-small-h8 "--latent-bits 8 $GEN"
-echo "== mapper (default shape)" >&2
-if ! "$FTX" bench mapper --device cuda >"$OUT/mapper.ftx.json" 2>"$OUT/mapper.ftx.err"; then
-  echo "   ftx bench mapper failed: see $OUT/mapper.ftx.err" >&2
-  failed=$((failed + 1))
-fi
+for prec in tf32 bf16; do
+  echo "== mapper (default shape), $prec" >&2
+  if ! "$FTX" bench mapper --device cuda --precision $prec >"$OUT/mapper-$prec.ftx.json" 2>"$OUT/mapper-$prec.ftx.err"; then
+    echo "   ftx bench mapper failed: see $OUT/mapper-$prec.ftx.err" >&2
+    failed=$((failed + 1))
+  fi
+done
 
 python3 - "$OUT" "$have_torch" <<'EOF'
 import json, os, sys
@@ -136,8 +140,10 @@ for name, label in gen_rows:
     speedup = num(ftx_tps / torch_tps, ".2f") + "x" if ftx_tps and torch_tps else "-"
     print(f"| {label} | {num(ftx_tps, ',.0f')} | {torch_cell} | {speedup} | {num(f and f['ms_per_position'], '.3f')} |")
 
-m = load("mapper.ftx.json")
-if m:
+for prec in ("tf32", "bf16"):
+    m = load(f"mapper-{prec}.ftx.json")
+    if not m:
+        continue
     print(f"\nbench mapper, N = {m['tokens']}, C = {m['dim']}, H = {m['latent_bits']} ({m['precision']} GEMM):\n")
     print("| op | median ms | TFLOP/s |")
     print("|---|---|---|")

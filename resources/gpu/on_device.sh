@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Runs on a GPU machine, from the repository root, what resources/gpu/make_bundle.sh packed:
+# the GPU parity tests (test_backend_ops), then resources/pytorch_peer/gpu_side_by_side.sh with
+# the packed ftx against the PyTorch there. Into $OUT (the device tool's folder that comes back,
+# at most 8 files) or, without it, gpu-results/: device.txt, test_backend_ops.log, bench.md (the
+# tables) and bench.tar.gz (every JSON report and error log). Exit 0 only when every GPU test
+# ran and passed and every benchmark ran.
+set -uo pipefail
+
+OUT="${OUT:-gpu-results}"
+mkdir -p "$OUT"
+[ -f .gpu/bundle.tar.xz ] || { echo "on_device: no .gpu/bundle.tar.xz (run resources/gpu/make_bundle.sh, carry .gpu)" >&2; exit 1; }
+root=$(mktemp -d)
+tar -C "$root" -xJf .gpu/bundle.tar.xz
+
+# cudart and cuBLAS of major version 13: the CUDA toolkit's, else the ones PyTorch's wheels carry.
+cuda_libs=$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcublasLt.so.13*' 2>/dev/null | head -1)
+cudart=$(find /usr/local/cuda*/ /usr/lib /opt -name 'libcudart.so.13*' 2>/dev/null | head -1)
+LD_LIBRARY_PATH="$root/lib:$(dirname "${cuda_libs:-/}"):$(dirname "${cudart:-/}")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+export LD_LIBRARY_PATH
+
+{
+  echo "bundle: commit $(cat "$root/commit" 2>/dev/null), built with $(cat "$root/nvcc-version")"
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.max.sm --format=csv,noheader
+  echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+  ldd "$root/bin/ftx" | grep -E 'not found|cublas|cudart'
+} 2>&1 | tee "$OUT/device.txt"
+
+"$root/bin/test_backend_ops" 2>&1 | tee "$OUT/test_backend_ops.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|tests? ran'
+tests=${PIPESTATUS[0]}
+skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$OUT/test_backend_ops.log")
+if [ "$tests" = 0 ] && [ -n "$skipped" ]; then  # skipping is for machines without a GPU
+  echo "on_device: $skipped GPU tests skipped on a machine meant to have a GPU" | tee -a "$OUT/device.txt"
+  tests=1
+fi
+
+FTX="$root/bin/ftx" SKIP_BUILD=1 BENCH_OUT="$root/bench" bash resources/pytorch_peer/gpu_side_by_side.sh 2>&1 |
+  tee "$OUT/bench.md"
+bench=${PIPESTATUS[0]}
+tar -C "$root" -czf "$OUT/bench.tar.gz" bench
+echo "on_device: test_backend_ops exit $tests, benchmarks exit $bench" | tee -a "$OUT/device.txt"
+[ "$tests" = 0 ] && [ "$bench" = 0 ]
