@@ -625,8 +625,8 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   std::vector<float> x = rnd(nx, 1), weights = rnd(3 * nw, 2);
   float* w = dev(weights);
   be->track_weights(w, 3 * nw);
-  const std::vector<float> w0(weights.begin(), weights.begin() + nw), w1(weights.begin() + nw, weights.begin() + 2 * nw),
-      w2(weights.begin() + 2 * nw, weights.end());
+  auto weight = [&](int i) { return std::vector<float>(weights.begin() + i * nw, weights.begin() + (i + 1) * nw); };
+  const std::vector<float> w0 = weight(0), w1 = weight(1), w2 = weight(2);
   float* X = dev(x);
   float* Y0 = dev(std::vector<float>(nx)), *Y1 = dev(std::vector<float>(nx)), *Y2 = dev(std::vector<float>(nx));
   auto made = [&] { return be->graph_stats().roundings; };

@@ -20,7 +20,10 @@ if [ ! -f "$BUILD/CMakeCache.txt" ]; then
   cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFTX_CUDA=ON -DFTX_STUDIO=OFF
 fi
 cmake --build "$BUILD" -j"$(nproc)" --target ftx test_backend_ops
-ldd "$BUILD/app/ftx" | grep -q libcublas || { echo "make_bundle: $BUILD was configured without the CUDA backend" >&2; exit 1; }
+if ! ldd "$BUILD/app/ftx" | grep -q libcublas; then
+  echo "make_bundle: $BUILD was configured without the CUDA backend" >&2
+  exit 1
+fi
 
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT

@@ -9,7 +9,10 @@ set -uo pipefail
 
 OUT="${OUT:-gpu-results}"
 mkdir -p "$OUT"
-[ -f .gpu/bundle.tar.xz ] || { echo "on_device: no .gpu/bundle.tar.xz (run resources/gpu/make_bundle.sh, carry .gpu)" >&2; exit 1; }
+if [ ! -f .gpu/bundle.tar.xz ]; then
+  echo "on_device: no .gpu/bundle.tar.xz (run resources/gpu/make_bundle.sh here, carry .gpu)" >&2
+  exit 1
+fi
 root=$(mktemp -d)
 tar -C "$root" -xJf .gpu/bundle.tar.xz
 
@@ -26,7 +29,8 @@ export LD_LIBRARY_PATH
   ldd "$root/bin/ftx" | grep -E 'not found|cublas|cudart'
 } 2>&1 | tee "$OUT/device.txt"
 
-"$root/bin/test_backend_ops" 2>&1 | tee "$OUT/test_backend_ops.log" | grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|tests? ran'
+"$root/bin/test_backend_ops" 2>&1 | tee "$OUT/test_backend_ops.log" |
+  grep -E '^\[  (FAILED|PASSED|SKIPPED) |Failure|tests? ran'
 tests=${PIPESTATUS[0]}
 skipped=$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below:.*/\1/p' "$OUT/test_backend_ops.log")
 if [ "$tests" = 0 ] && [ -n "$skipped" ]; then  # skipping is for machines without a GPU

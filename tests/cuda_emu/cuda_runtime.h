@@ -5,11 +5,12 @@
 // shared memory is a fresh NaN-filled buffer per block (a read before any write shows up as NaN),
 // and a launch over the 48 KB default without cudaFuncSetAttribute, or over the 227 KB of sm_90,
 // fails like on a GPU. Stream capture records launches, copies and fills as closures that a graph
-// launch replays (what kernels/cuda/step_graph.cu needs); device memory is host memory.
-// Freed device memory is filled with NaN before it goes back. FTX_EMU_ORDER=reverse runs blocks and threads last first, which shows a missing barrier that the
-// usual order hides. What it cannot show: timing, races that need two threads to interleave
-// between barriers (a fiber runs until it waits), what WMMA does inside a warp (mma.h here works
-// on whole 16 x 16 matrices, but checks WMMA's pointer and leading-dimension rules).
+// launch replays (what kernels/cuda/step_graph.cu needs); device memory is host memory, filled
+// with NaN when freed. FTX_EMU_ORDER=reverse runs blocks and threads last first, which shows a
+// missing barrier that the usual order hides. What it cannot show: timing, races that need two
+// threads to interleave between barriers (a fiber runs until it waits), what WMMA does inside a
+// warp (mma.h here works on whole 16 x 16 matrices, but checks WMMA's pointer and
+// leading-dimension rules).
 #pragma once
 #include <algorithm>
 #include <array>
