@@ -116,6 +116,7 @@ template <class T>
 cudaError_t cudaMalloc(T** p, size_t bytes) {
   if (bytes > ftx_emu::device_memory) return cudaErrorMemoryAllocation;
   *p = static_cast<T*>(std::malloc(bytes == 0 ? 1 : bytes));
+  if (*p == nullptr) return cudaErrorMemoryAllocation;
   ftx_emu::allocations()[*p] = bytes;
   return cudaSuccess;
 }
