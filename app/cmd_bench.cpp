@@ -289,6 +289,7 @@ int run_bench_mapper(const BenchArgs::Mapper& m) {
   upload_uniform(be, dR, size_t(N) * C, 1, -1.0f, 1.0f);
   upload_uniform(be, W, size_t(C) * K, 2, -0.05f, 0.05f);
   upload_uniform(be, p, size_t(N) * H, 3, 0.05f, 0.95f);
+  be.track_weights(W, size_t(C) * K);  // W is a weight, as in the model: at bf16 both read its bf16 copy
   const double mapper_ms =
       median(time_calls(be, m.warmup, m.steps, [&] { be.binary_mapper_backward(dlogits, dR, W, p, N, C, H); }));
   const double gemm_ms =
