@@ -104,6 +104,22 @@ def load(name):
 def num(x, fmt):
     return "-" if x is None else format(x, fmt)
 
+# One markdown table: per row ftx's and PyTorch's tokens/s, the speed-up, and last(ftx report).
+def table(rows, last_header, last):
+    print(f"| config | ftx tok/s | PyTorch tok/s | speed-up | {last_header} |")
+    print("|---|---|---|---|---|")
+    for name, label in rows:
+        f, t = load(name + ".ftx.json"), load(name + ".torch.json")
+        ftx_tps = f and f["tokens_per_s"]
+        torch_tps = t and t["tokens_per_s"]
+        torch_cell = num(torch_tps, ",.0f") if have_torch else "skipped (no torch+CUDA)"
+        speedup = num(ftx_tps / torch_tps, ".2f") + "x" if ftx_tps and torch_tps else "-"
+        print(f"| {label} | {num(ftx_tps, ',.0f')} | {torch_cell} | {speedup} | {last(f)} |")
+
+def mfu_cell(f):
+    mfu = f and f["mfu"]
+    return num(mfu and 100 * mfu, ".1f") + ("%" if mfu else "")
+
 rows = [("small-baseline", "small, baseline decoder (H = 0), tf32, batch 64"),
         ("small-h8", "small, H = 8, tf32, batch 64"),
         ("small-h16", "small, H = 16, tf32, batch 64"),
@@ -111,16 +127,7 @@ rows = [("small-baseline", "small, baseline decoder (H = 0), tf32, batch 64"),
         ("large-h16", "12 x 768, T = 1024, H = 16, bf16, batch 8")]
 f0 = load("small-baseline.ftx.json") or {}
 print(f"\nGPU: {f0.get('device', '?')}\n")
-print("| config | ftx tok/s | PyTorch tok/s | speed-up | ftx MFU |")
-print("|---|---|---|---|---|")
-for name, label in rows:
-    f, t = load(name + ".ftx.json"), load(name + ".torch.json")
-    ftx_tps = f and f["tokens_per_s"]
-    torch_tps = t and t["tokens_per_s"]
-    torch_cell = num(torch_tps, ",.0f") if have_torch else "skipped (no torch+CUDA)"
-    speedup = num(ftx_tps / torch_tps, ".2f") + "x" if ftx_tps and torch_tps else "-"
-    mfu = f and f["mfu"]
-    print(f"| {label} | {num(ftx_tps, ',.0f')} | {torch_cell} | {speedup} | {num(mfu and 100 * mfu, '.1f')}{'%' if mfu else ''} |")
+table(rows, "ftx MFU", mfu_cell)
 
 base, ft = load("large-baseline.ftx.json"), load("large-h16.ftx.json")
 if base and ft:
@@ -130,15 +137,7 @@ if base and ft:
 gen_rows = [("gen-small-baseline", "small, baseline decoder (H = 0), tf32, batch 64, len 66"),
             ("gen-small-h8", "small, H = 8, tf32, batch 64, len 66")]
 print("\nGeneration, greedy (ftx: KV cache; PyTorch: full forward over the prefix per position):\n")
-print("| config | ftx tok/s | PyTorch tok/s | speed-up | ftx ms/position |")
-print("|---|---|---|---|---|")
-for name, label in gen_rows:
-    f, t = load(name + ".ftx.json"), load(name + ".torch.json")
-    ftx_tps = f and f["tokens_per_s"]
-    torch_tps = t and t["tokens_per_s"]
-    torch_cell = num(torch_tps, ",.0f") if have_torch else "skipped (no torch+CUDA)"
-    speedup = num(ftx_tps / torch_tps, ".2f") + "x" if ftx_tps and torch_tps else "-"
-    print(f"| {label} | {num(ftx_tps, ',.0f')} | {torch_cell} | {speedup} | {num(f and f['ms_per_position'], '.3f')} |")
+table(gen_rows, "ftx ms/position", lambda f: num(f and f["ms_per_position"], ".3f"))
 
 for prec in ("tf32", "bf16"):
     m = load(f"mapper-{prec}.ftx.json")
