@@ -209,7 +209,7 @@ __device__ void softmax_stats(const float* l, int V, float& mx, float& sum) {
   __syncthreads();
   s = 0.0f;
   for (int w = 0; w < warps; ++w) s += red[w];
-  __syncthreads();  // red is reused by the caller's next row
+  __syncthreads();  // a caller that reduces another row reuses red
   mx = m, sum = s;
 }
 
