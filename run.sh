@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ./run.sh: install what is missing (Debian packages), build, then run the main job: the studio
-# where a display exists (a later issue), else the terminal demo (ftx demo). Idempotent.
+# (ftx-studio) where a display exists, else the terminal demo (ftx demo). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./resources/setup.sh
