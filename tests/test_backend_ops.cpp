@@ -444,7 +444,7 @@ TEST_F(BackendOps, EmbeddingForwardAndScatterAddBackward) {
     auto [c, g] = on_both(gpu(), [&](Backend& be) {
       DevBuf<int32_t> t(be, tok);
       DevBuf<float> w(be, wte), out(be, size_t(N) * C, kNaN), d(be, dout), dw(be, dwte0);
-      be.embedding_forward(out.get(), t.get(), w.get(), N, C);
+      be.embedding_forward(out.get(), t.get(), f32_weight(w.get()), N, C);
       be.embedding_backward(dw.get(), d.get(), t.get(), N, C);  // accumulates
       return Outs{{"out", take(out, "out")}, {"dwte", take(dw, "dwte")}};
     });
@@ -499,7 +499,7 @@ TEST_F(BackendOps, MatmulForward) {
       auto [c, g] = on_both(gpu(), [&](Backend& be) {
         DevBuf<float> i(be, inp), ww(be, w);
         DevBuf<float> out = accumulate ? DevBuf<float>(be, base) : DevBuf<float>(be, base.size(), kNaN);
-        be.matmul_forward(out.get(), i.get(), ww.get(), s.N, s.IC, s.OC, accumulate);
+        be.matmul_forward(out.get(), i.get(), f32_weight(ww.get()), s.N, s.IC, s.OC, accumulate);
         return Outs{{"out", take(out, "out")}};
       });
       expect_close(c, g, "out", kTf32);
@@ -526,8 +526,8 @@ TEST_F(BackendOps, MatmulBackward) {
                                                                 : DevBuf<float>(be, inp.size(), kNaN);
         DevBuf<float> dw(be, dw0);
         be.matmul_backward(variant == Variant::NoDinp ? nullptr : dinp.get(),
-                           variant == Variant::NoDw ? nullptr : dw.get(), d.get(), i.get(), ww.get(), s.N, s.IC,
-                           s.OC, variant == Variant::AccumulateDinp);
+                           variant == Variant::NoDw ? nullptr : dw.get(), d.get(), i.get(), f32_weight(ww.get()),
+                           s.N, s.IC, s.OC, variant == Variant::AccumulateDinp);
         Outs o{{"dinp", take(dinp, "dinp")}, {"dw", take(dw, "dw")}};
         return o;
       });
@@ -1008,8 +1008,8 @@ TEST_F(BackendOps, MatmulAtFp32AndBf16) {
         DevBuf<float> i(be, inp), ww(be, w), d(be, dout), out(be, base), dinp(be, inp.size(), kNaN),
             dw(be, w.size(), 0.0f);
         if (tracked) be.track_weights(ww.get(), w.size());
-        be.matmul_forward(out.get(), i.get(), ww.get(), s.N, s.IC, s.OC, true);
-        be.matmul_backward(dinp.get(), dw.get(), d.get(), i.get(), ww.get(), s.N, s.IC, s.OC, false);
+        be.matmul_forward(out.get(), i.get(), f32_weight(ww.get()), s.N, s.IC, s.OC, true);
+        be.matmul_backward(dinp.get(), dw.get(), d.get(), i.get(), f32_weight(ww.get()), s.N, s.IC, s.OC, false);
         Outs o{{"out", take(out, "out")}, {"dinp", take(dinp, "dinp")}, {"dw", take(dw, "dw")}};
         if (tracked) be.track_weights(nullptr, 0);
         return o;
@@ -1036,7 +1036,7 @@ TEST_F(BackendOps, Bf16MirrorFollowsWeightWrites) {
     be.track_weights(ww.get(), nw);
     Outs o;
     auto product = [&](const std::string& what) {
-      be.matmul_forward(out.get(), i.get(), ww.get(), N, IC, OC, false);
+      be.matmul_forward(out.get(), i.get(), f32_weight(ww.get()), N, IC, OC, false);
       o[what] = take(out, what);
     };
     product("initial");

@@ -113,15 +113,15 @@ TEST_F(CpuBackendTest, MatmulMatchesDouble) {
     Vec out = base;
     cpu::matmul_forward(out.data(), inp.data(), w.data(), N, IC, OC, accumulate);
     Out outf = accumulate ? Out(base) : Out(base.size(), kNaN);
-    be_->matmul_forward(outf.data(), inpf.data(), wf.data(), N, IC, OC, accumulate);
+    be_->matmul_forward(outf.data(), inpf.data(), f32_weight(wf.data()), N, IC, OC, accumulate);
     EXPECT_CLOSE(outf, out, kNmseReduction);
 
     Vec dinp = dinp0, dw = dw0;
     cpu::matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC,
                          accumulate);
     Out dinpf = accumulate ? Out(dinp0) : Out(dinp0.size(), kNaN), dwf(dw0);
-    be_->matmul_backward(dinpf.data(), dwf.data(), doutf.data(), inpf.data(), wf.data(), N, IC, OC,
-                         accumulate);
+    be_->matmul_backward(dinpf.data(), dwf.data(), doutf.data(), inpf.data(), f32_weight(wf.data()), N,
+                         IC, OC, accumulate);
     EXPECT_CLOSE(dinpf, dinp, kNmseReduction);
     EXPECT_CLOSE(dwf, dw, kNmseReduction);
   }
@@ -257,7 +257,7 @@ TEST_F(CpuBackendTest, EmbeddingMatchesDouble) {
   cpu::embedding_backward(dwte.data(), dout.data(), tok.data(), N, C);
   const auto wf = to_float(wte), df = to_float(dout);
   Out outf(out.size(), kNaN), dwtef(dwte0);
-  be_->embedding_forward(outf.data(), tok.data(), wf.data(), N, C);
+  be_->embedding_forward(outf.data(), tok.data(), f32_weight(wf.data()), N, C);
   be_->embedding_backward(dwtef.data(), df.data(), tok.data(), N, C);
   EXPECT_CLOSE(outf, out, 0.0);  // a copy
   EXPECT_CLOSE(dwtef, dwte, kNmseReduction);

@@ -632,9 +632,9 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   auto made = [&] { return be->graph_stats().roundings; };
 
   int64_t before = made();
-  be->matmul_forward(Y0, X, w, N, C, C, false);
-  be->matmul_forward(Y1, X, w + nw, N, C, C, false);
-  be->matmul_forward(Y2, X, w + 2 * nw, N, C, C, false);
+  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);
+  be->matmul_forward(Y1, X, f32_weight(w + nw), N, C, C, false);
+  be->matmul_forward(Y2, X, f32_weight(w + 2 * nw), N, C, C, false);
   EXPECT_EQ(made() - before, 1) << "three GEMMs on one input";
   EXPECT_LE(rel_error(host(Y0, nx), bf16_product(x, w0, N, C)), 1e-5);
   EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, w2, N, C)), 1e-5);
@@ -642,19 +642,19 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   // A GEMM writes X: the next GEMM on X must see the new values.
   const std::vector<float> y1 = host(Y1, nx);
   before = made();
-  be->matmul_forward(Y0, X, w, N, C, C, false);      // X rounded and kept
-  be->matmul_forward(X, Y1, w + nw, N, C, C, false);  // X = Y1 w1^T
-  be->matmul_forward(Y2, X, w + 2 * nw, N, C, C, false);
+  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);      // X rounded and kept
+  be->matmul_forward(X, Y1, f32_weight(w + nw), N, C, C, false);  // X = Y1 w1^T
+  be->matmul_forward(Y2, X, f32_weight(w + 2 * nw), N, C, C, false);
   EXPECT_EQ(made() - before, 3) << "X, Y1, then X again";
   x = host(X, nx);
   EXPECT_LE(rel_error(x, bf16_product(y1, w1, N, C)), 1e-5);
   EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, w2, N, C)), 1e-5) << "a stale rounding of X was used";
 
   // Another op writes X: likewise.
-  be->matmul_forward(Y0, X, w, N, C, C, false);
+  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);
   be->scale(X, -2.0f, nx);
   before = made();
-  be->matmul_forward(Y2, X, w + 2 * nw, N, C, C, false);
+  be->matmul_forward(Y2, X, f32_weight(w + 2 * nw), N, C, C, false);
   EXPECT_EQ(made() - before, 1);
   for (float& v : x) v *= -2.0f;
   EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, w2, N, C)), 1e-5) << "a stale rounding of X was used";
@@ -662,7 +662,7 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   // matmul_backward rounds dout once for dinp and dw; the weight comes from the mirror.
   float* dW = dev(std::vector<float>(nw));
   before = made();
-  be->matmul_backward(Y1, dW, X, Y0, w, N, C, C, false);
+  be->matmul_backward(Y1, dW, X, Y0, f32_weight(w), N, C, C, false);
   EXPECT_EQ(made() - before, 2) << "dout and inp";
 
   // Eight roundings are kept at most. A GEMM whose first input is the oldest kept and whose
@@ -670,10 +670,10 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   std::vector<float*> inputs;
   for (int i = 0; i < 7; ++i) inputs.push_back(dev(rnd(nx, 10 + i)));
   be->fill(dW, 0.0f, nw);  // an op other than a GEMM: nothing is kept after it
-  for (float* in : inputs) be->matmul_forward(Y0, in, w, N, C, C, false);
-  be->matmul_forward(Y0, X, w, N, C, C, false);  // 8 kept, inputs[0] the oldest
+  for (float* in : inputs) be->matmul_forward(Y0, in, f32_weight(w), N, C, C, false);
+  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);  // 8 kept, inputs[0] the oldest
   before = made();
-  be->matmul_backward(nullptr, dW, Y2, inputs[0], w, N, C, C, false);  // dW = Y2^T inputs[0]
+  be->matmul_backward(nullptr, dW, Y2, inputs[0], f32_weight(w), N, C, C, false);  // dW = Y2^T inputs[0]
   EXPECT_EQ(made() - before, 1) << "inputs[0] kept, Y2 new";
   const std::vector<float> in0 = host(inputs[0], nx), y2 = host(Y2, nx), dw = host(dW, nw);
   Vec ref(nw, 0.0);
