@@ -203,17 +203,12 @@ class CudaBackend final : public Backend {
   void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    switch (wte.dtype) {
-      case DType::F32:
-        run(cuda::make_key("embedding_forward", out, tok, wte.ptr, wte.dtype, N, C),
-            [=, st = stream_, w = wte.f32()] { cuda::embedding_forward(out, tok, w, N, C, st); });
-        return;
-      case DType::BF16:
-        run(cuda::make_key("embedding_forward", out, tok, wte.ptr, wte.dtype, N, C),
-            [=, st = stream_, w = bf16_of(wte)] { cuda::embedding_forward(out, tok, w, N, C, st); });
-        return;
+    auto key = cuda::make_key("embedding_forward", out, tok, wte.ptr, wte.dtype, N, C);
+    if (wte.dtype == DType::BF16) {
+      run(std::move(key), [=, st = stream_, w = bf16_of(wte)] { cuda::embedding_forward(out, tok, w, N, C, st); });
+      return;
     }
-    FT_ASSERT(false, "embedding_forward: no %s path", dtype_name(wte.dtype));
+    run(std::move(key), [=, st = stream_, w = wte.f32()] { cuda::embedding_forward(out, tok, w, N, C, st); });
   }
   void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) override {
     const size_t n = size_t(N) * C;
