@@ -293,7 +293,7 @@ int run_bench_mapper(const BenchArgs::Mapper& m) {
   const double mapper_ms =
       median(time_calls(be, m.warmup, m.steps, [&] { be.binary_mapper_backward(dlogits, dR, W, p, N, C, H); }));
   const double gemm_ms =
-      median(time_calls(be, m.warmup, m.steps, [&] { be.matmul_forward(out, dR, W, N, C, K, false); }));
+      median(time_calls(be, m.warmup, m.steps, [&] { be.matmul_forward(out, dR, f32_weight(W), N, C, K, false); }));
   const double gemm_flops = 2.0 * N * C * K, mapper_flops = 2.0 * N * K * (C + H);
   const json j{{"device", be.name()},
                {"threads", omp_get_max_threads()},

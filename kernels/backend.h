@@ -1,7 +1,9 @@
 // The op interface every compute backend implements (STYLE.md section 2). Forward and backward are
 // separate ops. Pointers are device pointers of the backend that owns them; shapes in PyTorch order
-// (kernels/shapes.h). fp32 throughout for training. Parameter gradients accumulate (+=); activation
-// gradients overwrite (=) unless the op says otherwise. kernels/ knows nothing of models: the ops
+// (kernels/shapes.h). fp32 throughout for training; the weight of a matmul or an embedding gather
+// may also be bf16 (WeightRef, kernels/dtype.h), for inference on weights as a checkpoint stores
+// them. Parameter gradients accumulate (+=); activation gradients overwrite (=) unless the op says
+// otherwise. kernels/ knows nothing of models: the ops
 // are generic layers, the model composes them in core/model.
 //
 // Deliberately not here: autograd, allocation inside ops, model-specific fusion.
@@ -11,6 +13,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/dtype.h"
 #include "kernels/shapes.h"
 
 namespace ftx {
@@ -79,7 +82,8 @@ class Backend {
   virtual void sum_rows(float* dv, const float* dout, int N, int C) = 0;       // dv += sum_n dout[n,:]
 
   // ---- embedding: out[n,:] = wte[tok[n],:]; backward scatter-adds into dwte -----------------
-  virtual void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C) = 0;
+  // wte (V, C) of any dtype (widened exactly to fp32); the backward is fp32 only.
+  virtual void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) = 0;
   virtual void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) = 0;
 
   // ---- RMSNorm: out = w * x / sqrt(mean(x^2) + eps); rstd (N) saved for backward ------------
@@ -90,12 +94,15 @@ class Backend {
                                 const float* rstd, int N, int C) = 0;
 
   // ---- matmul: out (N,OC) = inp (N,IC) @ w^T, w (OC,IC). accumulate: out += instead of = ------
-  virtual void matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC,
+  // w is fp32 or bf16; products of a bf16 weight accumulate in fp32 (on CUDA the input is rounded
+  // to bf16 too, at any MatmulPrecision; the CPU keeps it fp32).
+  virtual void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC,
                               bool accumulate) = 0;
   // dinp (N,IC) = dout @ w (or += when accumulate_dinp; skipped when dinp is null);
-  // dw (OC,IC) += dout^T @ inp (skipped when dw is null)
+  // dw (OC,IC) += dout^T @ inp (skipped when dw is null). A bf16 weight is frozen (inference, or a
+  // layer that is not trained): dw must be null, only dinp is computed.
   virtual void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                               const float* w, int N, int IC, int OC, bool accumulate_dinp) = 0;
+                               WeightRef w, int N, int IC, int OC, bool accumulate_dinp) = 0;
 
   // ---- RoPE, Hugging Face half rotation, in place on x (B, T, nh, HS), positions pos0..pos0+T-1.
   // Dim i pairs with i + HS/2, inv_freq[i] = theta^(-2i/HS). Backward applies the inverse rotation.

@@ -1,8 +1,8 @@
 // The CUDA backend against the CPU backend, op by op (kernels/backend.h): the same host inputs are
 // uploaded to both, every output is downloaded and compared by relative L2 error with a limit per
 // op. Covers every Backend op: memory (alloc, try_alloc, upload, download, copy, fill), add,
-// add_inplace, scale, sum_squares, broadcast_rows, sum_rows, embedding, RMSNorm, matmul (all the
-// accumulate / null-pointer variants), RoPE, attention (causal, non-causal, decode with a KV cache,
+// add_inplace, scale, sum_squares, broadcast_rows, sum_rows, embedding (fp32 and bf16 tables),
+// RMSNorm, matmul (all the accumulate / null-pointer variants, fp32 and bf16 weights), RoPE, attention (causal, non-causal, decode with a KV cache,
 // GQA, T = 1 with odd HS, T = 1024), SwiGLU, cross-entropy (in place, V = 29 and 50257), the binary
 // mapper (codes identical for the same Philox seed and stream), the post-sampler, the KL with free
 // bits and AdamW, on awkward shapes (T = 1, odd widths, H = 1 and H = 16). Every output buffer
@@ -444,7 +444,7 @@ TEST_F(BackendOps, EmbeddingForwardAndScatterAddBackward) {
     auto [c, g] = on_both(gpu(), [&](Backend& be) {
       DevBuf<int32_t> t(be, tok);
       DevBuf<float> w(be, wte), out(be, size_t(N) * C, kNaN), d(be, dout), dw(be, dwte0);
-      be.embedding_forward(out.get(), t.get(), w.get(), N, C);
+      be.embedding_forward(out.get(), t.get(), f32_weight(w.get()), N, C);
       be.embedding_backward(dw.get(), d.get(), t.get(), N, C);  // accumulates
       return Outs{{"out", take(out, "out")}, {"dwte", take(dw, "dwte")}};
     });
@@ -499,7 +499,7 @@ TEST_F(BackendOps, MatmulForward) {
       auto [c, g] = on_both(gpu(), [&](Backend& be) {
         DevBuf<float> i(be, inp), ww(be, w);
         DevBuf<float> out = accumulate ? DevBuf<float>(be, base) : DevBuf<float>(be, base.size(), kNaN);
-        be.matmul_forward(out.get(), i.get(), ww.get(), s.N, s.IC, s.OC, accumulate);
+        be.matmul_forward(out.get(), i.get(), f32_weight(ww.get()), s.N, s.IC, s.OC, accumulate);
         return Outs{{"out", take(out, "out")}};
       });
       expect_close(c, g, "out", kTf32);
@@ -526,8 +526,8 @@ TEST_F(BackendOps, MatmulBackward) {
                                                                 : DevBuf<float>(be, inp.size(), kNaN);
         DevBuf<float> dw(be, dw0);
         be.matmul_backward(variant == Variant::NoDinp ? nullptr : dinp.get(),
-                           variant == Variant::NoDw ? nullptr : dw.get(), d.get(), i.get(), ww.get(), s.N, s.IC,
-                           s.OC, variant == Variant::AccumulateDinp);
+                           variant == Variant::NoDw ? nullptr : dw.get(), d.get(), i.get(), f32_weight(ww.get()),
+                           s.N, s.IC, s.OC, variant == Variant::AccumulateDinp);
         Outs o{{"dinp", take(dinp, "dinp")}, {"dw", take(dw, "dw")}};
         return o;
       });
@@ -544,6 +544,64 @@ TEST_F(BackendOps, MatmulBackward) {
       }
     }
   }
+}
+
+// ---- bf16 weights ----------------------------------------------------------------------------------
+
+// n bf16 values, rounded from uniform [lo, hi), packed two to a 32-bit word for DevBuf.
+std::vector<uint32_t> bf16_words(size_t n, uint64_t seed) {
+  const std::vector<float> x = rnd(n, seed);
+  std::vector<uint16_t> b(n + n % 2, 0);
+  for (size_t i = 0; i < n; ++i) b[i] = fp32_to_bf16(x[i]);
+  std::vector<uint32_t> words(b.size() / 2);
+  std::memcpy(words.data(), b.data(), b.size() * sizeof(uint16_t));
+  return words;
+}
+
+// A bf16 weight: the CPU widens it and keeps the input fp32, CUDA rounds the input to bf16 as well
+// (at every precision: a bf16 weight makes it a bf16 GEMM), so the two differ by one input rounding
+// per product, kBf16. dw is never asked for (a bf16 weight is frozen).
+TEST_F(BackendOps, MatmulWithBf16Weight) {
+  for (const MatmulPrecision prec : {MatmulPrecision::Tf32, MatmulPrecision::Fp32, MatmulPrecision::Bf16}) {
+    for (const MatmulShape& s : kMatmulShapes) {
+      SCOPED_TRACE(std::string(matmul_precision_name(prec)) + ", " + matmul_label(s));
+      const std::vector<float> inp = rnd(size_t(s.N) * s.IC, 75), dout = rnd(size_t(s.N) * s.OC, 76);
+      const std::vector<float> base = rnd(size_t(s.N) * s.OC, 77), dinp0 = rnd(inp.size(), 78);
+      const std::vector<uint32_t> w = bf16_words(size_t(s.OC) * s.IC, 79);
+      for (bool accumulate : {false, true}) {
+        SCOPED_TRACE(accumulate ? "accumulate" : "overwrite");
+        auto [c, g] = on_both(gpu(), [&](Backend& be) {
+          std::unique_ptr<PrecisionScope> scope;
+          if (&be == &gpu()) scope = std::make_unique<PrecisionScope>(be, prec);
+          DevBuf<float> i(be, inp), d(be, dout);
+          DevBuf<uint32_t> ww(be, w);
+          DevBuf<float> out = accumulate ? DevBuf<float>(be, base) : DevBuf<float>(be, base.size(), kNaN);
+          DevBuf<float> dinp = accumulate ? DevBuf<float>(be, dinp0) : DevBuf<float>(be, inp.size(), kNaN);
+          const WeightRef wr{ww.get(), DType::BF16};
+          be.matmul_forward(out.get(), i.get(), wr, s.N, s.IC, s.OC, accumulate);
+          be.matmul_backward(dinp.get(), nullptr, d.get(), i.get(), wr, s.N, s.IC, s.OC, accumulate);
+          return Outs{{"out", take(out, "out")}, {"dinp", take(dinp, "dinp")}};
+        });
+        expect_close(c, g, "out", kBf16);
+        expect_close(c, g, "dinp", kBf16);
+      }
+    }
+  }
+}
+
+TEST_F(BackendOps, EmbeddingForwardFromBf16Table) {
+  const int V = 50, N = 333, C = 130;
+  std::vector<int32_t> tok(N);
+  for (int n = 0; n < N; ++n) tok[n] = (n * 13 + 5) % V;
+  const std::vector<uint32_t> wte = bf16_words(size_t(V) * C, 85);
+  auto [c, g] = on_both(gpu(), [&](Backend& be) {
+    DevBuf<int32_t> t(be, tok);
+    DevBuf<uint32_t> w(be, wte);
+    DevBuf<float> out(be, size_t(N) * C, kNaN);
+    be.embedding_forward(out.get(), t.get(), WeightRef{w.get(), DType::BF16}, N, C);
+    return Outs{{"out", take(out, "out")}};
+  });
+  expect_close(c, g, "out", kExact);  // widening is exact on both
 }
 
 // ---- RoPE -----------------------------------------------------------------------------------------
@@ -1008,8 +1066,8 @@ TEST_F(BackendOps, MatmulAtFp32AndBf16) {
         DevBuf<float> i(be, inp), ww(be, w), d(be, dout), out(be, base), dinp(be, inp.size(), kNaN),
             dw(be, w.size(), 0.0f);
         if (tracked) be.track_weights(ww.get(), w.size());
-        be.matmul_forward(out.get(), i.get(), ww.get(), s.N, s.IC, s.OC, true);
-        be.matmul_backward(dinp.get(), dw.get(), d.get(), i.get(), ww.get(), s.N, s.IC, s.OC, false);
+        be.matmul_forward(out.get(), i.get(), f32_weight(ww.get()), s.N, s.IC, s.OC, true);
+        be.matmul_backward(dinp.get(), dw.get(), d.get(), i.get(), f32_weight(ww.get()), s.N, s.IC, s.OC, false);
         Outs o{{"out", take(out, "out")}, {"dinp", take(dinp, "dinp")}, {"dw", take(dw, "dw")}};
         if (tracked) be.track_weights(nullptr, 0);
         return o;
@@ -1036,7 +1094,7 @@ TEST_F(BackendOps, Bf16MirrorFollowsWeightWrites) {
     be.track_weights(ww.get(), nw);
     Outs o;
     auto product = [&](const std::string& what) {
-      be.matmul_forward(out.get(), i.get(), ww.get(), N, IC, OC, false);
+      be.matmul_forward(out.get(), i.get(), f32_weight(ww.get()), N, IC, OC, false);
       o[what] = take(out, what);
     };
     product("initial");

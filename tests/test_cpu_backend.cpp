@@ -2,7 +2,8 @@
 // awkward shapes: this checks the fast paths (sgemm against dgemm, vectorised loops and the
 // polynomial exp against std::exp, tiled loops, thread splits) op by op, by normalized MSE. Guard
 // values after every float output catch out-of-bounds writes. Also: AdamW against a hand
-// computation, sum_squares, broadcast_rows / sum_rows, memory, and run-to-run determinism.
+// computation, sum_squares, broadcast_rows / sum_rows, memory, run-to-run determinism, and bf16
+// weights (the conversions of kernels/dtype.h, matmul and embedding against the widened weights).
 //
 // Not here: gradient correctness (test_ops_grad.cpp, test_binary_mapper.cpp check the double
 // templates by finite differences, so agreeing with them here means correct in float too).
@@ -113,18 +114,106 @@ TEST_F(CpuBackendTest, MatmulMatchesDouble) {
     Vec out = base;
     cpu::matmul_forward(out.data(), inp.data(), w.data(), N, IC, OC, accumulate);
     Out outf = accumulate ? Out(base) : Out(base.size(), kNaN);
-    be_->matmul_forward(outf.data(), inpf.data(), wf.data(), N, IC, OC, accumulate);
+    be_->matmul_forward(outf.data(), inpf.data(), f32_weight(wf.data()), N, IC, OC, accumulate);
     EXPECT_CLOSE(outf, out, kNmseReduction);
 
     Vec dinp = dinp0, dw = dw0;
     cpu::matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC,
                          accumulate);
     Out dinpf = accumulate ? Out(dinp0) : Out(dinp0.size(), kNaN), dwf(dw0);
-    be_->matmul_backward(dinpf.data(), dwf.data(), doutf.data(), inpf.data(), wf.data(), N, IC, OC,
-                         accumulate);
+    be_->matmul_backward(dinpf.data(), dwf.data(), doutf.data(), inpf.data(), f32_weight(wf.data()), N,
+                         IC, OC, accumulate);
     EXPECT_CLOSE(dinpf, dinp, kNmseReduction);
     EXPECT_CLOSE(dwf, dw, kNmseReduction);
   }
+}
+
+// ---- bf16 weights -------------------------------------------------------------------------------
+
+TEST(Bf16Conversion, RoundsToNearestEvenAndKeepsNaNAndInf) {
+  const auto bits = [](float x) {
+    uint32_t u;
+    std::memcpy(&u, &x, 4);
+    return u;
+  };
+  const auto from = [](uint32_t u) {
+    float x;
+    std::memcpy(&x, &u, 4);
+    return x;
+  };
+  EXPECT_EQ(fp32_to_bf16(1.0f), 0x3F80);
+  EXPECT_EQ(fp32_to_bf16(from(0x3F808000u)), 0x3F80);  // a tie: to the even mantissa (down)
+  EXPECT_EQ(fp32_to_bf16(from(0x3F818000u)), 0x3F82);  // a tie: to the even mantissa (up)
+  EXPECT_EQ(fp32_to_bf16(from(0x3F808001u)), 0x3F81);  // above the tie: up
+  EXPECT_EQ(fp32_to_bf16(from(0x7F7FFFFFu)), 0x7F80);  // the largest float overflows to Inf
+  EXPECT_EQ(fp32_to_bf16(-std::numeric_limits<float>::infinity()), 0xFF80);
+  EXPECT_TRUE(std::isnan(bf16_to_fp32(fp32_to_bf16(kNaN))));
+  EXPECT_TRUE(std::isnan(bf16_to_fp32(fp32_to_bf16(from(0x7F800001u)))));  // a NaN whose payload rounds away
+  EXPECT_EQ(bits(bf16_to_fp32(0xC049)), 0xC0490000u);  // widening appends 16 zero bits
+  // Exactly representable (the last one a subnormal): a round trip keeps every bit.
+  for (const float x : {0.0f, -0.0f, 3.140625f, 65280.0f, from(0x80010000u)})
+    EXPECT_EQ(bits(bf16_to_fp32(fp32_to_bf16(x))), bits(x)) << x;
+}
+
+// The float backend widens bf16 weights to fp32 slabs and multiplies them with sgemm; the reference
+// is the double GEMM on the same widened values, so only float rounding separates them. The last
+// shape has more than one slab (kWidenFloats) in both directions.
+TEST_F(CpuBackendTest, Bf16WeightMatmulMatchesDoubleOnTheWidenedWeights) {
+  struct Shape {
+    int N, IC, OC;
+  };
+  for (const Shape sh : {Shape{333, 130, 77}, Shape{1, 7, 3}, Shape{3, 1500, 800}}) {
+    const auto [N, IC, OC] = sh;
+    SCOPED_TRACE("N " + std::to_string(N) + " IC " + std::to_string(IC) + " OC " + std::to_string(OC));
+    const Vec inp = random_vec(size_t(N) * IC, 11), w32 = random_vec(size_t(OC) * IC, 12);  // (N, IC), (OC, IC)
+    const Vec dout = random_vec(size_t(N) * OC, 13), base = random_vec(size_t(N) * OC, 14);  // (N, OC)
+    const Vec dinp0 = random_vec(inp.size(), 15);
+    std::vector<uint16_t> w16(w32.size());  // (OC, IC) bf16
+    Vec w(w32.size());                      // the same values widened, in double
+    for (size_t i = 0; i < w16.size(); ++i) w16[i] = fp32_to_bf16(float(w32[i])), w[i] = bf16_to_fp32(w16[i]);
+    const auto inpf = to_float(inp), doutf = to_float(dout);
+    for (bool accumulate : {false, true}) {
+      Vec out = base;
+      cpu::matmul_forward(out.data(), inp.data(), w.data(), N, IC, OC, accumulate);
+      Out outf = accumulate ? Out(base) : Out(base.size(), kNaN);
+      be_->matmul_forward(outf.data(), inpf.data(), bf16_weight(w16.data()), N, IC, OC, accumulate);
+      EXPECT_CLOSE(outf, out, kNmseReduction);
+
+      Vec dinp = dinp0;
+      cpu::matmul_backward(dinp.data(), static_cast<double*>(nullptr), dout.data(), inp.data(), w.data(), N, IC, OC,
+                           accumulate);
+      Out dinpf = accumulate ? Out(dinp0) : Out(dinp0.size(), kNaN);
+      be_->matmul_backward(dinpf.data(), nullptr, doutf.data(), inpf.data(), bf16_weight(w16.data()), N, IC, OC,
+                           accumulate);
+      EXPECT_CLOSE(dinpf, dinp, kNmseReduction);
+    }
+  }
+}
+
+// A bf16 weight is frozen: asking for its gradient is a bug, and aborts.
+TEST_F(CpuBackendTest, Bf16WeightGradientIsABug) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const int N = 2, IC = 3, OC = 4;
+  std::vector<float> inp(N * IC, 1.0f), dout(N * OC, 1.0f), dinp(N * IC), dw(OC * IC);
+  std::vector<uint16_t> w(OC * IC, fp32_to_bf16(0.5f));
+  EXPECT_DEATH(be_->matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), bf16_weight(w.data()), N, IC,
+                                    OC, false),
+               "frozen");
+}
+
+TEST_F(CpuBackendTest, Bf16EmbeddingIsTheWidenedRow) {
+  const int V = 29, N = 500, C = 130;
+  std::vector<int32_t> tok(N);
+  for (int n = 0; n < N; ++n) tok[n] = (n * 11 + n / 7) % V;
+  const Vec wte = random_vec(size_t(V) * C, 93);
+  std::vector<uint16_t> w16(wte.size());
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = fp32_to_bf16(float(wte[i]));
+  Out outf(size_t(N) * C, kNaN);
+  be_->embedding_forward(outf.data(), tok.data(), bf16_weight(w16.data()), N, C);
+  Vec ref(outf.size());
+  for (int n = 0; n < N; ++n)
+    for (int c = 0; c < C; ++c) ref[size_t(n) * C + c] = bf16_to_fp32(w16[size_t(tok[n]) * C + c]);
+  EXPECT_CLOSE(outf, ref, 0.0);  // a copy
 }
 
 // ---- attention ---------------------------------------------------------------------------------
@@ -257,7 +346,7 @@ TEST_F(CpuBackendTest, EmbeddingMatchesDouble) {
   cpu::embedding_backward(dwte.data(), dout.data(), tok.data(), N, C);
   const auto wf = to_float(wte), df = to_float(dout);
   Out outf(out.size(), kNaN), dwtef(dwte0);
-  be_->embedding_forward(outf.data(), tok.data(), wf.data(), N, C);
+  be_->embedding_forward(outf.data(), tok.data(), f32_weight(wf.data()), N, C);
   be_->embedding_backward(dwtef.data(), df.data(), tok.data(), N, C);
   EXPECT_CLOSE(outf, out, 0.0);  // a copy
   EXPECT_CLOSE(dwtef, dwte, kNmseReduction);

@@ -12,7 +12,8 @@
 //
 // Last, the whole CudaBackend (cuda_backend.cu, with cuBLAS emulated as a loop over TF32- or
 // bf16-rounded inputs) trains the tiny model through the Trainer, step graphs and all, and follows
-// the CPU backend's loss curve.
+// the CPU backend's loss curve; GEMMs on bf16 weights, and an inference model on them, follow the
+// CPU too.
 //
 // The target compiles these files with cuda=cuda_emu and make_cuda_backend=make_emulated_cuda_backend
 // (tests/CMakeLists.txt), so the emulated kernels never collide with the real CUDA library.
@@ -632,9 +633,9 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   auto made = [&] { return be->graph_stats().roundings; };
 
   int64_t before = made();
-  be->matmul_forward(Y0, X, w, N, C, C, false);
-  be->matmul_forward(Y1, X, w + nw, N, C, C, false);
-  be->matmul_forward(Y2, X, w + 2 * nw, N, C, C, false);
+  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);
+  be->matmul_forward(Y1, X, f32_weight(w + nw), N, C, C, false);
+  be->matmul_forward(Y2, X, f32_weight(w + 2 * nw), N, C, C, false);
   EXPECT_EQ(made() - before, 1) << "three GEMMs on one input";
   EXPECT_LE(rel_error(host(Y0, nx), bf16_product(x, w0, N, C)), 1e-5);
   EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, w2, N, C)), 1e-5);
@@ -642,19 +643,19 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   // A GEMM writes X: the next GEMM on X must see the new values.
   const std::vector<float> y1 = host(Y1, nx);
   before = made();
-  be->matmul_forward(Y0, X, w, N, C, C, false);      // X rounded and kept
-  be->matmul_forward(X, Y1, w + nw, N, C, C, false);  // X = Y1 w1^T
-  be->matmul_forward(Y2, X, w + 2 * nw, N, C, C, false);
+  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);      // X rounded and kept
+  be->matmul_forward(X, Y1, f32_weight(w + nw), N, C, C, false);  // X = Y1 w1^T
+  be->matmul_forward(Y2, X, f32_weight(w + 2 * nw), N, C, C, false);
   EXPECT_EQ(made() - before, 3) << "X, Y1, then X again";
   x = host(X, nx);
   EXPECT_LE(rel_error(x, bf16_product(y1, w1, N, C)), 1e-5);
   EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, w2, N, C)), 1e-5) << "a stale rounding of X was used";
 
   // Another op writes X: likewise.
-  be->matmul_forward(Y0, X, w, N, C, C, false);
+  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);
   be->scale(X, -2.0f, nx);
   before = made();
-  be->matmul_forward(Y2, X, w + 2 * nw, N, C, C, false);
+  be->matmul_forward(Y2, X, f32_weight(w + 2 * nw), N, C, C, false);
   EXPECT_EQ(made() - before, 1);
   for (float& v : x) v *= -2.0f;
   EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, w2, N, C)), 1e-5) << "a stale rounding of X was used";
@@ -662,7 +663,7 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   // matmul_backward rounds dout once for dinp and dw; the weight comes from the mirror.
   float* dW = dev(std::vector<float>(nw));
   before = made();
-  be->matmul_backward(Y1, dW, X, Y0, w, N, C, C, false);
+  be->matmul_backward(Y1, dW, X, Y0, f32_weight(w), N, C, C, false);
   EXPECT_EQ(made() - before, 2) << "dout and inp";
 
   // Eight roundings are kept at most. A GEMM whose first input is the oldest kept and whose
@@ -670,10 +671,10 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   std::vector<float*> inputs;
   for (int i = 0; i < 7; ++i) inputs.push_back(dev(rnd(nx, 10 + i)));
   be->fill(dW, 0.0f, nw);  // an op other than a GEMM: nothing is kept after it
-  for (float* in : inputs) be->matmul_forward(Y0, in, w, N, C, C, false);
-  be->matmul_forward(Y0, X, w, N, C, C, false);  // 8 kept, inputs[0] the oldest
+  for (float* in : inputs) be->matmul_forward(Y0, in, f32_weight(w), N, C, C, false);
+  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);  // 8 kept, inputs[0] the oldest
   before = made();
-  be->matmul_backward(nullptr, dW, Y2, inputs[0], w, N, C, C, false);  // dW = Y2^T inputs[0]
+  be->matmul_backward(nullptr, dW, Y2, inputs[0], f32_weight(w), N, C, C, false);  // dW = Y2^T inputs[0]
   EXPECT_EQ(made() - before, 1) << "inputs[0] kept, Y2 new";
   const std::vector<float> in0 = host(inputs[0], nx), y2 = host(Y2, nx), dw = host(dW, nw);
   Vec ref(nw, 0.0);
@@ -686,6 +687,121 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   for (float* p : {w, X, Y0, Y1, Y2, dW}) be->release(p);
 }
 
+// A bf16 weight makes a GEMM a bf16 one at any precision (TF32 here, the default): the weight goes to
+// cuBLAS as it is, the input is rounded once for the GEMMs that share it. In a step graph, the same
+// buffer read as fp32 weights and then as bf16 ones is another op: recorded anew, not replayed.
+TEST(CudaEmu, Bf16WeightsGoToCublasAsTheyAre) {
+  std::string why;
+  std::unique_ptr<Backend> be = make_cuda_backend(0, &why);
+  ASSERT_TRUE(be) << why;
+  ASSERT_EQ(be->matmul_precision(), MatmulPrecision::Tf32);
+  const int N = 24, C = 32;
+  const size_t nx = size_t(N) * C, nw = size_t(C) * C;
+  const std::vector<float> x = rnd(nx, 31), w32 = rnd(6 * nw, 32);
+  std::vector<uint16_t> w16(w32.size());  // (6 C, C): three weights, then room to read as nw floats
+  std::vector<float> widened(w16.size());
+  for (size_t i = 0; i < w16.size(); ++i) w16[i] = fp32_to_bf16(w32[i]), widened[i] = bf16_to_fp32(w16[i]);
+  auto* w = static_cast<uint16_t*>(be->alloc(w16.size() * sizeof(uint16_t)));
+  be->upload(w, w16.data(), w16.size() * sizeof(uint16_t));
+  auto dev = [&](const std::vector<float>& host) {
+    auto* p = static_cast<float*>(be->alloc(host.size() * sizeof(float)));
+    be->upload(p, host.data(), host.size() * sizeof(float));
+    return p;
+  };
+  auto host = [&](const float* p, size_t n) {
+    std::vector<float> h(n);
+    be->download(h.data(), p, n * sizeof(float));
+    return h;
+  };
+  auto weight = [&](int i) { return std::vector<float>(widened.begin() + i * nw, widened.begin() + (i + 1) * nw); };
+  float *X = dev(x), *Y0 = dev(std::vector<float>(nx)), *Y1 = dev(std::vector<float>(nx)), *Y2 = dev(std::vector<float>(nx));
+
+  const int64_t before = be->graph_stats().roundings;
+  be->matmul_forward(Y0, X, bf16_weight(w), N, C, C, false);
+  be->matmul_forward(Y1, X, bf16_weight(w + nw), N, C, C, false);
+  be->matmul_forward(Y2, X, bf16_weight(w + 2 * nw), N, C, C, false);
+  EXPECT_EQ(be->graph_stats().roundings - before, 1) << "three GEMMs on one input";
+  EXPECT_LE(rel_error(host(Y0, nx), bf16_product(x, weight(0), N, C)), 1e-5);
+  EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, weight(2), N, C)), 1e-5);
+
+  // dinp = dout w with dout = Y1: w (C x C) transposed against bf16_product's layout.
+  const std::vector<float> dout = host(Y1, nx), w1 = weight(1);
+  std::vector<float> w1t(nw);
+  for (int o = 0; o < C; ++o)
+    for (int i = 0; i < C; ++i) w1t[size_t(i) * C + o] = w1[size_t(o) * C + i];
+  be->matmul_backward(Y0, nullptr, Y1, X, bf16_weight(w + nw), N, C, C, false);
+  EXPECT_LE(rel_error(host(Y0, nx), bf16_product(dout, w1t, N, C)), 1e-5);
+
+  // Step graphs: fp32 (recorded), fp32 (replayed), the same pointer as bf16 (recorded again).
+  const Backend::GraphStats g0 = be->graph_stats();
+  for (const DType t : {DType::F32, DType::F32, DType::BF16}) {
+    be->begin_graph();
+    be->matmul_forward(Y2, X, WeightRef{w, t}, N, C, C, false);
+    be->end_graph();
+  }
+  EXPECT_EQ(be->graph_stats().captures - g0.captures, 2);
+  EXPECT_EQ(be->graph_stats().replays - g0.replays, 1);
+  EXPECT_LE(rel_error(host(Y2, nx), bf16_product(x, weight(0), N, C)), 1e-5) << "the replay of the fp32 product";
+  be->release(w);
+  for (float* p : {X, Y0, Y1, Y2}) be->release(p);
+}
+
+// An inference-only model on bf16 GEMM weights (Model::create_inference): uploaded as they are, the
+// emulated GPU's forward and generation give the CPU's logits on the same weights, within the bf16
+// rounding of the activations that only the GPU does (1.2e-3 here; a misread weight gives O(1)).
+TEST(CudaEmu, InferenceOnBf16WeightsFollowsTheCpu) {
+  std::string why;
+  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);
+  ASSERT_TRUE(emu) << why;
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  auto mc = model_preset("tiny");
+  ASSERT_TRUE(mc.ok());
+  mc->latent_bits = 6, mc->inject_after = mc->n_layers / 2, mc->tie_embeddings = true;
+  Model fp32(*cpu, *mc);
+  fp32.init_weights(7, InitConfig{});
+  std::vector<float> arena(fp32.num_params());
+  fp32.save_params(arena.data());
+  std::vector<std::vector<uint16_t>> bf(fp32.specs().size());
+  for (size_t i = 0; i < bf.size(); ++i) {
+    const ParamSpec& s = fp32.specs()[i];
+    if (s.gemm_weight)
+      for (int64_t j = 0; j < s.numel; ++j) bf[i].push_back(fp32_to_bf16(arena[s.offset + j]));
+  }
+  auto source = [&](const ParamSpec& s) {
+    const size_t i = size_t(find_param(fp32.specs(), s.name) - fp32.specs().data());
+    return s.gemm_weight ? bf16_weight(bf[i].data()) : f32_weight(arena.data() + s.offset);
+  };
+  auto on_cpu = Model::create_inference(*cpu, *mc, source), on_emu = Model::create_inference(*emu, *mc, source);
+  ASSERT_TRUE(on_cpu.ok()) << on_cpu.error().message;
+  ASSERT_TRUE(on_emu.ok()) << on_emu.error().message;
+  for (size_t i = 0; i < bf.size(); ++i)
+    if (!bf[i].empty()) EXPECT_NE((*on_emu)->tensors()[i].ptr, bf[i].data()) << "host memory handed to the GPU";
+
+  const int B = 2, T = 9, V = mc->vocab_size;
+  std::vector<int32_t> tokens(size_t(B) * T);
+  std::vector<uint32_t> codes(tokens.size());
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = int32_t(i * 7 + 3) % V, codes[i] = uint32_t(i * 5) % 64;
+  std::vector<float> fc(tokens.size() * V), fe(fc.size());
+  for (auto [m, out] : {std::pair{on_cpu->get(), &fc}, std::pair{on_emu->get(), &fe}}) {
+    auto st = m->make_state(B, T);
+    (void)m->forward(*st, tokens.data(), nullptr, codes.data(), 1, 1, 0.0f);
+    m->read_logits(*st, out->data());
+  }
+  EXPECT_LE(rel_error(fe, Vec(fc.begin(), fc.end())), 1e-2) << "forward";
+
+  auto dc = (*on_cpu)->make_decode_state(B, T), de = (*on_emu)->make_decode_state(B, T);
+  std::vector<float> lc(size_t(B) * V), le(lc.size()), all_c, all_e;
+  for (int pos = 0; pos < T; ++pos) {
+    std::vector<int32_t> tok(B);
+    std::vector<uint32_t> z(B);
+    for (int b = 0; b < B; ++b) tok[b] = tokens[size_t(b) * T + pos], z[b] = codes[size_t(b) * T + pos];
+    (*on_cpu)->decode_step(*dc, tok.data(), z.data(), pos, lc.data());
+    (*on_emu)->decode_step(*de, tok.data(), z.data(), pos, le.data());
+    all_c.insert(all_c.end(), lc.begin(), lc.end());
+    all_e.insert(all_e.end(), le.begin(), le.end());
+  }
+  EXPECT_LE(rel_error(all_e, Vec(all_c.begin(), all_c.end())), 1e-2) << "generation";
+}
 
 // Per-step losses of the tiny preset (Free Transformer, H = 8) on short coin-flip sequences: every
 // op of a training step, at a size the emulation runs in seconds.

@@ -6,7 +6,10 @@
 //     sum over all 2^H codes;
 //   * decode_step with a KV cache equals forward() over the whole sequence, position by position
 //     (Free Transformer and baseline, GQA);
-//   * the encoder's codes are a pure function of (seed, stream).
+//   * the encoder's codes are a pure function of (seed, stream);
+//   * an inference-only model on bf16 GEMM weights (Model::create_inference) gives the logits of
+//     the fp32 model on the same weights widened, close to those of the unrounded model, and
+//     generates with them.
 // Not here: the ops one by one (test_ops_grad.cpp, test_binary_mapper.cpp), the sampler's
 // policies (test_sampler.cpp), training (test_trainer.cpp).
 #include <gtest/gtest.h>
@@ -493,6 +496,133 @@ TEST(ModelForward, GivenCodesAreTheCodesUsed) {
   std::vector<uint32_t> got(given.size());
   m.read_codes(*s, got.data());
   EXPECT_EQ(got, given);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inference on bf16 weights (Model::create_inference)
+
+// A host arena's GEMM weights rounded to bf16 (per spec; empty for the tensors that stay fp32), and
+// the arena with those weights widened back, for an fp32 model that computes the same products.
+struct Bf16Weights {
+  std::vector<std::vector<uint16_t>> gemm;
+  std::vector<float> rounded;
+};
+
+Bf16Weights round_gemm_weights(const Model& m, const std::vector<float>& arena) {
+  Bf16Weights w{std::vector<std::vector<uint16_t>>(m.specs().size()), arena};
+  for (size_t i = 0; i < m.specs().size(); ++i) {
+    const ParamSpec& s = m.specs()[i];
+    if (!s.gemm_weight) continue;
+    for (int64_t j = 0; j < s.numel; ++j) {
+      w.gemm[i].push_back(fp32_to_bf16(arena[s.offset + j]));
+      w.rounded[s.offset + j] = bf16_to_fp32(w.gemm[i].back());
+    }
+  }
+  return w;
+}
+
+// The tensors of `ref`'s layout: GEMM weights from w (bf16), the others from the fp32 arena.
+Model::TensorSource bf16_source(const Model& ref, const Bf16Weights& w, const std::vector<float>& arena) {
+  return [&ref, &w, &arena](const ParamSpec& s) {
+    const ParamSpec* r = find_param(ref.specs(), s.name);
+    if (r == nullptr) return WeightRef{};
+    const size_t i = size_t(r - ref.specs().data());
+    return s.gemm_weight ? bf16_weight(w.gemm[i].data()) : f32_weight(arena.data() + r->offset);
+  };
+}
+
+// The bf16 model and the fp32 model on the widened weights compute the same products in the same
+// fp32 sgemm (one slab at this size), so their logits agree to float rounding of a reordered sum.
+constexpr float kSameProductsTol = 1e-5f;
+// Against the unrounded fp32 model, as ||bf16 - fp32|| / ||fp32|| over all logits: every weight
+// moves by up to 2^-9 relative (bf16's 8-bit mantissa, about 1.1e-3 RMS), and about ten GEMMs in
+// series (embedding, 3 blocks, head, the encoder) compound it: measured 7e-3..9e-3 here (logits up
+// to 4). 3e-2 bounds that; a weight read with the wrong dtype or from the wrong tensor gives O(1).
+constexpr double kBf16RoundingRel = 3e-2;
+
+double rel_l2(const std::vector<float>& got, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size() && i < got.size(); ++i) {
+    num += (double(got[i]) - ref[i]) * (double(got[i]) - ref[i]);
+    den += double(ref[i]) * ref[i];
+  }
+  return std::sqrt(num / den);
+}
+
+TEST(ModelInference, Bf16WeightsGiveTheLogitsOfTheirRoundingInFp32) {
+  for (const bool tied : {false, true}) {
+    SCOPED_TRACE(tied ? "tied embeddings" : "own lm_head");
+    ModelConfig c = small_config(4, 4, 2);
+    c.tie_embeddings = tied;
+    const int B = 2, T = 9, V = c.vocab_size;
+    Model fp32(cpu(), c), rounded(cpu(), c);
+    const std::vector<float> arena = random_params(fp32, 61, 0.2f, 0.5f);
+    const Bf16Weights w = round_gemm_weights(fp32, arena);
+    fp32.load_params(arena.data());
+    rounded.load_params(w.rounded.data());
+    auto made = Model::create_inference(cpu(), c, bf16_source(fp32, w, arena));
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    Model& bf = **made;
+    ASSERT_TRUE(bf.inference_only());
+    for (size_t i = 0; i < bf.specs().size(); ++i) {  // GEMM weights used where they are; the rest copied
+      const ParamSpec& s = bf.specs()[i];
+      EXPECT_EQ(s.dtype, s.gemm_weight ? DType::BF16 : DType::F32) << s.name;
+      if (s.gemm_weight) EXPECT_EQ(bf.tensors()[i].ptr, w.gemm[i].data()) << s.name;
+      else EXPECT_NE(bf.tensors()[i].ptr, arena.data() + s.offset) << s.name;
+    }
+
+    const auto in = random_tokens(size_t(B) * T, V, 62);
+    const auto codes = random_codes(size_t(B) * T, c.latent_bits, 63);
+    auto logits = [&](Model& m) {
+      auto st = m.make_state(B, T);
+      (void)m.forward(*st, in.data(), nullptr, codes.data(), 1, 2, 0.0f);
+      std::vector<float> l(size_t(B) * T * V);
+      m.read_logits(*st, l.data());
+      return l;
+    };
+    const std::vector<float> lb = logits(bf), lr = logits(rounded), lf = logits(fp32);
+    EXPECT_LT(max_abs_diff(lb, lr), kSameProductsTol);
+    EXPECT_LT(rel_l2(lb, lf), kBf16RoundingRel);
+    EXPECT_GT(max_abs_diff(lb, lf), kSameProductsTol) << "the bf16 model computed with unrounded weights";
+
+    // Generation on the bf16 weights: decode_step equals the bf16 model's own forward.
+    auto d = bf.make_decode_state(B, T);
+    std::vector<int32_t> tok(B);
+    std::vector<uint32_t> z(B);
+    std::vector<float> step(size_t(B) * V);
+    float worst = 0;
+    for (int pos = 0; pos < T; ++pos) {
+      for (int b = 0; b < B; ++b) tok[b] = in[size_t(b) * T + pos], z[b] = codes[size_t(b) * T + pos];
+      bf.decode_step(*d, tok.data(), z.data(), pos, step.data());
+      for (int b = 0; b < B; ++b)
+        for (int v = 0; v < V; ++v)
+          worst = std::max(worst, std::fabs(step[size_t(b) * V + v] - lb[(size_t(b) * T + pos) * V + v]));
+    }
+    EXPECT_LT(worst, kDecodeTol);
+  }
+}
+
+TEST(ModelInference, ATensorNotGivenIsAnError) {
+  const ModelConfig c = small_config(0, 4, 2);
+  Model ref(cpu(), c);
+  const std::vector<float> arena(ref.num_params(), 0.5f);
+  auto made = Model::create_inference(cpu(), c, [&](const ParamSpec& s) {
+    return s.name == "model.norm.weight" ? WeightRef{} : f32_weight(arena.data() + s.offset);
+  });
+  ASSERT_FALSE(made.ok());
+  EXPECT_NE(made.error().message.find("model.norm.weight"), std::string::npos) << made.error().message;
+}
+
+// An inference-only model has no gradients and no fp32 arena: asking for them is a bug.
+TEST(ModelInference, HasNoGradients) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  const ModelConfig c = small_config(0, 4, 2);
+  Model ref(cpu(), c);
+  const std::vector<float> arena(ref.num_params(), 0.5f);
+  auto made = Model::create_inference(cpu(), c, [&](const ParamSpec& s) { return f32_weight(arena.data() + s.offset); });
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  EXPECT_DEATH((void)(*made)->grads(), "no gradients");
+  EXPECT_DEATH((void)(*made)->params(), "no fp32 arena");
 }
 
 }  // namespace

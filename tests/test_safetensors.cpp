@@ -107,7 +107,7 @@ TEST_F(Safetensors, RoundTripF32WithMetadata) {
   EXPECT_EQ(f->metadata().at("note"), "h\u00e9llo");
   const TensorInfo* ta = f->find("layer.a");
   ASSERT_NE(ta, nullptr);
-  EXPECT_EQ(ta->dtype, DType::F32);
+  EXPECT_EQ(ta->dtype, SafetensorsDType::F32);
   EXPECT_EQ(ta->shape, (std::vector<int64_t>{3, 5}));
   EXPECT_EQ(f->find("s")->shape, std::vector<int64_t>{});
   EXPECT_EQ(f->find("s")->numel, 1);
@@ -193,7 +193,7 @@ TEST_F(Safetensors, HandBuiltFileFromSpec) {
   EXPECT_EQ(*f->read_f32("h"), (std::vector<float>{1.0f, -2.0f, 0.333251953125f}));
   EXPECT_EQ(*f->read_f32("b"), (std::vector<float>{3.140625f, -1.0f}));
   EXPECT_TRUE(f->read_f32("e")->empty());
-  EXPECT_EQ(f->find("i")->dtype, DType::I32);
+  EXPECT_EQ(f->find("i")->dtype, SafetensorsDType::I32);
   auto as_float = f->read_f32("i");
   ASSERT_FALSE(as_float.ok());
   EXPECT_NE(as_float.error().message.find("I32"), std::string::npos);
@@ -284,15 +284,15 @@ TEST(SafetensorsConvert, BF16IsTheTopHalfOfF32) {
 }
 
 TEST(SafetensorsConvert, DTypeNamesAndBits) {
-  DType t;
+  SafetensorsDType t;
   ASSERT_TRUE(parse_dtype("BF16", &t));
-  EXPECT_EQ(t, DType::BF16);
+  EXPECT_EQ(t, SafetensorsDType::BF16);
   EXPECT_EQ(dtype_bits(t), 16);
   ASSERT_TRUE(parse_dtype("F8_E4M3FNUZ", &t));
   EXPECT_EQ(dtype_bits(t), 8);
   ASSERT_TRUE(parse_dtype("F4", &t));
   EXPECT_EQ(dtype_bits(t), 4);
-  EXPECT_STREQ(dtype_name(DType::F6_E3M2), "F6_E3M2");
+  EXPECT_STREQ(dtype_name(SafetensorsDType::F6_E3M2), "F6_E3M2");
   EXPECT_FALSE(parse_dtype("F128", &t));
   EXPECT_FALSE(parse_dtype("f32", &t));
 }

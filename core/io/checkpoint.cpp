@@ -182,7 +182,8 @@ Status check_tensors(const TensorSet& set, const std::vector<ParamSpec>& specs, 
     if (t->shape != s.shape)
       return make_error(f->path() + ": tensor " + quote_name(name) + ": shape " + shape_str(t->shape) +
                         " does not match config " + shape_str(s.shape));
-    if (t->dtype != DType::F32 && t->dtype != DType::BF16 && t->dtype != DType::F16)
+    using D = SafetensorsDType;
+    if (t->dtype != D::F32 && t->dtype != D::BF16 && t->dtype != D::F16)
       return make_error(f->path() + ": tensor " + quote_name(name) + ": dtype " + dtype_name(t->dtype) +
                         " is not supported (expected F32, BF16 or F16)");
   }

@@ -26,29 +26,40 @@ constexpr uint64_t kMaxHeaderLen = 100'000'000;
 constexpr int64_t kConvertChunk = int64_t{1} << 20;
 
 struct DTypeRow {
-  DType type;
+  SafetensorsDType type;
   const char* name;
   int bits;
 };
 
 constexpr DTypeRow kDTypes[] = {
-    {DType::BOOL, "BOOL", 8},         {DType::U8, "U8", 8},
-    {DType::I8, "I8", 8},             {DType::I16, "I16", 16},
-    {DType::U16, "U16", 16},          {DType::F16, "F16", 16},
-    {DType::BF16, "BF16", 16},        {DType::I32, "I32", 32},
-    {DType::U32, "U32", 32},          {DType::F32, "F32", 32},
-    {DType::I64, "I64", 64},          {DType::U64, "U64", 64},
-    {DType::F64, "F64", 64},          {DType::C64, "C64", 64},
-    {DType::F8_E5M2, "F8_E5M2", 8},   {DType::F8_E4M3, "F8_E4M3", 8},
-    {DType::F8_E8M0, "F8_E8M0", 8},   {DType::F8_E4M3FNUZ, "F8_E4M3FNUZ", 8},
-    {DType::F8_E5M2FNUZ, "F8_E5M2FNUZ", 8}, {DType::F4, "F4", 4},
-    {DType::F6_E2M3, "F6_E2M3", 6},   {DType::F6_E3M2, "F6_E3M2", 6},
+    {SafetensorsDType::BOOL, "BOOL", 8},
+    {SafetensorsDType::U8, "U8", 8},
+    {SafetensorsDType::I8, "I8", 8},
+    {SafetensorsDType::I16, "I16", 16},
+    {SafetensorsDType::U16, "U16", 16},
+    {SafetensorsDType::F16, "F16", 16},
+    {SafetensorsDType::BF16, "BF16", 16},
+    {SafetensorsDType::I32, "I32", 32},
+    {SafetensorsDType::U32, "U32", 32},
+    {SafetensorsDType::F32, "F32", 32},
+    {SafetensorsDType::I64, "I64", 64},
+    {SafetensorsDType::U64, "U64", 64},
+    {SafetensorsDType::F64, "F64", 64},
+    {SafetensorsDType::C64, "C64", 64},
+    {SafetensorsDType::F8_E5M2, "F8_E5M2", 8},
+    {SafetensorsDType::F8_E4M3, "F8_E4M3", 8},
+    {SafetensorsDType::F8_E8M0, "F8_E8M0", 8},
+    {SafetensorsDType::F8_E4M3FNUZ, "F8_E4M3FNUZ", 8},
+    {SafetensorsDType::F8_E5M2FNUZ, "F8_E5M2FNUZ", 8},
+    {SafetensorsDType::F4, "F4", 4},
+    {SafetensorsDType::F6_E2M3, "F6_E2M3", 6},
+    {SafetensorsDType::F6_E3M2, "F6_E3M2", 6},
 };
 
-const DTypeRow& dtype_row(DType t) {
+const DTypeRow& dtype_row(SafetensorsDType t) {
   for (const auto& r : kDTypes)
     if (r.type == t) return r;
-  FT_ASSERT(false, "unknown DType %d", static_cast<int>(t));
+  FT_ASSERT(false, "unknown SafetensorsDType %d", static_cast<int>(t));
   return kDTypes[0];
 }
 
@@ -191,10 +202,10 @@ Status check_layout(const std::string& path, std::vector<TensorInfo>* tensors, u
 
 }  // namespace
 
-const char* dtype_name(DType t) { return dtype_row(t).name; }
-int dtype_bits(DType t) { return dtype_row(t).bits; }
+const char* dtype_name(SafetensorsDType t) { return dtype_row(t).name; }
+int dtype_bits(SafetensorsDType t) { return dtype_row(t).bits; }
 
-bool parse_dtype(const std::string& s, DType* out) {
+bool parse_dtype(const std::string& s, SafetensorsDType* out) {
   for (const auto& r : kDTypes)
     if (s == r.name) {
       *out = r.type;
@@ -333,11 +344,11 @@ Status SafetensorsFile::read_f32_into(const std::string& name, float* dst, int64
   if (count != ti.numel)
     return make_error(path_ + ": tensor " + quote_name(name) + ": caller expects " + std::to_string(count) +
                       " elements, the tensor has " + std::to_string(ti.numel) + " " + shape_str(ti.shape));
-  if (ti.dtype == DType::F32) return pread_exact(fd_.get(), dst, ti.end - ti.begin, data_offset() + ti.begin, path_);
-  if (ti.dtype != DType::F16 && ti.dtype != DType::BF16)
+  if (ti.dtype == SafetensorsDType::F32) return pread_exact(fd_.get(), dst, ti.end - ti.begin, data_offset() + ti.begin, path_);
+  if (ti.dtype != SafetensorsDType::F16 && ti.dtype != SafetensorsDType::BF16)
     return make_error(path_ + ": tensor " + quote_name(name) + ": dtype " + dtype_name(ti.dtype) +
                       " cannot be read as fp32 (supported: F32, F16, BF16)");
-  float (*convert)(uint16_t) = ti.dtype == DType::F16 ? f16_to_f32 : bf16_to_f32;
+  float (*convert)(uint16_t) = ti.dtype == SafetensorsDType::F16 ? f16_to_f32 : bf16_to_f32;
   std::vector<uint16_t> staging(static_cast<size_t>(std::min(count, kConvertChunk)));
   for (int64_t i0 = 0; i0 < count; i0 += kConvertChunk) {
     const int64_t n = std::min(kConvertChunk, count - i0);

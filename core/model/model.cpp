@@ -18,11 +18,6 @@
 
 namespace ftx {
 
-// Pointers to one block's tensors inside an arena (params or grads).
-struct Model::BlockW {
-  float *ln1, *wq, *wk, *wv, *wo, *ln2, *wg, *wu, *wd;
-};
-
 namespace {
 
 // Hands out consecutive, 16-float aligned slices of one arena.
@@ -51,12 +46,25 @@ float philox_normal(uint64_t seed, uint64_t stream, uint64_t i) {
 
 }  // namespace
 
-Model::Model(Backend& backend, const ModelConfig& config, std::nullptr_t) : be_(backend), cfg_(config) {
+Model::Model(Backend& backend, const ModelConfig& config, LayoutOnly) : be_(backend), cfg_(config) {
   FT_ASSERT(cfg_.validate().ok(), "invalid config reached Model: %s", cfg_.validate().error().message.c_str());
   specs_ = param_specs(cfg_);
   n_params_ = param_count(specs_);
+}
+
+Model::Model(Backend& backend, const ModelConfig& config, std::nullptr_t) : Model(backend, config, LayoutOnly{}) {
   params_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)));
-  if (params_ != nullptr) be_.track_weights(params_, static_cast<size_t>(n_params_));  // bf16 GEMMs read a bf16 copy
+  if (params_ == nullptr) return;
+  be_.track_weights(params_, static_cast<size_t>(n_params_));  // bf16 GEMMs read a bf16 copy
+  std::vector<WeightRef> refs;
+  refs.reserve(specs_.size());
+  for (const ParamSpec& s : specs_) refs.push_back(f32_weight(params_ + s.offset));
+  set_tensors(std::move(refs));
+}
+
+void Model::set_tensors(std::vector<WeightRef> refs) {
+  refs_ = std::move(refs);
+  w_ = resolve_params(cfg_, specs_, refs_);
 }
 
 Model::Model(Backend& backend, const ModelConfig& config) : Model(backend, config, nullptr) {
@@ -79,8 +87,88 @@ Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig
   return m;
 }
 
+Result<std::unique_ptr<Model>> Model::create_inference(Backend& backend, const ModelConfig& config,
+                                                       const TensorSource& source) {
+  FTX_TRY(config.validate());
+  std::unique_ptr<Model> m(new Model(backend, config, LayoutOnly{}));
+  FTX_TRY(m->take_tensors(source));
+  return m;
+}
+
+namespace {
+// Tensors inside the inference model's buffers start at multiples of 256 bytes (any vector load,
+// and cuBLAS's preferred alignment).
+size_t padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+// n elements of src (fp32 or bf16) as fp32.
+void widen(float* dst, WeightRef src, size_t n) {
+  switch (src.dtype) {
+    case DType::F32: std::memcpy(dst, src.ptr, n * sizeof(float)); return;
+    case DType::BF16:
+      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(src.bf16()[i]);
+      return;
+  }
+  FT_ASSERT(false, "widen: no %s path", dtype_name(src.dtype));
+}
+}  // namespace
+
+// create_inference's work: the fp32 tensors into params_ (compact, in specs order), GEMM weights in
+// place on a host backend, else uploaded in their dtype into uploaded_.
+Status Model::take_tensors(const TensorSource& source) {
+  inference_ = true;
+  const bool in_place = be_.kind() == DeviceKind::Cpu;  // backend memory is host memory
+  std::vector<WeightRef> given(specs_.size());
+  size_t fp32_bytes = 0, upload_bytes = 0;
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    ParamSpec& s = specs_[i];
+    given[i] = source(s);
+    if (given[i].ptr == nullptr) return make_error("model tensor " + s.name + ": not given");
+    s.dtype = s.gemm_weight ? given[i].dtype : DType::F32;
+    const size_t bytes = padded(size_t(s.numel) * dtype_size(s.dtype));
+    if (!s.gemm_weight) fp32_bytes += bytes;
+    else if (!in_place) upload_bytes += bytes;
+  }
+  params_ = static_cast<float*>(be_.try_alloc(fp32_bytes));
+  if (upload_bytes > 0) uploaded_ = be_.try_alloc(upload_bytes);
+  if (params_ == nullptr || (upload_bytes > 0 && uploaded_ == nullptr))
+    return make_error(std::string(be_.name()) + ": not enough memory for the model's weights (" +
+                      std::to_string(fp32_bytes + upload_bytes) + " bytes)");
+  std::vector<WeightRef> refs(specs_.size());
+  std::vector<float> host;
+  char* fp32_at = reinterpret_cast<char*>(params_);
+  char* upload_at = static_cast<char*>(uploaded_);
+  for (size_t i = 0; i < specs_.size(); ++i) {
+    const ParamSpec& s = specs_[i];
+    const size_t bytes = size_t(s.numel) * dtype_size(s.dtype);
+    if (!s.gemm_weight) {
+      host.resize(size_t(s.numel));
+      widen(host.data(), given[i], host.size());
+      be_.upload(fp32_at, host.data(), bytes);
+      refs[i] = f32_weight(reinterpret_cast<const float*>(fp32_at));
+      fp32_at += padded(bytes);
+    } else if (in_place) {
+      refs[i] = given[i];
+    } else {
+      be_.upload(upload_at, given[i].ptr, bytes);
+      refs[i] = WeightRef{upload_at, s.dtype};
+      upload_at += padded(bytes);
+    }
+  }
+  set_tensors(std::move(refs));
+  return {};
+}
+
+float* Model::params() {
+  FT_ASSERT(!inference_, "params(): an inference-only model has no fp32 arena");
+  return params_;
+}
+
 bool Model::allocate_grads() {
-  if (grads_ == nullptr) grads_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)));
+  FT_ASSERT(!inference_, "an inference-only model has no gradients");
+  if (grads_ == nullptr) {
+    grads_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)));
+    if (grads_ != nullptr) g_ = resolve_grads(cfg_, specs_, grads_);
+  }
   return grads_ != nullptr;
 }
 
@@ -92,29 +180,7 @@ float* Model::grads() {
 Model::~Model() {
   be_.release(params_);
   be_.release(grads_);
-}
-
-float* Model::param(const std::string& name) const {
-  const ParamSpec* s = find_param(specs_, name);
-  FT_ASSERT(s, "no parameter %s", name.c_str());
-  return params_ + s->offset;
-}
-
-float* Model::grad(const std::string& name) const {
-  const ParamSpec* s = find_param(specs_, name);
-  FT_ASSERT(s, "no parameter %s", name.c_str());
-  return grads_ + s->offset;
-}
-
-Model::BlockW Model::block_weights(const std::string& prefix, float* base) const {
-  auto at = [&](const char* leaf) {
-    const ParamSpec* s = find_param(specs_, prefix + leaf);
-    FT_ASSERT(s, "no parameter %s%s", prefix.c_str(), leaf);
-    return base + s->offset;
-  };
-  return BlockW{at("input_layernorm.weight"),     at("self_attn.q_proj.weight"), at("self_attn.k_proj.weight"),
-                at("self_attn.v_proj.weight"),    at("self_attn.o_proj.weight"), at("post_attention_layernorm.weight"),
-                at("mlp.gate_proj.weight"),       at("mlp.up_proj.weight"),      at("mlp.down_proj.weight")};
+  be_.release(uploaded_);
 }
 
 void Model::init_weights(uint64_t seed, const InitConfig& init) {
@@ -153,8 +219,14 @@ void Model::init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed,
     }
 }
 
-void Model::load_params(const float* host) { be_.upload(params_, host, n_params_ * sizeof(float)); }
-void Model::save_params(float* host) const { be_.download(host, params_, n_params_ * sizeof(float)); }
+void Model::load_params(const float* host) {
+  FT_ASSERT(!inference_, "load_params: an inference-only model takes its tensors at creation");
+  be_.upload(params_, host, n_params_ * sizeof(float));
+}
+void Model::save_params(float* host) const {
+  FT_ASSERT(!inference_, "save_params: an inference-only model has no fp32 arena");
+  be_.download(host, params_, n_params_ * sizeof(float));
+}
 void Model::zero_grad() { be_.fill(grads(), 0.0f, n_params_); }
 
 // ---------------------------------------------------------------------------------------------
@@ -257,19 +329,30 @@ std::unique_ptr<ModelState> Model::make_state(int B, int T) {
 // Blocks
 
 void Model::block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
-                          int T, bool causal) {
+                          int T, bool causal, int pos0, const KvCache* cache) {
+  FT_ASSERT(cache != nullptr || pos0 == 0, "block_forward at position %d needs a KV cache", pos0);
   const int N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads, HS = cfg_.head_dim;
   const int QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden;
   const float eps = cfg_.rms_norm_eps, theta = cfg_.rope_theta;
+  const float* ln_kv = kv_in != q_in ? a.ln_kv : a.ln_q;  // one input: one norm
   be_.rmsnorm_forward(a.ln_q, a.rstd_q, q_in, w.ln1, N, C, eps);
   if (kv_in != q_in) be_.rmsnorm_forward(a.ln_kv, a.rstd_kv, kv_in, w.ln1, N, C, eps);
   be_.matmul_forward(a.q, a.ln_q, w.wq, N, C, QD, false);
-  be_.matmul_forward(a.k, a.ln_kv, w.wk, N, C, KD, false);
-  be_.matmul_forward(a.v, a.ln_kv, w.wv, N, C, KD, false);
-  be_.rope_forward(a.q, B, T, NH, HS, 0, theta);
-  be_.rope_forward(a.k, B, T, NKV, HS, 0, theta);
-  AttnShape sh{B, NH, NKV, HS, T, T, T, 0, causal};
-  be_.attention_forward(a.atty, a.att, a.q, a.k, a.v, sh);
+  be_.matmul_forward(a.k, ln_kv, w.wk, N, C, KD, false);
+  be_.matmul_forward(a.v, ln_kv, w.wv, N, C, KD, false);
+  be_.rope_forward(a.q, B, T, NH, HS, pos0, theta);
+  be_.rope_forward(a.k, B, T, NKV, HS, pos0, theta);
+  AttnShape sh{B, NH, NKV, HS, T, T, T, pos0, causal};
+  const float *keys = a.k, *values = a.v;
+  if (cache != nullptr) {
+    // Sequence b's T rows go to rows pos0.. of its (cap, KD) slice: one strided copy per tensor.
+    const size_t pitch = size_t(cache->cap) * KD * sizeof(float), rows = size_t(T) * KD * sizeof(float);
+    be_.copy_rows(cache->k + size_t(pos0) * KD, pitch, a.k, rows, rows, size_t(B));
+    be_.copy_rows(cache->v + size_t(pos0) * KD, pitch, a.v, rows, rows, size_t(B));
+    sh.Tk = pos0 + T, sh.Tk_cap = cache->cap;
+    keys = cache->k, values = cache->v;
+  }
+  be_.attention_forward(a.atty, a.att, a.q, keys, values, sh);
   be_.copy(a.a, q_in, size_t(N) * C * sizeof(float));
   be_.matmul_forward(a.a, a.atty, w.wo, N, QD, C, true);  // a = q_in + o_proj(atty)
   be_.rmsnorm_forward(a.ln2, a.rstd2, a.a, w.ln2, N, C, eps);
@@ -282,7 +365,7 @@ void Model::block_forward(const BlockW& w, BlockActs& a, const float* q_in, cons
 
 // dout: gradient w.r.t. the block output. Writes the gradient w.r.t. q_in into dq_in (=) and,
 // for a two-input block, w.r.t. kv_in into dkv_in (=). Parameter gradients accumulate into dw.
-void Model::block_backward(const BlockW& w, const BlockW& dw, BlockActs& a, const float* q_in, const float* kv_in,
+void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, const float* q_in, const float* kv_in,
                            const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal) {
   const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads;
   const int HS = cfg_.head_dim, QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden;
@@ -336,35 +419,32 @@ void Model::forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uin
   const float eps = cfg_.rms_norm_eps;
   s.kappa = kappa;
 
-  be_.embedding_forward(s.xs[0], s.tokens, param("model.embed_tokens.weight"), N, C);
+  be_.embedding_forward(s.xs[0], s.tokens, w_.embed, N, C);
   for (int l = 0; l < L; ++l) {
-    const BlockW w = block_weights("model.layers." + std::to_string(l) + ".", params_);
     const float* kv = s.xs[l];
     if (s.free && l == k) {
       // Encoder: one non-causal block, queries from the learned constant zeta, keys/values X_k.
-      const BlockW ew = block_weights("free.encoder.", params_);
-      be_.broadcast_rows(s.zeta_b, param("free.zeta"), N, C);
-      block_forward(ew, s.enc, s.zeta_b, s.xs[k], s.enc_out, B, T, false);
-      be_.rmsnorm_forward(s.enc_ln, s.enc_rstd, s.enc_out, param("free.encoder_norm.weight"), N, C, eps);
-      be_.matmul_forward(s.bit_logits, s.enc_ln, param("free.encoder_readout.weight"), N, C, H, false);
+      be_.broadcast_rows(s.zeta_b, w_.zeta, N, C);
+      block_forward(w_.enc, s.enc, s.zeta_b, s.xs[k], s.enc_out, B, T, false);
+      be_.rmsnorm_forward(s.enc_ln, s.enc_rstd, s.enc_out, w_.enc_norm, N, C, eps);
+      be_.matmul_forward(s.bit_logits, s.enc_ln, w_.readout, N, C, H, false);
       if (cfg_.readout_bias) {
         // bit_logits += bias on every row (d_bits is free scratch until backward)
-        be_.broadcast_rows(s.d_bits, param("free.encoder_readout.bias"), N, H);
+        be_.broadcast_rows(s.d_bits, w_.readout_bias, N, H);
         be_.add_inplace(s.bit_logits, s.d_bits, size_t(N) * H);
       }
       // Binary mapper: sample codes from Bernoulli(p) (or take the given ones), then gather R.
       be_.binary_mapper_forward(s.codes, s.p, s.bit_logits, N, H, seed, stream);
       if (codes) be_.upload(s.codes, codes, size_t(N) * sizeof(uint32_t));
       be_.kl_forward(s.kl, s.p, N, H);
-      be_.post_sampler_forward(s.R, s.codes, param("free.post_sampler.weight"), N, C, H);
+      be_.post_sampler_forward(s.R, s.codes, w_.post_sampler, N, C, H);
       be_.add(s.kv_inj, s.xs[k], s.R, size_t(N) * C);
       kv = s.kv_inj;
     }
-    block_forward(w, s.blocks[l], s.xs[l], kv, s.xs[l + 1], B, T, true);
+    block_forward(w_.layers[l], s.blocks[l], s.xs[l], kv, s.xs[l + 1], B, T, true);
   }
-  be_.rmsnorm_forward(s.ln_f, s.rstd_f, s.xs[L], param("model.norm.weight"), N, C, eps);
-  const float* head = cfg_.tie_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
-  be_.matmul_forward(s.logits, s.ln_f, head, N, C, V, false);
+  be_.rmsnorm_forward(s.ln_f, s.rstd_f, s.xs[L], w_.norm, N, C, eps);
+  be_.matmul_forward(s.logits, s.ln_f, w_.head, N, C, V, false);
   if (s.has_targets) be_.crossentropy_forward(s.losses, s.logits, s.tokens + N, N, V);
 }
 
@@ -398,43 +478,35 @@ void Model::backward(ModelState& s) {
   // loss = mean CE + mean max(0, KL - kappa): both means over N = B*T positions.
   const float inv_n = 1.0f / N;
   be_.crossentropy_backward(s.logits, s.logits, s.tokens + N, N, V, inv_n);  // in place: dlogits
-  const float* head = cfg_.tie_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
-  float* dhead = cfg_.tie_embeddings ? grad("model.embed_tokens.weight") : grad("lm_head.weight");
-  be_.matmul_backward(s.d_ln, dhead, s.logits, s.ln_f, head, N, C, V, false);
+  be_.matmul_backward(s.d_ln, g_.head, s.logits, s.ln_f, w_.head, N, C, V, false);  // tied: head is embed
   be_.fill(s.dx, 0.0f, NC);
-  be_.rmsnorm_backward(s.dx, grad("model.norm.weight"), s.d_ln, s.xs[L], param("model.norm.weight"), s.rstd_f, N, C);
+  be_.rmsnorm_backward(s.dx, g_.norm, s.d_ln, s.xs[L], w_.norm, s.rstd_f, N, C);
 
   // s.dx holds d(loss)/d(x_{l+1}) on entry of each iteration; dq_in goes to s.dx2, then swap.
   for (int l = L - 1; l >= 0; --l) {
-    const std::string pre = "model.layers." + std::to_string(l) + ".";
-    const BlockW w = block_weights(pre, params_), dw = block_weights(pre, grads_);
     const bool inj = s.free && l == k;
-    block_backward(w, dw, s.blocks[l], s.xs[l], inj ? s.kv_inj : s.xs[l], s.dx, s.dx2, inj ? s.d_enc_kv : nullptr, s,
-                   true);
+    block_backward(w_.layers[l], g_.layers[l], s.blocks[l], s.xs[l], inj ? s.kv_inj : s.xs[l], s.dx, s.dx2,
+                   inj ? s.d_enc_kv : nullptr, s, true);
     std::swap(s.dx, s.dx2);
     if (!inj) continue;
     // kv_in = x_k + R: the residual gets d_kv too; R's gradient drives the post-sampler and, through
     // G (pass-through over every code, not only the sampled one), the encoder's bit logits.
     be_.add_inplace(s.dx, s.d_enc_kv, NC);
-    const float* wpost = param("free.post_sampler.weight");
-    be_.post_sampler_backward(grad("free.post_sampler.weight"), s.d_enc_kv, s.codes, N, C, H);
+    be_.post_sampler_backward(g_.post_sampler, s.d_enc_kv, s.codes, N, C, H);
     be_.fill(s.d_bits, 0.0f, size_t(N) * H);
-    be_.binary_mapper_backward(s.d_bits, s.d_enc_kv, wpost, s.p, N, C, H);
+    be_.binary_mapper_backward(s.d_bits, s.d_enc_kv, w_.post_sampler, s.p, N, C, H);
     be_.kl_backward(s.d_bits, s.p, s.kl, N, H, s.kappa, inv_n);  // free bits, token-wise
-    if (cfg_.readout_bias) be_.sum_rows(grad("free.encoder_readout.bias"), s.d_bits, N, H);
-    be_.matmul_backward(s.d_enc_out, grad("free.encoder_readout.weight"), s.d_bits, s.enc_ln,
-                        param("free.encoder_readout.weight"), N, C, H, false);
+    if (cfg_.readout_bias) be_.sum_rows(g_.readout_bias, s.d_bits, N, H);
+    be_.matmul_backward(s.d_enc_out, g_.readout, s.d_bits, s.enc_ln, w_.readout, N, C, H, false);
     float* d_y = s.d_ln_kv;  // free at this point: reuse as d(encoder block output)
     be_.fill(d_y, 0.0f, NC);
-    be_.rmsnorm_backward(d_y, grad("free.encoder_norm.weight"), s.d_enc_out, s.enc_out,
-                         param("free.encoder_norm.weight"), s.enc_rstd, N, C);
+    be_.rmsnorm_backward(d_y, g_.enc_norm, s.d_enc_out, s.enc_out, w_.enc_norm, s.enc_rstd, N, C);
     be_.copy(s.d_enc_out, d_y, NC * sizeof(float));
-    const BlockW ew = block_weights("free.encoder.", params_), edw = block_weights("free.encoder.", grads_);
-    block_backward(ew, edw, s.enc, s.zeta_b, s.xs[k], s.d_enc_out, s.d_enc_q, s.d_enc_kv, s, false);
-    be_.sum_rows(grad("free.zeta"), s.d_enc_q, N, C);
+    block_backward(w_.enc, g_.enc, s.enc, s.zeta_b, s.xs[k], s.d_enc_out, s.d_enc_q, s.d_enc_kv, s, false);
+    be_.sum_rows(g_.zeta, s.d_enc_q, N, C);
     be_.add_inplace(s.dx, s.d_enc_kv, NC);
   }
-  be_.embedding_backward(grad("model.embed_tokens.weight"), s.dx, s.tokens, N, C);
+  be_.embedding_backward(g_.embed, s.dx, s.tokens, N, C);
 }
 
 void Model::read_codes(const ModelState& s, uint32_t* host) const {
@@ -491,47 +563,23 @@ std::unique_ptr<DecodeState> Model::make_decode_state(int B, int max_len) {
 
 void Model::decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, int pos, float* logits_host) {
   FT_ASSERT(pos >= 0 && pos < d.max_len, "decode position %d outside 0..%d", pos, d.max_len - 1);
-  const int B = d.B, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads, HS = cfg_.head_dim;
-  const int QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden, V = cfg_.vocab_size;
-  const float eps = cfg_.rms_norm_eps, theta = cfg_.rope_theta;
-  BlockActs& a = d.scratch;
+  const int B = d.B, C = cfg_.dim, V = cfg_.vocab_size;
   be_.upload(d.tokens, tokens, B * sizeof(int32_t));
-  be_.embedding_forward(d.x, d.tokens, param("model.embed_tokens.weight"), B, C);
+  be_.embedding_forward(d.x, d.tokens, w_.embed, B, C);
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    const BlockW w = block_weights("model.layers." + std::to_string(l) + ".", params_);
     const float* kv_in = d.x;
     if (cfg_.is_free() && l == cfg_.inject_after) {
       be_.upload(d.codes, codes, B * sizeof(uint32_t));
-      be_.post_sampler_forward(d.R, d.codes, param("free.post_sampler.weight"), B, C, cfg_.latent_bits);
+      be_.post_sampler_forward(d.R, d.codes, w_.post_sampler, B, C, cfg_.latent_bits);
       be_.add(d.kv_in, d.x, d.R, size_t(B) * C);
       kv_in = d.kv_in;
     }
-    be_.rmsnorm_forward(a.ln_q, a.rstd_q, d.x, w.ln1, B, C, eps);
-    be_.rmsnorm_forward(a.ln_kv, a.rstd_kv, kv_in, w.ln1, B, C, eps);
-    be_.matmul_forward(a.q, a.ln_q, w.wq, B, C, QD, false);
-    be_.matmul_forward(a.k, a.ln_kv, w.wk, B, C, KD, false);
-    be_.matmul_forward(a.v, a.ln_kv, w.wv, B, C, KD, false);
-    be_.rope_forward(a.q, B, 1, NH, HS, pos, theta);
-    be_.rope_forward(a.k, B, 1, NKV, HS, pos, theta);
-    // Append this position's keys/values to the cache: row b goes to (b, pos) of (B, max_len, KD).
-    const size_t pitch = size_t(d.max_len) * KD * sizeof(float), row = KD * sizeof(float);
-    be_.copy_rows(d.kcache[l] + size_t(pos) * KD, pitch, a.k, row, row, size_t(B));
-    be_.copy_rows(d.vcache[l] + size_t(pos) * KD, pitch, a.v, row, row, size_t(B));
-    AttnShape sh{B, NH, NKV, HS, 1, pos + 1, d.max_len, pos, true};
-    be_.attention_forward(a.atty, a.att, a.q, d.kcache[l], d.vcache[l], sh);
-    be_.copy(a.a, d.x, size_t(B) * C * sizeof(float));
-    be_.matmul_forward(a.a, a.atty, w.wo, B, QD, C, true);
-    be_.rmsnorm_forward(a.ln2, a.rstd2, a.a, w.ln2, B, C, eps);
-    be_.matmul_forward(a.gate, a.ln2, w.wg, B, C, F, false);
-    be_.matmul_forward(a.up, a.ln2, w.wu, B, C, F, false);
-    be_.swiglu_forward(a.hmid, a.gate, a.up, size_t(B) * F);
-    be_.copy(d.x2, a.a, size_t(B) * C * sizeof(float));
-    be_.matmul_forward(d.x2, a.hmid, w.wd, B, F, C, true);
+    const KvCache cache{d.kcache[l], d.vcache[l], d.max_len};
+    block_forward(w_.layers[l], d.scratch, d.x, kv_in, d.x2, B, 1, true, pos, &cache);
     std::swap(d.x, d.x2);
   }
-  be_.rmsnorm_forward(d.ln_f, d.rstd_f, d.x, param("model.norm.weight"), B, C, eps);
-  const float* head = cfg_.tie_embeddings ? param("model.embed_tokens.weight") : param("lm_head.weight");
-  be_.matmul_forward(d.logits, d.ln_f, head, B, C, V, false);
+  be_.rmsnorm_forward(d.ln_f, d.rstd_f, d.x, w_.norm, B, C, cfg_.rms_norm_eps);
+  be_.matmul_forward(d.logits, d.ln_f, w_.head, B, C, V, false);
   be_.download(logits_host, d.logits, size_t(B) * V * sizeof(float));
 }
 

@@ -1,17 +1,22 @@
 // The Free Transformer (PAPER.md section 2, DESIGN.md section 4) and, with latent_bits == 0, the
 // plain decoder, as explicit forward and backward passes over Backend ops (STYLE.md section 4).
 // Parameters and gradients live in one arena each on the backend; activations for one (B, T) live
-// in a ModelState sized once; the KV cache for generation lives in a DecodeState.
+// in a ModelState sized once; the KV cache for generation lives in a DecodeState. Every tensor's
+// place is resolved once when the model is made (core/model/weights.h), never by name per step.
+// An inference-only model (create_inference) reads its GEMM weights where a caller keeps them, in
+// their own dtype (bf16 from a mapped checkpoint), and has no gradients.
 //
 // Deliberately not here: the optimizer (core/train), sampling policies (core/sample), file I/O.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
 #include "core/model/config.h"
 #include "core/model/model_state.h"
 #include "core/model/params.h"
+#include "core/model/weights.h"
 #include "kernels/backend.h"
 
 namespace ftx {
@@ -40,6 +45,14 @@ class Model {
   // The model with its weights allocated, or which backend lacks the memory for them (how ftx,
   // the studio and the trainer make models: a checkpoint too big for the GPU is an error, not a crash).
   static Result<std::unique_ptr<Model>> create(Backend& backend, const ModelConfig& config);
+  // An inference-only model on tensors that `source` gives for each row of param_specs(config):
+  // host memory, row-major in the spec's shape, fp32 or bf16. GEMM weights (ParamSpec::gemm_weight)
+  // stay in their dtype: used in place on the CPU backend (no copy; the memory must outlive the
+  // model), uploaded as they are to any other. The rest is widened to fp32 in the model's own
+  // arena. Errors: a tensor not given, or no device memory for the model.
+  using TensorSource = std::function<WeightRef(const ParamSpec&)>;
+  static Result<std::unique_ptr<Model>> create_inference(Backend& backend, const ModelConfig& config,
+                                                         const TensorSource& source);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
@@ -48,9 +61,14 @@ class Model {
   const std::vector<ParamSpec>& specs() const { return specs_; }
   Backend& backend() { return be_; }
   int64_t num_params() const { return n_params_; }
-  float* params() { return params_; }  // (num_params) on the backend
+  bool inference_only() const { return inference_; }
+  // Where each row of specs() is on the backend, in the dtype that row names.
+  const std::vector<WeightRef>& tensors() const { return refs_; }
+  // The fp32 arena (num_params) on the backend, in specs() order; not for an inference-only model.
+  float* params();
   // Gradients (num_params) on the backend, allocated on first use (inference never needs them);
-  // allocate_grads() says false instead of aborting when the memory is not there.
+  // allocate_grads() says false instead of aborting when the memory is not there. Not for an
+  // inference-only model.
   float* grads();
   bool allocate_grads();
 
@@ -90,24 +108,38 @@ class Model {
   void decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, int pos, float* logits_host);
 
  private:
-  struct BlockW;
-  BlockW block_weights(const std::string& prefix, float* base) const;
+  // One layer's KV cache: k and v (B, cap, NKV, HS) each.
+  struct KvCache {
+    float* k;
+    float* v;
+    int cap;
+  };
+  // Queries at positions pos0..pos0+T-1. Without a cache (training, pos0 = 0) attention reads this
+  // call's own keys and values; with one, they are appended to the cache at pos0 first and
+  // attention reads its rows 0..pos0+T-1 (generation).
   void block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
-                     int T, bool causal);
-  void block_backward(const BlockW& w, const BlockW& dw, BlockActs& a, const float* q_in, const float* kv_in,
+                     int T, bool causal, int pos0 = 0, const KvCache* cache = nullptr);
+  void block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, const float* q_in, const float* kv_in,
                       const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal);
   void init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed, float std) const;
-  float* param(const std::string& name) const;
-  float* grad(const std::string& name) const;
+  void set_tensors(std::vector<WeightRef> refs);
+  Status take_tensors(const TensorSource& source);
 
+  struct LayoutOnly {};
+  Model(Backend& backend, const ModelConfig& config, LayoutOnly);  // specs only, nothing allocated
   Model(Backend& backend, const ModelConfig& config, std::nullptr_t);  // params_ null when out of memory
 
   Backend& be_;
   ModelConfig cfg_;
   std::vector<ParamSpec> specs_;
   int64_t n_params_ = 0;
-  float* params_ = nullptr;
+  bool inference_ = false;
+  float* params_ = nullptr;     // trainable: (num_params) in specs order; inference: the fp32 tensors only
   float* grads_ = nullptr;
+  void* uploaded_ = nullptr;    // inference off the host: the GEMM weights, in their dtypes
+  std::vector<WeightRef> refs_;  // per spec
+  ParamRefs w_;                 // resolved from refs_
+  GradPtrs g_;                  // resolved from grads_ once allocated
 };
 
 }  // namespace ftx

@@ -6,24 +6,27 @@ namespace {
 struct SpecBuilder {
   std::vector<ParamSpec> specs;
   int64_t offset = 0;
-  void add(std::string name, std::vector<int64_t> shape, ParamInit init, bool decay) {
+  void add(std::string name, std::vector<int64_t> shape, ParamInit init, bool decay, bool gemm_weight = false) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
-    specs.push_back(ParamSpec{std::move(name), std::move(shape), offset, n, init, decay});
+    specs.push_back(ParamSpec{std::move(name), std::move(shape), offset, n, init, decay, gemm_weight});
     offset += n;
+  }
+  void gemm(std::string name, std::vector<int64_t> shape) {
+    add(std::move(name), std::move(shape), ParamInit::Normal, true, true);
   }
   // One pre-norm Llama block under `prefix` ("model.layers.3." or "free.encoder.").
   void block(const std::string& p, const ModelConfig& c) {
     const int64_t D = c.dim, Q = int64_t{c.n_heads} * c.head_dim, KV = int64_t{c.n_kv_heads} * c.head_dim;
     add(p + "input_layernorm.weight", {D}, ParamInit::Ones, false);
-    add(p + "self_attn.q_proj.weight", {Q, D}, ParamInit::Normal, true);
-    add(p + "self_attn.k_proj.weight", {KV, D}, ParamInit::Normal, true);
-    add(p + "self_attn.v_proj.weight", {KV, D}, ParamInit::Normal, true);
-    add(p + "self_attn.o_proj.weight", {D, Q}, ParamInit::Normal, true);
+    gemm(p + "self_attn.q_proj.weight", {Q, D});
+    gemm(p + "self_attn.k_proj.weight", {KV, D});
+    gemm(p + "self_attn.v_proj.weight", {KV, D});
+    gemm(p + "self_attn.o_proj.weight", {D, Q});
     add(p + "post_attention_layernorm.weight", {D}, ParamInit::Ones, false);
-    add(p + "mlp.gate_proj.weight", {c.ffn_hidden, D}, ParamInit::Normal, true);
-    add(p + "mlp.up_proj.weight", {c.ffn_hidden, D}, ParamInit::Normal, true);
-    add(p + "mlp.down_proj.weight", {D, c.ffn_hidden}, ParamInit::Normal, true);
+    gemm(p + "mlp.gate_proj.weight", {c.ffn_hidden, D});
+    gemm(p + "mlp.up_proj.weight", {c.ffn_hidden, D});
+    gemm(p + "mlp.down_proj.weight", {D, c.ffn_hidden});
   }
 };
 
@@ -32,15 +35,15 @@ struct SpecBuilder {
 std::vector<ParamSpec> param_specs(const ModelConfig& c) {
   SpecBuilder b;
   const int64_t D = c.dim, V = c.vocab_size;
-  b.add("model.embed_tokens.weight", {V, D}, ParamInit::Normal, true);
+  b.gemm("model.embed_tokens.weight", {V, D});
   for (int i = 0; i < c.n_layers; ++i) b.block("model.layers." + std::to_string(i) + ".", c);
   b.add("model.norm.weight", {D}, ParamInit::Ones, false);
-  if (!c.tie_embeddings) b.add("lm_head.weight", {V, D}, ParamInit::Normal, true);
+  if (!c.tie_embeddings) b.gemm("lm_head.weight", {V, D});
   if (c.is_free()) {
     b.add("free.zeta", {D}, ParamInit::Normal, false);
     b.block("free.encoder.", c);
     b.add("free.encoder_norm.weight", {D}, ParamInit::Ones, false);
-    b.add("free.encoder_readout.weight", {c.latent_bits, D}, ParamInit::Normal, true);
+    b.gemm("free.encoder_readout.weight", {c.latent_bits, D});
     if (c.readout_bias) b.add("free.encoder_readout.bias", {c.latent_bits}, ParamInit::Zeros, false);
     b.add("free.post_sampler.weight", {D, c.num_codes()}, ParamInit::Normal, true);
   }

@@ -1,13 +1,15 @@
 // Parameter layout: one row per tensor {name, shape, offset} in one flat fp32 arena
 // (STYLE.md section 5). Names are the checkpoint contract (DESIGN.md section 4, Hugging Face
 // Llama names plus free.*); shapes are nn.Linear [out, in]. Gradients and AdamW moments use the
-// same offsets in arenas of their own.
+// same offsets in arenas of their own. An inference-only model (Model::create_inference) keeps
+// the layout's names and shapes but may hold GEMM weights in another dtype, outside the arena.
 #pragma once
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "core/model/config.h"
+#include "kernels/dtype.h"
 
 namespace ftx {
 
@@ -16,10 +18,16 @@ enum class ParamInit { Normal, Ones, Zeros };
 struct ParamSpec {
   std::string name;
   std::vector<int64_t> shape;
-  int64_t offset = 0;  // in floats, into the arena
+  int64_t offset = 0;  // in floats, into the fp32 arena of a trainable model
   int64_t numel = 0;
   ParamInit init = ParamInit::Normal;
   bool decay = true;   // AdamW weight decay (matrices yes; norms, zeta no)
+  // Read only as the weight of matmul_forward / embedding_forward (the embedding, the block
+  // projections, lm_head, the encoder readout), so it may be held in any DType; the other tensors
+  // (norm weights, zeta, biases, the post-sampler that is gathered by code) are always fp32.
+  bool gemm_weight = false;
+  // How the model holds it: F32 in a trainable model; what Model::create_inference was given.
+  DType dtype = DType::F32;
 };
 
 std::vector<ParamSpec> param_specs(const ModelConfig& c);

@@ -77,8 +77,12 @@ class CpuBackend final : public Backend {
   }
 
   // ---- embedding ----
-  void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C) override {
-    cpu::embedding_forward(out, tok, wte, N, C);
+  void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
+    switch (wte.dtype) {
+      case DType::F32: return cpu::embedding_forward(out, tok, wte.f32(), N, C);
+      case DType::BF16: return cpu::embedding_forward_bf16(out, tok, wte.bf16(), N, C);
+    }
+    FT_ASSERT(false, "embedding_forward: no %s path", dtype_name(wte.dtype));
   }
   void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N,
                           int C) override {
@@ -96,13 +100,23 @@ class CpuBackend final : public Backend {
   }
 
   // ---- matmul ----
-  void matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC,
+  void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC,
                       bool accumulate) override {
-    cpu::matmul_forward(out, inp, w, N, IC, OC, accumulate);
+    switch (w.dtype) {
+      case DType::F32: return cpu::matmul_forward(out, inp, w.f32(), N, IC, OC, accumulate);
+      case DType::BF16: return cpu::matmul_forward_bf16w(out, inp, w.bf16(), N, IC, OC, accumulate);
+    }
+    FT_ASSERT(false, "matmul_forward: no %s path", dtype_name(w.dtype));
   }
-  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w,
+  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, WeightRef w,
                        int N, int IC, int OC, bool accumulate_dinp) override {
-    cpu::matmul_backward(dinp, dw, dout, inp, w, N, IC, OC, accumulate_dinp);
+    switch (w.dtype) {
+      case DType::F32: return cpu::matmul_backward(dinp, dw, dout, inp, w.f32(), N, IC, OC, accumulate_dinp);
+      case DType::BF16:
+        FT_ASSERT(dw == nullptr, "matmul_backward: a bf16 weight is frozen (dw must be null)");
+        return cpu::matmul_backward_bf16w(dinp, dout, w.bf16(), N, IC, OC, accumulate_dinp);
+    }
+    FT_ASSERT(false, "matmul_backward: no %s path", dtype_name(w.dtype));
   }
 
   // ---- RoPE ----

@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/dtype.h"
 
 namespace ftx::cpu {
 
@@ -20,6 +21,17 @@ void embedding_forward(T* out, const int32_t* tok, const T* wte, int N, int C) {
     T* dst = out + size_t(n) * C;
 #pragma omp simd
     for (int c = 0; c < C; ++c) dst[c] = src[c];
+  }
+}
+
+// The same gather from a bf16 table, widened exactly to fp32.
+inline void embedding_forward_bf16(float* out, const int32_t* tok, const uint16_t* wte, int N, int C) {
+#pragma omp parallel for schedule(static) if (go_parallel(size_t(N) * C))
+  for (int n = 0; n < N; ++n) {
+    const uint16_t* src = wte + size_t(tok[n]) * C;
+    float* dst = out + size_t(n) * C;
+#pragma omp simd
+    for (int c = 0; c < C; ++c) dst[c] = bf16_to_fp32(src[c]);
   }
 }
 

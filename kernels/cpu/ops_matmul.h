@@ -1,6 +1,11 @@
 // Dense matmul in nn.Linear layout through OpenBLAS (sgemm for float, dgemm for double), row-major.
 // Also exports gemm(), the thin cblas wrapper the other ops use (binary mapper backward).
 //
+// bf16 weights (matmul_*_bf16w): the plain path. Slabs of the weight are widened (exactly) to fp32
+// in a per-thread scratch of at most kWidenFloats and multiplied by sgemm, so products and
+// accumulation are fp32 and the result equals the fp32 GEMM on the widened weight up to the sum
+// order of the slabs. A speed path (no widening, SIMD dot products) is for later.
+//
 // Threads: called outside a parallel region, the OpenMP build of OpenBLAS uses the shared OpenMP
 // pool; called inside one (binary mapper tiles), it runs on the calling thread only.
 // Deliberately not here: bias (the Llama layers have none), our own GEMM kernels.
@@ -8,7 +13,12 @@
 #include <cblas.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstddef>
+#include <cstdint>
+
+#include "kernels/cpu/cpu_common.h"
+#include "kernels/dtype.h"
 
 namespace ftx::cpu {
 
@@ -64,6 +74,48 @@ void matmul_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, in
     gemm(false, false, N, IC, OC, T(1), dout, OC, w, IC, accumulate_dinp ? T(1) : T(0), dinp, IC);
   }
   if (dw && OC > 0) gemm(true, false, OC, IC, N, T(1), dout, OC, inp, IC, T(1), dw, IC);
+}
+
+// Floats of widened weight per slab (4 MiB): large enough that sgemm runs at speed, small enough to
+// stay in cache next to the activations.
+constexpr size_t kWidenFloats = size_t(1) << 20;
+
+// dst[r * ld + c] = w[r * w_ld + c] widened, for r < rows, c < cols.
+inline void widen_bf16(float* dst, int ld, const uint16_t* w, size_t w_ld, int rows, int cols) {
+#pragma omp parallel for schedule(static) if (go_parallel(size_t(rows) * cols))
+  for (int r = 0; r < rows; ++r) {
+    const uint16_t* src = w + size_t(r) * w_ld;
+    float* out = dst + size_t(r) * ld;
+    for (int c = 0; c < cols; ++c) out[c] = bf16_to_fp32(src[c]);
+  }
+}
+
+// out (N, OC) = inp (N, IC) @ w^T with w (OC, IC) bf16; accumulate: out +=. Slabs of output
+// columns: each output element is one sgemm dot product over all of IC.
+inline void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC,
+                                 bool accumulate) {
+  if (N <= 0 || OC <= 0) return;
+  const int rows = int(std::clamp<size_t>(kWidenFloats / size_t(std::max(IC, 1)), 1, size_t(OC)));
+  float* slab = thread_scratch<float, 0>(size_t(rows) * std::max(IC, 1));  // (rows, IC)
+  for (int o0 = 0; o0 < OC; o0 += rows) {
+    const int r = std::min(rows, OC - o0);
+    widen_bf16(slab, IC, w + size_t(o0) * IC, size_t(IC), r, IC);
+    gemm(false, true, N, r, IC, 1.0f, inp, IC, slab, IC, accumulate ? 1.0f : 0.0f, out + o0, OC);
+  }
+}
+
+// dinp (N, IC) = dout (N, OC) @ w (OC, IC), w bf16 (+= when accumulate_dinp). Slabs of input
+// columns: each dinp element is one sgemm dot product over all of OC.
+inline void matmul_backward_bf16w(float* dinp, const float* dout, const uint16_t* w, int N, int IC, int OC,
+                                  bool accumulate_dinp) {
+  if (N <= 0 || IC <= 0 || dinp == nullptr) return;
+  const int cols = int(std::clamp<size_t>(kWidenFloats / size_t(std::max(OC, 1)), 1, size_t(IC)));
+  float* slab = thread_scratch<float, 0>(size_t(std::max(OC, 1)) * cols);  // (OC, cols)
+  for (int i0 = 0; i0 < IC; i0 += cols) {
+    const int c = std::min(cols, IC - i0);
+    widen_bf16(slab, c, w + i0, size_t(IC), OC, c);
+    gemm(false, false, N, c, OC, 1.0f, dout, OC, slab, c, accumulate_dinp ? 1.0f : 0.0f, dinp + i0, IC);
+  }
 }
 
 }  // namespace ftx::cpu

@@ -200,11 +200,15 @@ class CudaBackend final : public Backend {
   }
 
   // ---- embedding ----
-  void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C) override {
+  void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    run(cuda::make_key("embedding_forward", out, tok, wte, N, C),
-        [=, st = stream_] { cuda::embedding_forward(out, tok, wte, N, C, st); });
+    auto key = cuda::make_key("embedding_forward", out, tok, wte.ptr, wte.dtype, N, C);
+    if (wte.dtype == DType::BF16) {
+      run(std::move(key), [=, st = stream_, w = bf16_of(wte)] { cuda::embedding_forward(out, tok, w, N, C, st); });
+      return;
+    }
+    run(std::move(key), [=, st = stream_, w = wte.f32()] { cuda::embedding_forward(out, tok, w, N, C, st); });
   }
   void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) override {
     const size_t n = size_t(N) * C;
@@ -231,14 +235,18 @@ class CudaBackend final : public Backend {
   //   out^T (OC x N) = w (OC x IC) . inp^T          -> gemm(T, N, OC, N, IC)
   //   dinp^T (IC x N) = w^T (IC x OC) . dout^T       -> gemm(N, N, IC, N, OC)
   //   dw^T (IC x OC) += inp^T (IC x N) . dout (N x OC) -> gemm(N, T, IC, OC, N)
-  void matmul_forward(float* out, const float* inp, const float* w, int N, int IC, int OC, bool accumulate) override {
+  // A bf16 weight goes to cuBLAS as it is, whatever the precision (see gemm()).
+  void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC, bool accumulate) override {
     gemm("matmul_forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, inp, IC, out, OC, accumulate);
   }
-  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
+  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, WeightRef w, int N, int IC,
                        int OC, bool accumulate_dinp) override {
+    FT_ASSERT(dw == nullptr || w.dtype == DType::F32, "matmul_backward: a %s weight is frozen (dw must be null)",
+              dtype_name(w.dtype));
     if (dinp != nullptr)
       gemm("matmul_backward_dinp", CUBLAS_OP_N, CUBLAS_OP_N, IC, N, OC, w, IC, dout, OC, dinp, IC, accumulate_dinp);
-    if (dw != nullptr) gemm("matmul_backward_dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, inp, IC, dout, OC, dw, IC, true);
+    if (dw != nullptr)
+      gemm("matmul_backward_dw", CUBLAS_OP_N, CUBLAS_OP_T, IC, OC, N, f32_weight(inp), IC, dout, OC, dw, IC, true);
   }
 
   // ---- RoPE ----
@@ -432,6 +440,11 @@ class CudaBackend final : public Backend {
   }
   void bind() const { use_device(device_); }
 
+  static const __nv_bfloat16* bf16_of(WeightRef w) {
+    (void)w.bf16();  // asserts the dtype
+    return static_cast<const __nv_bfloat16*>(w.ptr);
+  }
+
   // ---- bf16 copies of the tracked weights ----
   bool tracked(const void* p) const {
     const auto* f = static_cast<const float*>(p);
@@ -533,16 +546,20 @@ class CudaBackend final : public Backend {
     int64_t made_ = 0;
   };
 
-  // Column-major C (m x n) = op(A) op(B) (+ C when accumulate) at the backend's precision. The
-  // op's key holds the precision and the mirror pointers, so a step graph records again when
-  // either changes.
-  void gemm(const char* tag, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A, int lda,
+  // Column-major C (m x n) = op(A) op(B) (+ C when accumulate) at the backend's precision; A is
+  // the weight (fp32 or bf16), B fp32. A bf16 A makes the product a bf16 one at any precision: B
+  // is rounded as at MatmulPrecision::Bf16. The op's key holds the precision, A's dtype and the
+  // mirror pointers, so a step graph records again when any of them changes.
+  void gemm(const char* tag, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, WeightRef Aw, int lda,
             const float* B, int ldb, float* C, int ldc, bool accumulate) {
     if (m == 0 || n == 0) return;
-    const MatmulPrecision prec = precision_;
-    const __nv_bfloat16* A16 = prec == MatmulPrecision::Bf16 ? mirror_of(A) : nullptr;
+    const bool a_bf16 = Aw.dtype == DType::BF16;
+    FT_ASSERT(a_bf16 || Aw.dtype == DType::F32, "gemm: no %s path", dtype_name(Aw.dtype));
+    const MatmulPrecision prec = a_bf16 ? MatmulPrecision::Bf16 : precision_;
+    const float* A = a_bf16 ? nullptr : Aw.f32();
+    const __nv_bfloat16* A16 = a_bf16 ? bf16_of(Aw) : prec == MatmulPrecision::Bf16 ? mirror_of(A) : nullptr;
     const __nv_bfloat16* B16 = prec == MatmulPrecision::Bf16 ? mirror_of(B) : nullptr;
-    launch_op(cuda::make_key(tag, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec, A16, B16),
+    launch_op(cuda::make_key(tag, ta, tb, m, n, k, Aw.ptr, Aw.dtype, lda, B, ldb, C, ldc, accumulate, prec, A16, B16),
               [=, st = stream_, h = cublas_, kept = &roundings_] {
                 if (prec != MatmulPrecision::Bf16) {
                   cublas_gemm(h, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);

@@ -26,6 +26,7 @@ void sum_squares_partials(double* partial, const float* x, size_t n, cudaStream_
 void broadcast_rows(float* out, const float* v, int N, int C, cudaStream_t st);
 void sum_rows(float* dv, const float* dout, int N, int C, cudaStream_t st);
 void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C, cudaStream_t st);
+void embedding_forward(float* out, const int32_t* tok, const __nv_bfloat16* wte, int N, int C, cudaStream_t st);
 void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C, cudaStream_t st);
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps,
                      cudaStream_t st);

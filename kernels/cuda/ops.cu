@@ -100,11 +100,16 @@ __global__ void sum_rows_kernel(float* dv, const float* dout, int N, int C) {
 
 // ---- embedding -----------------------------------------------------------------------------
 
-__global__ void embedding_forward_kernel(float* out, const int32_t* tok, const float* wte, int N, int C) {
+__device__ __forceinline__ float widen(float x) { return x; }
+__device__ __forceinline__ float widen(__nv_bfloat16 x) { return __bfloat162float(x); }
+
+// The table is fp32 or bf16 (widened exactly).
+template <class W>
+__global__ void embedding_forward_kernel(float* out, const int32_t* tok, const W* wte, int N, int C) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(N) * C) return;
   const size_t n = i / C, c = i % C;
-  out[i] = wte[size_t(tok[n]) * C + c];
+  out[i] = widen(wte[size_t(tok[n]) * C + c]);
 }
 
 __global__ void embedding_backward_kernel(float* dwte, const float* dout, const int32_t* tok, int N, int C) {
@@ -344,7 +349,15 @@ void sum_rows(float* dv, const float* dout, int N, int C, cudaStream_t st) {
 void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C, cudaStream_t st) {
   const size_t n = size_t(N) * C;
   if (n == 0) return;
-  FTX_LAUNCH(embedding_forward_kernel, blocks_for(n, kThreads), kThreads, 0, st, out, tok, wte, N, C);
+  FTX_LAUNCH(embedding_forward_kernel<float>, blocks_for(n, kThreads), kThreads, 0, st, out, tok, wte, N, C);
+  FTX_CUDA_LAUNCHED();
+}
+
+void embedding_forward(float* out, const int32_t* tok, const __nv_bfloat16* wte, int N, int C, cudaStream_t st) {
+  const size_t n = size_t(N) * C;
+  if (n == 0) return;
+  FTX_LAUNCH(embedding_forward_kernel<__nv_bfloat16>, blocks_for(n, kThreads), kThreads, 0, st, out, tok, wte, N,
+             C);
   FTX_CUDA_LAUNCHED();
 }
 

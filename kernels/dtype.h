@@ -1,0 +1,78 @@
+// Element types of weights, and the weight argument of the GEMM-like ops (Backend::matmul_forward,
+// matmul_backward, embedding_forward): a pointer with its dtype beside it, so that a model can read
+// weights in the type they were stored in (bf16 from a mapped checkpoint) without an fp32 copy.
+// Activations, gradients and optimizer state stay fp32; only weights carry a dtype.
+//
+// bf16 here is the upper half of an IEEE fp32 (1 sign, 8 exponent, 7 mantissa bits), held on the
+// host as uint16_t. Conversion to bf16 rounds to nearest, ties to even, like __float2bfloat16 and
+// PyTorch's .to(torch.bfloat16): overflow goes to Inf, NaN stays NaN (quiet). Widening is exact.
+//
+// C++17 (the CUDA files include it too), hence memcpy rather than std::bit_cast.
+//
+// Deliberately not here: fp16, quantised block types (the enum leaves room: a new type adds its
+// element size and a path in each backend's matmul), conversions of whole buffers on a device.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "kernels/common.h"
+
+namespace ftx {
+
+enum class DType : uint8_t { F32, BF16 };
+
+inline const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "f32";
+    case DType::BF16: return "bf16";
+  }
+  return "?";
+}
+
+// Bytes per element.
+inline size_t dtype_size(DType t) {
+  switch (t) {
+    case DType::F32: return 4;
+    case DType::BF16: return 2;
+  }
+  FT_ASSERT(false, "dtype_size: unknown dtype %d", int(t));
+  return 0;
+}
+
+// fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN with its sign.
+inline uint16_t fp32_to_bf16(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x0040u);
+  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+}
+
+// bf16 -> fp32, exact.
+inline float bf16_to_fp32(uint16_t b) {
+  const uint32_t u = uint32_t(b) << 16;
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+// The weight operand of an op: ptr is backend memory holding elements of `dtype`, in the layout the
+// op documents (nn.Linear [out, in] for a matmul, (V, C) for an embedding).
+struct WeightRef {
+  const void* ptr = nullptr;
+  DType dtype = DType::F32;
+
+  const float* f32() const {
+    FT_ASSERT(dtype == DType::F32, "weight is %s where fp32 is required", dtype_name(dtype));
+    return static_cast<const float*>(ptr);
+  }
+  const uint16_t* bf16() const {
+    FT_ASSERT(dtype == DType::BF16, "weight is %s where bf16 is required", dtype_name(dtype));
+    return static_cast<const uint16_t*>(ptr);
+  }
+};
+
+inline WeightRef f32_weight(const float* p) { return WeightRef{p, DType::F32}; }
+inline WeightRef bf16_weight(const uint16_t* p) { return WeightRef{p, DType::BF16}; }
+
+}  // namespace ftx
