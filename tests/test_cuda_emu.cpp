@@ -606,10 +606,11 @@ Vec bf16_product(const std::vector<float>& x, const std::vector<float>& w, int N
 // At bf16 a GEMM input that is not a weight is rounded once for a run of GEMMs that read it (q, k
 // and v share their input), again once a GEMM or any other op has written into it.
 TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
-  std::string why;
-  std::unique_ptr<Backend> be = make_cuda_backend(0, &why);
-  ASSERT_TRUE(be) << why;
-  ASSERT_TRUE(be->set_matmul_precision(MatmulPrecision::Bf16, &why)) << why;
+  auto emu = make_cuda_backend(0);
+  ASSERT_TRUE(emu.ok()) << emu.error().message;
+  std::unique_ptr<Backend> be = std::move(*emu);
+  const Status bf16 = be->set_matmul_precision(MatmulPrecision::Bf16);
+  ASSERT_TRUE(bf16.ok()) << bf16.error().message;
   const int N = 24, C = 32;
   const size_t nx = size_t(N) * C, nw = size_t(C) * C;
   auto dev = [&](const std::vector<float>& host) {
@@ -711,14 +712,15 @@ std::vector<double> tiny_losses(Backend& be, int steps) {
 
 TEST(CudaEmu, WholeBackendTrainsLikeTheCpuWithStepGraphs) {
   constexpr int kSteps = 5;
-  std::string why;
-  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);  // the emulated one (see the top)
-  ASSERT_TRUE(emu) << why;
+  auto made = make_cuda_backend(0);  // the emulated one (see the top)
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::unique_ptr<Backend> emu = std::move(*made);
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   const std::vector<double> ref = tiny_losses(*cpu, kSteps);
   for (const MatmulPrecision prec : {MatmulPrecision::Tf32, MatmulPrecision::Bf16}) {
     SCOPED_TRACE(matmul_precision_name(prec));
-    ASSERT_TRUE(emu->set_matmul_precision(prec, &why)) << why;
+    const Status set = emu->set_matmul_precision(prec);
+    ASSERT_TRUE(set.ok()) << set.error().message;
     const Backend::GraphStats before = emu->graph_stats();
     const std::vector<double> got = tiny_losses(*emu, kSteps);
     ASSERT_EQ(got.size(), ref.size());
@@ -735,9 +737,9 @@ TEST(CudaEmu, WholeBackendTrainsLikeTheCpuWithStepGraphs) {
 // Generation with a KV cache (decode_step: Tq = 1 attention over the cache, the strided append of
 // copy_rows, the post-sampler gather) on the emulated backend gives the CPU's next-token logits.
 TEST(CudaEmu, GenerationWithKvCacheFollowsTheCpu) {
-  std::string why;
-  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);
-  ASSERT_TRUE(emu) << why;
+  auto made = make_cuda_backend(0);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::unique_ptr<Backend> emu = std::move(*made);
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   auto mc = model_preset("tiny");
   ASSERT_TRUE(mc.ok());
@@ -764,9 +766,9 @@ TEST(CudaEmu, GenerationWithKvCacheFollowsTheCpu) {
 // A model or a training run too big for the GPU is a one-line error naming the device, not an
 // abort (the emulated GPU is shrunk to 2 MiB per allocation here).
 TEST(CudaEmu, TooLittleGpuMemoryIsAnErrorNotACrash) {
-  std::string why;
-  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);
-  ASSERT_TRUE(emu) << why;
+  auto made = make_cuda_backend(0);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::unique_ptr<Backend> emu = std::move(*made);
   auto mc = model_preset("small");  // 1M parameters: 4 MiB of weights
   ASSERT_TRUE(mc.ok());
   const std::string db =

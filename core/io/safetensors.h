@@ -33,7 +33,7 @@ enum class DType {
 
 const char* dtype_name(DType t);        // "BF16"
 int dtype_bits(DType t);                // 16 (4 for F4, 6 for F6_*)
-bool parse_dtype(const std::string& s, DType* out);  // false for unknown strings
+Result<DType> parse_dtype(const std::string& s);  // "BF16" -> DType::BF16; an error for unknown strings
 
 struct TensorInfo {
   std::string name;

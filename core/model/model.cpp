@@ -55,7 +55,7 @@ Model::Model(Backend& backend, const ModelConfig& config, std::nullptr_t) : be_(
   FT_ASSERT(cfg_.validate().ok(), "invalid config reached Model: %s", cfg_.validate().error().message.c_str());
   specs_ = param_specs(cfg_);
   n_params_ = param_count(specs_);
-  params_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)));
+  params_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)).value_or(nullptr));
   if (params_ != nullptr) be_.track_weights(params_, static_cast<size_t>(n_params_));  // bf16 GEMMs read a bf16 copy
 }
 
@@ -79,13 +79,17 @@ Result<std::unique_ptr<Model>> Model::create(Backend& backend, const ModelConfig
   return m;
 }
 
-bool Model::allocate_grads() {
-  if (grads_ == nullptr) grads_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)));
-  return grads_ != nullptr;
+Status Model::allocate_grads() {
+  if (grads_ != nullptr) return {};
+  auto g = be_.try_alloc(n_params_ * sizeof(float));
+  if (!g) return g.error();
+  grads_ = static_cast<float*>(*g);
+  return {};
 }
 
 float* Model::grads() {
-  FT_ASSERT(allocate_grads(), "%s: out of memory for the gradients", be_.name());
+  const Status st = allocate_grads();
+  FT_ASSERT(st.ok(), "the gradients: %s", st.error().message.c_str());
   return grads_;
 }
 

@@ -50,9 +50,9 @@ class Model {
   int64_t num_params() const { return n_params_; }
   float* params() { return params_; }  // (num_params) on the backend
   // Gradients (num_params) on the backend, allocated on first use (inference never needs them);
-  // allocate_grads() says false instead of aborting when the memory is not there.
+  // allocate_grads() returns an error instead of aborting when the memory is not there.
   float* grads();
-  bool allocate_grads();
+  Status allocate_grads();
 
   void init_weights(uint64_t seed, const InitConfig& init);
   void load_params(const float* host);  // (num_params) host, arena order of specs()

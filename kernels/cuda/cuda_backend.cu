@@ -111,16 +111,16 @@ class CudaBackend final : public Backend {
 
   // ---- memory ----
   void* alloc(size_t bytes) override {
-    void* p = try_alloc(bytes);
-    FT_ASSERT(p != nullptr, "cuda backend: out of GPU memory allocating %zu bytes", bytes);
-    return p;
+    auto p = try_alloc(bytes);
+    FT_ASSERT(p.ok(), "%s", p.error().message.c_str());
+    return *p;
   }
-  void* try_alloc(size_t bytes) override {
+  Result<void*> try_alloc(size_t bytes) override {
     outside_graph("alloc");
     void* p = nullptr;
     if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) {
       cudaGetLastError();  // an allocation failure is not sticky: clear it for the next check
-      return nullptr;
+      return make_error(name_ + ": out of GPU memory allocating " + bytes_text(bytes));
     }
     FTX_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
     return p;
@@ -379,13 +379,12 @@ class CudaBackend final : public Backend {
   }
 
   // ---- precision and step graphs ----
-  bool set_matmul_precision(MatmulPrecision p, std::string* why) override {
-    (void)why;
+  Status set_matmul_precision(MatmulPrecision p) override {
     outside_graph("set_matmul_precision");
     precision_ = p;
     if (p == MatmulPrecision::Bf16) refresh_mirror();
     else free_mirror();  // only bf16 GEMMs read it
-    return true;
+    return {};
   }
   MatmulPrecision matmul_precision() const override { return precision_; }
   void track_weights(const float* base, size_t n) override {
@@ -583,28 +582,25 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why) {
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    *why = err == cudaSuccess
-               ? std::string("no CUDA GPU found")
-               : std::string("no CUDA GPU available (the CUDA runtime says: ") + cudaGetErrorString(err) + ")";
     cudaGetLastError();
-    return nullptr;
+    if (err == cudaSuccess) return make_error("no CUDA GPU found");
+    return make_error(std::string("no CUDA GPU available (the CUDA runtime says: ") + cudaGetErrorString(err) + ")");
   }
-  if (device < 0 || device >= count) {
-    *why = "CUDA device " + std::to_string(device) + " does not exist (this machine has " + std::to_string(count) + ")";
-    return nullptr;
-  }
+  if (device < 0 || device >= count)
+    return make_error("CUDA device " + std::to_string(device) + " does not exist (this machine has " +
+                      std::to_string(count) + ")");
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || prop.major < 8) {
-    *why = std::string("CUDA device ") + std::to_string(device) + " (" + prop.name + ", compute capability " +
-           std::to_string(prop.major) + "." + std::to_string(prop.minor) + ") is older than the sm_80 this build needs";
     cudaGetLastError();
-    return nullptr;
+    return make_error(std::string("CUDA device ") + std::to_string(device) + " (" + prop.name +
+                      ", compute capability " + std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                      ") is older than the sm_80 this build needs");
   }
-  return std::make_unique<CudaBackend>(device);
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(device));
 }
 
 bool cuda_backend_built() { return true; }
