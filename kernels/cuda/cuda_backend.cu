@@ -499,22 +499,26 @@ class CudaBackend final : public Backend {
     const MatmulPrecision prec = precision_;
     const __nv_bfloat16* A16 = prec == MatmulPrecision::Bf16 ? mirror_of(A) : nullptr;
     const __nv_bfloat16* B16 = prec == MatmulPrecision::Bf16 ? mirror_of(B) : nullptr;
-    launch_op({cuda::make_key(tag, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec, A16, B16),
-              [=, st = stream_, h = cublas_, kept = &roundings_] {
-                if (prec != MatmulPrecision::Bf16) {
-                  cublas_gemm(h, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);
-                } else {
-                  // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
-                  const __nv_bfloat16* a =
-                      A16 != nullptr ? A16
-                                     : kept->of(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda), st);
-                  const __nv_bfloat16* b =
-                      B16 != nullptr ? B16
-                                     : kept->of(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb), st);
-                  cublas_gemm_bf16(h, ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
-                }
-                kept->written(C, extent(m, n, ldc), st);
-              }});
+    launch_op(cuda::make_op(tag, gemm_launch, stream_, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec, A16,
+                            B16, cublas_, &roundings_));
+  }
+  // gemm's launcher: A16 / B16 are the operands' bf16 mirrors (null: round the operand, kept in
+  // `kept` for the GEMMs that follow).
+  static void gemm_launch(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A, int lda,
+                          const float* B, int ldb, float* C, int ldc, bool accumulate, MatmulPrecision prec,
+                          const __nv_bfloat16* A16, const __nv_bfloat16* B16, cublasHandle_t h, Roundings* kept,
+                          cudaStream_t st) {
+    if (prec != MatmulPrecision::Bf16) {
+      cublas_gemm(h, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);
+    } else {
+      // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
+      const __nv_bfloat16* a =
+          A16 != nullptr ? A16 : kept->of(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda), st);
+      const __nv_bfloat16* b =
+          B16 != nullptr ? B16 : kept->of(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb), st);
+      cublas_gemm_bf16(h, ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
+    }
+    kept->written(C, extent(m, n, ldc), st);
   }
   // binary_mapper_backward's launcher: the tiles' GEMMs at `prec` on the cuBLAS handle h.
   static void mapper_backward_launch(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
