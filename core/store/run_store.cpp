@@ -220,11 +220,13 @@ std::vector<uint32_t> decode_codes(const unsigned char* p, size_t bytes) {
   return codes;
 }
 
-bool parse_double(const std::string& s, double& out) {
-  if (s.empty()) return false;
+// The whole of s as a number, or "WHERE: FIELD 's' is not a number".
+Result<double> parse_double(const std::string& s, const std::string& where, const char* field) {
   char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size();
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size())
+    return make_error(where + ": " + field + " '" + s + "' is not a number");
+  return v;
 }
 
 std::vector<std::string> split_commas(const std::string& line) {
@@ -247,11 +249,13 @@ Result<ReferenceRow> parse_reference_line(const std::vector<std::string>& f, boo
   r.model_size = f[1], r.train_tokens = f[2], r.benchmark = f[3], r.metric = f[4], r.model = f[5];
   r.statistic = f[7];
   if (!f[6].empty()) {
-    double k;
-    if (!parse_double(f[6], k)) return make_error(where + ": kappa_bits '" + f[6] + "' is not a number");
-    r.kappa_bits = k;
+    auto k = parse_double(f[6], where, "kappa_bits");
+    if (!k) return k.error();
+    r.kappa_bits = *k;
   }
-  if (!parse_double(f[8], r.value)) return make_error(where + ": value '" + f[8] + "' is not a number");
+  auto value = parse_double(f[8], where, "value");
+  if (!value) return value.error();
+  r.value = *value;
   return r;
 }
 
