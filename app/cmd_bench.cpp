@@ -195,9 +195,9 @@ int run_bench_train(const BenchArgs& a) {
   if (!data) return fail(data.error());
   auto mcfg = shaped_model_config(a.shape, (*data)->alphabet(), (*data)->seq_len());
   if (!mcfg) return fail(mcfg.error());
-  Error err;
-  auto backend = make_backend(a.device, a.precision, &err);
-  if (!backend) return fail(err);
+  auto made_backend = make_backend(a.device, a.precision);
+  if (!made_backend) return fail(made_backend.error());
+  std::unique_ptr<Backend> backend = std::move(*made_backend);
   auto trainer = Trainer::start(*backend, *mcfg, t, (*data)->seq_len(), ":memory:", "bench");
   if (!trainer) return fail(trainer.error());
   const auto secs = time_train_steps(*backend, **trainer, **data, a.warmup, a.steps);
@@ -214,8 +214,8 @@ class DeviceBuffers {
   }
   DeviceBuffers(const DeviceBuffers&) = delete;
   DeviceBuffers& operator=(const DeviceBuffers&) = delete;
-  float* floats(size_t n) {  // null when out of memory
-    void* p = be_.try_alloc(n * sizeof(float));
+  float* floats(size_t n) {  // null when out of memory: the caller says what did not fit
+    void* p = be_.try_alloc(n * sizeof(float)).value_or(nullptr);
     if (p) ptrs_.push_back(p);
     return static_cast<float*>(p);
   }
@@ -263,9 +263,9 @@ Status check_mapper_args(const BenchArgs::Mapper& m) {
 
 int run_bench_mapper(const BenchArgs::Mapper& m) {
   if (auto s = check_mapper_args(m); !s) return fail(s.error());
-  Error err;
-  auto backend = make_backend(m.device, m.precision, &err);
-  if (!backend) return fail(err);
+  auto made_backend = make_backend(m.device, m.precision);
+  if (!made_backend) return fail(made_backend.error());
+  std::unique_ptr<Backend> backend = std::move(*made_backend);
   Backend& be = *backend;
   const int N = m.tokens, C = m.dim, H = m.latent_bits, K = 1 << H;
   const double out_gib = double(N) * K * sizeof(float) / (1 << 30);
@@ -343,9 +343,10 @@ Status check_generate_memory(Backend& be, const ModelConfig& m, int B, int len) 
                 "%s: lower --batch or --len",
                 B, len, need / (1 << 30), be.name());
   if (be.kind() == DeviceKind::Cpu) return need > 0.9 * physical_memory_gib() * (1 << 30) ? make_error(buf) : Status{};
-  void* p = need < 0x1p62 ? be.try_alloc(size_t(need)) : nullptr;
+  if (need >= 0x1p62) return make_error(buf);
+  auto p = be.try_alloc(size_t(need));
   if (!p) return make_error(buf);
-  be.release(p);
+  be.release(*p);
   return {};
 }
 
@@ -391,9 +392,9 @@ int run_bench_generate(const BenchArgs& a) {
   // --vocab other than the synthetic task's: no alphabet (token ids only). --len only sizes the cache.
   auto mcfg = shaped_model_config(a.shape, a.shape.vocab ? std::string() : std::string(kSyntheticAlphabet), len);
   if (!mcfg) return fail(mcfg.error());
-  Error err;
-  auto backend = make_backend(a.device, a.precision, &err);
-  if (!backend) return fail(err);
+  auto made_backend = make_backend(a.device, a.precision);
+  if (!made_backend) return fail(made_backend.error());
+  std::unique_ptr<Backend> backend = std::move(*made_backend);
   if (auto s = check_generate_memory(*backend, *mcfg, B, len); !s) return fail(s.error());
   auto made = Model::create(*backend, *mcfg);
   if (!made) return fail(made.error());

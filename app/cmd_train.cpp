@@ -66,9 +66,9 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
 }
 
 int run_train(TrainArgs& a) {
-  Error err;
-  auto backend = make_backend(a.device, a.precision, &err);
-  if (!backend) return fail(err);
+  auto made_backend = make_backend(a.device, a.precision);
+  if (!made_backend) return fail(made_backend.error());
+  std::unique_ptr<Backend> backend = std::move(*made_backend);
   if (a.kappa_bits) a.train.kappa_nats = static_cast<float>(bits_to_nats(*a.kappa_bits));
   if (a.kappa_nats) a.train.kappa_nats = *a.kappa_nats;
   if (a.kappa_start_bits) a.train.kappa_start_nats = static_cast<float>(bits_to_nats(*a.kappa_start_bits));

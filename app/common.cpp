@@ -29,20 +29,13 @@ void add_device_options(CLI::App* c, std::string& device, std::string& precision
   c->add_option("--precision", precision, "GEMM inputs: fp32 | tf32 | bf16 (default: fp32 on cpu, tf32 on cuda)");
 }
 
-std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& precision, Error* err) {
-  MatmulPrecision prec = MatmulPrecision::Fp32;
-  if (!precision.empty() && !parse_matmul_precision(precision, &prec)) {
-    *err = make_error("--precision " + precision + ": unknown (expected fp32, tf32 or bf16)");
-    return nullptr;
-  }
-  std::string why;
-  auto be = make_backend_for(device, &why);
-  if (!be) {
-    *err = make_error("--device " + device + ": " + why);
-  } else if (!precision.empty() && !be->set_matmul_precision(prec, &why)) {
-    *err = make_error("--precision " + precision + ": " + why);
-    return nullptr;
-  }
+Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const std::string& precision) {
+  auto be = make_backend_for(device);
+  if (!be) return make_error("--device " + device + ": " + be.error().message);
+  if (precision.empty()) return be;
+  auto prec = parse_matmul_precision(precision);
+  Status set = prec ? (*be)->set_matmul_precision(*prec) : Status(prec.error());
+  if (!set) return make_error("--precision " + precision + ": " + set.error().message);
   return be;
 }
 
@@ -86,9 +79,9 @@ Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::stri
 
 Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision) {
   LoadedModel lm;
-  Error err;
-  lm.backend = make_backend(device, precision, &err);
-  if (!lm.backend) return err;
+  auto backend = make_backend(device, precision);
+  if (!backend) return backend.error();
+  lm.backend = std::move(*backend);
   auto ck = load_checkpoint(dir, false);
   if (!ck) return ck.error();
   auto model = Model::create(*lm.backend, ck->config);

@@ -23,9 +23,9 @@ int fail(const std::string& message);
 
 // --device and --precision, for every command that computes.
 void add_device_options(CLI::App* c, std::string& device, std::string& precision);
-// The backend named by --device with its GEMMs at --precision ("": the backend's default); null
-// with a one-line error naming the option otherwise.
-std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& precision, Error* err);
+// The backend named by --device with its GEMMs at --precision ("": the backend's default), or a
+// one-line error naming the option.
+Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const std::string& precision);
 
 // The preset reshaped by the overrides, with `alphabet` as its vocabulary (or the overrides'
 // vocab when the alphabet is empty) and room for `seq_len` positions; errors name the option.

@@ -16,30 +16,29 @@ const char* matmul_precision_name(MatmulPrecision p) {
   return "?";
 }
 
-bool parse_matmul_precision(const std::string& name, MatmulPrecision* p) {
+Result<MatmulPrecision> parse_matmul_precision(const std::string& name) {
   for (MatmulPrecision q : {MatmulPrecision::Fp32, MatmulPrecision::Tf32, MatmulPrecision::Bf16})
-    if (name == matmul_precision_name(q)) return *p = q, true;
-  return false;
+    if (name == matmul_precision_name(q)) return q;
+  return make_error("unknown GEMM precision '" + name + "' (expected fp32, tf32 or bf16)");
 }
 
-bool Backend::set_matmul_precision(MatmulPrecision p, std::string* why) {
-  if (p == MatmulPrecision::Fp32) return true;
-  *why = std::string(name()) + " computes GEMMs in fp32 only (" + matmul_precision_name(p) + " needs --device cuda)";
-  return false;
+Status Backend::set_matmul_precision(MatmulPrecision p) {
+  if (p == MatmulPrecision::Fp32) return {};
+  return make_error(std::string(name()) + " computes GEMMs in fp32 only (" + matmul_precision_name(p) +
+                    " needs a CUDA device)");
 }
 
-std::unique_ptr<Backend> make_backend_for(const std::string& device, std::string* why) {
+Result<std::unique_ptr<Backend>> make_backend_for(const std::string& device) {
   if (device == "cpu") return make_cpu_backend();
-  if (device == "cuda") return make_cuda_backend(0, why);
+  if (device == "cuda") return make_cuda_backend(0);
   if (device.rfind("cuda:", 0) == 0) {
     int index = -1;
     const char* first = device.data() + 5;
     const char* last = device.data() + device.size();
     const auto [end, ec] = std::from_chars(first, last, index);
-    if (ec == std::errc() && end == last && first != last && index >= 0) return make_cuda_backend(index, why);
+    if (ec == std::errc() && end == last && first != last && index >= 0) return make_cuda_backend(index);
   }
-  *why = "unknown device (expected cpu, cuda or cuda:N)";
-  return nullptr;
+  return make_error("unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
 }
 
 }  // namespace ftx

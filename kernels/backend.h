@@ -10,10 +10,12 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstdio>
 #include <memory>
 #include <string>
 
 #include "kernels/dtype.h"
+#include "kernels/result.h"
 #include "kernels/shapes.h"
 
 namespace ftx {
@@ -28,8 +30,15 @@ enum class DeviceKind { Cpu, Cuda };
 //         backend keeps of every buffer given to track_weights.
 enum class MatmulPrecision { Fp32, Tf32, Bf16 };
 const char* matmul_precision_name(MatmulPrecision p);
-// "fp32", "tf32" or "bf16"; false for anything else.
-bool parse_matmul_precision(const std::string& name, MatmulPrecision* p);
+// "fp32", "tf32" or "bf16"; an error naming the three for anything else.
+Result<MatmulPrecision> parse_matmul_precision(const std::string& name);
+
+// "1073741824 bytes (1.0 GiB)": how allocation errors name a size.
+inline std::string bytes_text(size_t bytes) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%zu bytes (%.1f GiB)", bytes, double(bytes) / double(size_t(1) << 30));
+  return buf;
+}
 
 // One tensor of a fused AdamW update: elements [offset, offset + numel) of the flat buffers.
 struct AdamWSegment {
@@ -60,8 +69,10 @@ class Backend {
   virtual DeviceKind kind() const = 0;
 
   // ---- memory ----------------------------------------------------------------------------
-  virtual void* alloc(size_t bytes) = 0;  // zero-filled; aborts on OOM only for bugs, see try_alloc
-  virtual void* try_alloc(size_t bytes) = 0;  // nullptr when out of memory
+  // Zero-filled. alloc aborts when the memory is not there (for sizes a bug would get wrong);
+  // try_alloc says so in an error that names the backend and the bytes (for sizes a user chose).
+  virtual void* alloc(size_t bytes) = 0;
+  virtual Result<void*> try_alloc(size_t bytes) = 0;
   virtual void release(void* p) = 0;
   virtual void upload(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void download(void* host_dst, const void* src, size_t bytes) = 0;
@@ -167,8 +178,8 @@ class Backend {
                             int n_segments, const AdamWStep& step) = 0;
 
   // ---- precision and step graphs (both optional: the defaults are what the CPU does) ------------
-  // False, with the reason in *why, when this backend cannot compute GEMMs at that precision.
-  virtual bool set_matmul_precision(MatmulPrecision p, std::string* why);
+  // An error with the reason when this backend cannot compute GEMMs at that precision.
+  virtual Status set_matmul_precision(MatmulPrecision p);
   virtual MatmulPrecision matmul_precision() const { return MatmulPrecision::Fp32; }
   // Buffers whose contents are weights read by GEMMs (the model's parameters). At Bf16 the
   // backend keeps a bf16 copy and refreshes it after any op that writes into the buffer.
@@ -189,13 +200,13 @@ class Backend {
 // The CPU backend (kernels/cpu), always available.
 std::unique_ptr<Backend> make_cpu_backend();
 
-// The CUDA backend (kernels/cuda) on GPU `device`; null with the reason in *why when this build
-// has no CUDA backend, no GPU is present, or the device cannot be used.
-std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why);
+// The CUDA backend (kernels/cuda) on GPU `device`; an error with the reason when this build has no
+// CUDA backend, no GPU is present, or the device cannot be used.
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device);
 // Whether this build compiled kernels/cuda (nvcc was found at configure time).
 bool cuda_backend_built();
-// "cpu", "cuda" (GPU 0) or "cuda:N"; null with the reason in *why (unknown name, no CUDA build,
-// no such GPU).
-std::unique_ptr<Backend> make_backend_for(const std::string& device, std::string* why);
+// "cpu", "cuda" (GPU 0) or "cuda:N"; an error with the reason (unknown name, no CUDA build, no
+// such GPU).
+Result<std::unique_ptr<Backend>> make_backend_for(const std::string& device);
 
 }  // namespace ftx

@@ -7,9 +7,9 @@
 
 namespace ftx {
 
-std::unique_ptr<Backend> make_cuda_backend(int /*device*/, std::string* why) {
-  *why = "this build has no CUDA backend (nvcc was not found when it was configured; rebuild with the CUDA toolkit)";
-  return nullptr;
+Result<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/) {
+  return make_error(
+      "this build has no CUDA backend (nvcc was not found when it was configured; rebuild with the CUDA toolkit)");
 }
 
 bool cuda_backend_built() { return false; }

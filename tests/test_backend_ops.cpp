@@ -14,7 +14,7 @@
 // follow every write), and step graphs: ops recorded once and replayed with new scalars, recorded
 // again when the step changes, and a whole training run replayed against the same GPU op by op.
 //
-// Without a GPU (or in a build without kernels/cuda) make_cuda_backend returns null and every test
+// Without a GPU (or in a build without kernels/cuda) make_cuda_backend returns an error and every test
 // is skipped with its reason. test_backend_ops_emu compiles this file against the CPU emulation of
 // the CUDA backend (tests/cuda_emu), where every test runs, with a shorter training curve and
 // without the T = 1024 attention: what it checks there is the CudaBackend class and these tests. The CPU backend is the reference: test_cpu_backend.cpp checks it
@@ -140,8 +140,9 @@ struct CudaHandle {
 const CudaHandle& cuda_handle() {
   static const CudaHandle h = [] {
     CudaHandle c;
-    c.be = make_cuda_backend(0, &c.why);
-    if (!c.be && c.why.empty()) c.why = "make_cuda_backend gave no reason";
+    auto made = make_cuda_backend(0);
+    if (made) c.be = std::move(*made);
+    else c.why = made.error().message;
     return c;
   }();
   return h;
@@ -264,14 +265,14 @@ std::pair<Outs, Outs> on_both(Backend& gpu, F&& f) {
 class PrecisionScope {
  public:
   PrecisionScope(Backend& be, MatmulPrecision p) : be_(be) {
-    std::string why;
-    ok_ = be_.set_matmul_precision(p, &why);
-    EXPECT_TRUE(ok_) << why;
+    const Status st = be_.set_matmul_precision(p);
+    ok_ = st.ok();
+    EXPECT_TRUE(ok_) << st.error().message;
   }
   ~PrecisionScope() {
-    std::string why;
     be_.track_weights(nullptr, 0);
-    EXPECT_TRUE(be_.set_matmul_precision(MatmulPrecision::Tf32, &why)) << why;
+    const Status st = be_.set_matmul_precision(MatmulPrecision::Tf32);
+    EXPECT_TRUE(st.ok()) << st.error().message;
   }
 
  private:
@@ -320,11 +321,17 @@ TEST_F(BackendOps, AllocIsZeroedAndTryAllocFailsCleanly) {
     EXPECT_EQ(size_t(std::count(h.begin(), h.end(), 0)), bytes) << bytes << " bytes not zero-filled";
     gpu().release(p);
   }
-  EXPECT_EQ(gpu().try_alloc(std::numeric_limits<size_t>::max() / 2), nullptr);
-  EXPECT_EQ(gpu().try_alloc(std::numeric_limits<size_t>::max() - 10), nullptr);  // rounding overflow
-  void* ok = gpu().try_alloc(1000);
-  EXPECT_NE(ok, nullptr);
-  gpu().release(ok);
+  for (const size_t huge : {std::numeric_limits<size_t>::max() / 2, std::numeric_limits<size_t>::max() - 10}) {
+    auto refused = gpu().try_alloc(huge);  // the second overflows when rounded up
+    ASSERT_FALSE(refused.ok()) << huge;
+    EXPECT_NE(refused.error().message.find(gpu().name()), std::string::npos) << refused.error().message;
+    EXPECT_NE(refused.error().message.find(std::to_string(huge) + " bytes"), std::string::npos)
+        << refused.error().message;
+  }
+  auto ok = gpu().try_alloc(1000);
+  ASSERT_TRUE(ok.ok()) << ok.error().message;
+  EXPECT_NE(*ok, nullptr);
+  gpu().release(*ok);
   gpu().release(nullptr);
 }
 
@@ -1189,10 +1196,10 @@ TEST_F(BackendOps, TrainingWithStepGraphsMatchesOpByOp) {
   test::TempDir dir("ftx_test_backend_ops_");
   ASSERT_FALSE(dir.path().empty());
   setenv("FTX_CUDA_GRAPHS", "0", 1);
-  std::string why;
-  std::unique_ptr<Backend> eager = make_cuda_backend(0, &why);
+  auto made = make_cuda_backend(0);
   unsetenv("FTX_CUDA_GRAPHS");
-  ASSERT_TRUE(eager) << why;
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::unique_ptr<Backend> eager = std::move(*made);
   const Backend::GraphStats before = gpu().graph_stats();
   const std::vector<double> lg = train_losses(gpu(), dir / "graph.db");
   const std::vector<double> le = train_losses(*eager, dir / "eager.db");

@@ -479,13 +479,12 @@ TEST_F(CpuBackendTest, ClipGradNormScalesOnlyAboveTheLimit) {
 
 // The CPU computes GEMMs in fp32 only and says so, naming the precision it refuses.
 TEST_F(CpuBackendTest, RefusesReducedPrecision) {
-  std::string why;
-  EXPECT_TRUE(be_->set_matmul_precision(MatmulPrecision::Fp32, &why));
+  EXPECT_TRUE(be_->set_matmul_precision(MatmulPrecision::Fp32).ok());
   EXPECT_EQ(be_->matmul_precision(), MatmulPrecision::Fp32);
   for (const MatmulPrecision p : {MatmulPrecision::Tf32, MatmulPrecision::Bf16}) {
-    why.clear();
-    EXPECT_FALSE(be_->set_matmul_precision(p, &why));
-    EXPECT_NE(why.find(matmul_precision_name(p)), std::string::npos) << why;
+    const Status st = be_->set_matmul_precision(p);
+    ASSERT_FALSE(st.ok());
+    EXPECT_NE(st.error().message.find(matmul_precision_name(p)), std::string::npos) << st.error().message;
     EXPECT_EQ(be_->matmul_precision(), MatmulPrecision::Fp32);
   }
 }
@@ -566,8 +565,12 @@ TEST_F(CpuBackendTest, AllocIsAlignedZeroedAndTryAllocFails) {
     EXPECT_EQ(nonzero, 0u) << bytes << " bytes";
     be_->release(p);
   }
-  EXPECT_EQ(be_->try_alloc(std::numeric_limits<size_t>::max() / 2), nullptr);
-  EXPECT_EQ(be_->try_alloc(std::numeric_limits<size_t>::max() - 10), nullptr);  // rounding overflow
+  for (const size_t huge : {std::numeric_limits<size_t>::max() / 2, std::numeric_limits<size_t>::max() - 10}) {
+    auto refused = be_->try_alloc(huge);  // the second overflows when rounded up to 64 bytes
+    ASSERT_FALSE(refused.ok()) << huge;
+    EXPECT_EQ(refused.error().message.rfind("cpu: out of memory allocating " + std::to_string(huge) + " bytes", 0), 0u)
+        << refused.error().message;
+  }
   be_->release(nullptr);
 }
 

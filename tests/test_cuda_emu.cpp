@@ -351,13 +351,17 @@ __global__ void axpy_table_kernel(float* y, const float* x, cuda::Dyn<float> a, 
   y[i] += a.get() * x[i] + t;
 }
 
-// One op as the CUDA backend writes its ops: scalars and tables first, then the launch with its key.
+void axpy_table_launch(float* y, const float* x, cuda::Dyn<float> a, const float* table, int nt, int n,
+                       cudaStream_t st) {
+  FTX_LAUNCH(axpy_table_kernel, 2, 32, 0, st, y, x, a, table, nt, n);
+}
+
+// One op as the CUDA backend writes its ops: scalars and tables first, then the op made from the
+// launcher and its arguments.
 void axpy_table(cuda::StepGraph& g, float* y, const float* x, float a, const std::vector<float>& table) {
   const cuda::Dyn<float> da = g.scalar(a);
   const auto* t = static_cast<const float*>(g.table(table.data(), table.size() * sizeof(float)));
-  const int n = 64, nt = static_cast<int>(table.size());
-  g.run(cuda::make_key("axpy_table", y, x, nt, n),
-        [=] { FTX_LAUNCH(axpy_table_kernel, 2, 32, 0, nullptr, y, x, da, t, nt, n); });
+  g.run(cuda::make_op("axpy_table", axpy_table_launch, nullptr, y, x, da, t, static_cast<int>(table.size()), 64));
 }
 
 TEST(CudaEmu, StepGraphReplaysWithNewScalarsAndRecordsChangedSteps) {
@@ -407,6 +411,79 @@ TEST(CudaEmu, StepGraphTurnsItselfOffWhenEveryStepDiffers) {
   EXPECT_EQ(g.replays(), 0);
   EXPECT_EQ(g.captures(), 3) << "the first step and two misses are recorded, the third miss turns graphs off";
   for (int s = 0; s < 8; ++s) ASSERT_EQ(ys[s][5], float(s + 1)) << "step " << s;
+}
+
+// An op's key holds every argument of its launch: changing any one of them (or the launcher) gives
+// another key, while a Dyn is keyed by its slot, so a new value in the same slot replays.
+TEST(CudaEmu, StepGraphKeyHoldsEveryArgumentOfTheLaunch) {
+  float y[4], y2[4], x[4], x2[4], slot[2];
+  const float t[1] = {0.0f}, t2[1] = {0.0f};
+  const cuda::Dyn<float> a{&slot[0], 1.0f}, a_new_value{&slot[0], 5.0f}, a_other_slot{&slot[1], 1.0f};
+  const auto key = [](float* yy, const float* xx, cuda::Dyn<float> aa, const float* tt, int nt, int n) {
+    return cuda::make_op("axpy_table", axpy_table_launch, nullptr, yy, xx, aa, tt, nt, n).key;
+  };
+  const std::vector<uint64_t> base = key(y, x, a, t, 1, 4);
+  EXPECT_EQ(key(y, x, a, t, 1, 4), base);
+  EXPECT_EQ(key(y, x, a_new_value, t, 1, 4), base) << "a Dyn's value is read from its slot at replay";
+  EXPECT_NE(key(y2, x, a, t, 1, 4), base);
+  EXPECT_NE(key(y, x2, a, t, 1, 4), base);
+  EXPECT_NE(key(y, x, a_other_slot, t, 1, 4), base);
+  EXPECT_NE(key(y, x, a, t2, 1, 4), base);
+  EXPECT_NE(key(y, x, a, t, 2, 4), base);
+  EXPECT_NE(key(y, x, a, t, 1, 3), base);
+  const auto other_launcher = [](float*, const float*, cuda::Dyn<float>, const float*, int, int, cudaStream_t) {};
+  EXPECT_NE(cuda::make_op("axpy_table", +other_launcher, nullptr, y, x, a, t, 1, 4).key, base);
+  EXPECT_NE(cuda::make_op("axpy", axpy_table_launch, nullptr, y, x, a, t, 1, 4).key, base);
+  // Every field of an attention shape.
+  AttnShape s;
+  s.B = 1, s.NH = 2, s.NKV = 1, s.HS = 8, s.Tq = 3, s.Tk = 3, s.Tk_cap = 4, s.q_pos0 = 0, s.causal = true;
+  const auto skey = [](const AttnShape& sh) { return cuda::make_key("attention", sh); };
+  for (int field = 0; field < 9; ++field) {
+    AttnShape c = s;
+    int* ints[] = {&c.B, &c.NH, &c.NKV, &c.HS, &c.Tq, &c.Tk, &c.Tk_cap, &c.q_pos0};
+    if (field < 8) ++*ints[field];
+    else c.causal = false;
+    EXPECT_NE(skey(c), skey(s)) << "field " << field;
+  }
+}
+
+// The whole backend inside step graphs: a step whose op takes another buffer, size or constant is
+// recorded again and computes with the new arguments, never a replay of the recorded ones.
+TEST(CudaEmu, BackendStepWithAChangedArgumentIsRecordedAgain) {
+  auto made = make_cuda_backend(0);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  Backend& be = **made;
+  const size_t n = 8;
+  auto* x = static_cast<float*>(be.alloc(n * sizeof(float)));
+  auto* y = static_cast<float*>(be.alloc(n * sizeof(float)));
+  be.fill(x, 1.0f, n);
+  be.fill(y, 1.0f, n);
+  auto step = [&](float* buf, float s, size_t count) {
+    be.begin_graph();
+    be.scale(buf, s, count);
+    be.end_graph();
+  };
+  const Backend::GraphStats before = be.graph_stats();
+  auto recorded = [&] { return be.graph_stats().captures - before.captures; };
+  auto replayed = [&] { return be.graph_stats().replays - before.replays; };
+  step(x, 2.0f, n);  // recorded
+  step(x, 2.0f, n);  // replayed
+  EXPECT_EQ(recorded(), 1);
+  EXPECT_EQ(replayed(), 1);
+  step(y, 2.0f, n);  // another buffer
+  EXPECT_EQ(recorded(), 2);
+  step(y, 3.0f, n / 2);  // another constant and size
+  EXPECT_EQ(recorded(), 3);
+  EXPECT_EQ(replayed(), 1);
+  std::vector<float> hx(n), hy(n);
+  be.download(hx.data(), x, n * sizeof(float));
+  be.download(hy.data(), y, n * sizeof(float));
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_EQ(hx[i], 4.0f) << i;
+    EXPECT_EQ(hy[i], i < n / 2 ? 6.0f : 2.0f) << i;
+  }
+  be.release(x);
+  be.release(y);
 }
 
 // ---- ops.cu ------------------------------------------------------------------------------------------
@@ -607,10 +684,11 @@ Vec bf16_product(const std::vector<float>& x, const std::vector<float>& w, int N
 // At bf16 a GEMM input that is not a weight is rounded once for a run of GEMMs that read it (q, k
 // and v share their input), again once a GEMM or any other op has written into it.
 TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
-  std::string why;
-  std::unique_ptr<Backend> be = make_cuda_backend(0, &why);
-  ASSERT_TRUE(be) << why;
-  ASSERT_TRUE(be->set_matmul_precision(MatmulPrecision::Bf16, &why)) << why;
+  auto emu = make_cuda_backend(0);
+  ASSERT_TRUE(emu.ok()) << emu.error().message;
+  std::unique_ptr<Backend> be = std::move(*emu);
+  const Status bf16 = be->set_matmul_precision(MatmulPrecision::Bf16);
+  ASSERT_TRUE(bf16.ok()) << bf16.error().message;
   const int N = 24, C = 32;
   const size_t nx = size_t(N) * C, nw = size_t(C) * C;
   auto dev = [&](const std::vector<float>& host) {
@@ -691,9 +769,9 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
 // cuBLAS as it is, the input is rounded once for the GEMMs that share it. In a step graph, the same
 // buffer read as fp32 weights and then as bf16 ones is another op: recorded anew, not replayed.
 TEST(CudaEmu, Bf16WeightsGoToCublasAsTheyAre) {
-  std::string why;
-  std::unique_ptr<Backend> be = make_cuda_backend(0, &why);
-  ASSERT_TRUE(be) << why;
+  auto made_be = make_cuda_backend(0);
+  ASSERT_TRUE(made_be.ok()) << made_be.error().message;
+  std::unique_ptr<Backend> be = std::move(*made_be);
   ASSERT_EQ(be->matmul_precision(), MatmulPrecision::Tf32);
   const int N = 24, C = 32;
   const size_t nx = size_t(N) * C, nw = size_t(C) * C;
@@ -750,9 +828,9 @@ TEST(CudaEmu, Bf16WeightsGoToCublasAsTheyAre) {
 // emulated GPU's forward and generation give the CPU's logits on the same weights, within the bf16
 // rounding of the activations that only the GPU does (1.2e-3 here; a misread weight gives O(1)).
 TEST(CudaEmu, InferenceOnBf16WeightsFollowsTheCpu) {
-  std::string why;
-  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);
-  ASSERT_TRUE(emu) << why;
+  auto made_emu = make_cuda_backend(0);
+  ASSERT_TRUE(made_emu.ok()) << made_emu.error().message;
+  std::unique_ptr<Backend> emu = std::move(*made_emu);
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   auto mc = model_preset("tiny");
   ASSERT_TRUE(mc.ok());
@@ -827,14 +905,15 @@ std::vector<double> tiny_losses(Backend& be, int steps) {
 
 TEST(CudaEmu, WholeBackendTrainsLikeTheCpuWithStepGraphs) {
   constexpr int kSteps = 5;
-  std::string why;
-  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);  // the emulated one (see the top)
-  ASSERT_TRUE(emu) << why;
+  auto made = make_cuda_backend(0);  // the emulated one (see the top)
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::unique_ptr<Backend> emu = std::move(*made);
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   const std::vector<double> ref = tiny_losses(*cpu, kSteps);
   for (const MatmulPrecision prec : {MatmulPrecision::Tf32, MatmulPrecision::Bf16}) {
     SCOPED_TRACE(matmul_precision_name(prec));
-    ASSERT_TRUE(emu->set_matmul_precision(prec, &why)) << why;
+    const Status set = emu->set_matmul_precision(prec);
+    ASSERT_TRUE(set.ok()) << set.error().message;
     const Backend::GraphStats before = emu->graph_stats();
     const std::vector<double> got = tiny_losses(*emu, kSteps);
     ASSERT_EQ(got.size(), ref.size());
@@ -851,9 +930,9 @@ TEST(CudaEmu, WholeBackendTrainsLikeTheCpuWithStepGraphs) {
 // Generation with a KV cache (decode_step: Tq = 1 attention over the cache, the strided append of
 // copy_rows, the post-sampler gather) on the emulated backend gives the CPU's next-token logits.
 TEST(CudaEmu, GenerationWithKvCacheFollowsTheCpu) {
-  std::string why;
-  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);
-  ASSERT_TRUE(emu) << why;
+  auto made = make_cuda_backend(0);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::unique_ptr<Backend> emu = std::move(*made);
   std::unique_ptr<Backend> cpu = make_cpu_backend();
   auto mc = model_preset("tiny");
   ASSERT_TRUE(mc.ok());
@@ -880,9 +959,9 @@ TEST(CudaEmu, GenerationWithKvCacheFollowsTheCpu) {
 // A model or a training run too big for the GPU is a one-line error naming the device, not an
 // abort (the emulated GPU is shrunk to 2 MiB per allocation here).
 TEST(CudaEmu, TooLittleGpuMemoryIsAnErrorNotACrash) {
-  std::string why;
-  std::unique_ptr<Backend> emu = make_cuda_backend(0, &why);
-  ASSERT_TRUE(emu) << why;
+  auto made = make_cuda_backend(0);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::unique_ptr<Backend> emu = std::move(*made);
   auto mc = model_preset("small");  // 1M parameters: 4 MiB of weights
   ASSERT_TRUE(mc.ok());
   const std::string db =

@@ -1,6 +1,8 @@
 // RunStore: round trip of every table, metric batching, WAL readers beside a writer, and the
-// failure paths (newer schema, foreign file, unwritable path, duplicate run, locked, disk full).
+// failure paths (newer schema, foreign file, unwritable path, duplicate run, locked, disk full);
+// in_transaction (core/store/sqlite_tx.h), whose failures must leave nothing written.
 #include "core/store/run_store.h"
+#include "core/store/sqlite_tx.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -532,4 +534,98 @@ TEST_F(RunStoreTest, FullDiskReturnsAnErrorAndKeepsCommittedRows) {
   ASSERT_TRUE(rows.ok());
   EXPECT_EQ(rows->size(), 10u);  // the earlier commit stays, the failed batch left nothing
   EXPECT_OK(store.integrity_check());
+}
+
+namespace {
+
+int sql(sqlite3* db, const char* text) { return sqlite3_exec(db, text, nullptr, nullptr, nullptr); }
+
+size_t run_count(RunStore& store) {
+  auto runs = store.list_runs();
+  EXPECT_TRUE(runs.ok()) << (runs.ok() ? "" : runs.error().message);
+  return runs.ok() ? runs->size() : size_t(0);
+}
+
+}  // namespace
+
+// Whatever fails (the body, one of its statements, COMMIT), nothing the body wrote stays, the first
+// error comes back, and the connection is out of the transaction for the next one.
+TEST_F(RunStoreTest, FailedTransactionLeavesNothingWritten) {
+  RunStore store = open_ok(db_path());
+  sqlite3* db = store.native_handle();
+  Status body_failed = in_transaction(db, db_path(), "add run", [&]() -> Status {
+    EXPECT_EQ(sql(db, "INSERT INTO runs(name, created_at) VALUES('a', 'now')"), SQLITE_OK);
+    return make_error("the body's own error");
+  });
+  ASSERT_FALSE(body_failed.ok());
+  EXPECT_EQ(body_failed.error().message, "the body's own error");
+  EXPECT_EQ(run_count(store), 0u);
+  EXPECT_NE(sqlite3_get_autocommit(db), 0) << "left inside the transaction";
+
+  // A failing statement: its message, read before ROLLBACK reset it.
+  Status statement_failed = in_transaction(db, db_path(), "add run", [&]() -> Status {
+    EXPECT_EQ(sql(db, "INSERT INTO runs(name, created_at) VALUES('b', 'now')"), SQLITE_OK);
+    if (sql(db, "INSERT INTO no_such_table VALUES(1)") != SQLITE_OK) return sqlite_error(db, db_path(), "add row");
+    return {};
+  });
+  ASSERT_FALSE(statement_failed.ok());
+  EXPECT_EQ(statement_failed.error().message, db_path() + ": add row: no such table: no_such_table");
+  EXPECT_EQ(run_count(store), 0u);
+
+  // COMMIT refused: a deferred foreign key (a metric of a run that does not exist) fails only there.
+  Status commit_failed = in_transaction(db, db_path(), "add metric", [&]() -> Status {
+    EXPECT_EQ(sql(db, "PRAGMA defer_foreign_keys = ON"), SQLITE_OK);
+    EXPECT_EQ(sql(db, "INSERT INTO runs(name, created_at) VALUES('c', 'now')"), SQLITE_OK);
+    EXPECT_EQ(sql(db, "INSERT INTO metrics(run_id, step, key, value, wall_time) VALUES(42, 1, 'k', 1, 0)"), SQLITE_OK);
+    return {};
+  });
+  ASSERT_FALSE(commit_failed.ok());
+  EXPECT_EQ(commit_failed.error().message.rfind(db_path() + ": add metric: FOREIGN KEY", 0), 0u)
+      << commit_failed.error().message;
+  EXPECT_EQ(run_count(store), 0u);
+  EXPECT_NE(sqlite3_get_autocommit(db), 0) << "a refused COMMIT left the transaction open";
+
+  // A body that succeeds is committed: a reader of its own sees the row.
+  EXPECT_OK(in_transaction(db, db_path(), "add run", [&]() -> Status {
+    EXPECT_EQ(sql(db, "INSERT INTO runs(name, created_at) VALUES('d', 'now')"), SQLITE_OK);
+    return {};
+  }));
+  RunStore reader = open_reader(db_path());
+  EXPECT_EQ(run_count(reader), 1u);
+}
+
+// Another writer holds the lock: BEGIN IMMEDIATE fails after the busy timeout and the body never runs.
+TEST_F(RunStoreTest, BusyTransactionFailsBeforeItsBody) {
+  RunStore store = open_ok(db_path(), /*busy_ms=*/100);
+  sqlite3* other = nullptr;
+  ASSERT_EQ(sqlite3_open(db_path().c_str(), &other), SQLITE_OK);
+  ASSERT_EQ(sql(other, "BEGIN IMMEDIATE"), SQLITE_OK);
+  bool ran = false;
+  Status busy = in_transaction(store.native_handle(), db_path(), "add run", [&]() -> Status {
+    ran = true;
+    return {};
+  });
+  sql(other, "ROLLBACK");
+  sqlite3_close(other);
+  ASSERT_FALSE(busy.ok());
+  EXPECT_FALSE(ran);
+  EXPECT_EQ(busy.error().message.rfind(db_path() + ": add run: ", 0), 0u) << busy.error().message;
+  EXPECT_NE(busy.error().message.find("locked"), std::string::npos) << busy.error().message;
+}
+
+// delete_run of an unknown id: an error, and every other run kept.
+TEST_F(RunStoreTest, DeletingAnUnknownRunKeepsEveryRun) {
+  RunStore store = open_ok(db_path());
+  const int64_t kept = must(store.create_run("kept", "{}"));
+  store.add_metric(kept, 1, "train/ce", 1.0);
+  ASSERT_TRUE(store.flush().ok());
+  Status st = store.delete_run(kept + 100);
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message, db_path() + ": no run with id " + std::to_string(kept + 100));
+  EXPECT_EQ(run_count(store), 1u);
+  auto rows = store.metrics(kept, "");
+  ASSERT_TRUE(rows.ok());
+  EXPECT_EQ(rows->size(), 1u);
+  EXPECT_OK(store.delete_run(kept));
+  EXPECT_EQ(run_count(store), 0u);
 }

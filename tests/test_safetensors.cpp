@@ -284,17 +284,22 @@ TEST(SafetensorsConvert, BF16IsTheTopHalfOfF32) {
 }
 
 TEST(SafetensorsConvert, DTypeNamesAndBits) {
-  SafetensorsDType t;
-  ASSERT_TRUE(parse_dtype("BF16", &t));
-  EXPECT_EQ(t, SafetensorsDType::BF16);
-  EXPECT_EQ(dtype_bits(t), 16);
-  ASSERT_TRUE(parse_dtype("F8_E4M3FNUZ", &t));
-  EXPECT_EQ(dtype_bits(t), 8);
-  ASSERT_TRUE(parse_dtype("F4", &t));
-  EXPECT_EQ(dtype_bits(t), 4);
+  auto bf16 = parse_dtype("BF16");
+  ASSERT_TRUE(bf16.ok());
+  EXPECT_EQ(*bf16, SafetensorsDType::BF16);
+  EXPECT_EQ(dtype_bits(*bf16), 16);
+  auto f8 = parse_dtype("F8_E4M3FNUZ");
+  ASSERT_TRUE(f8.ok());
+  EXPECT_EQ(dtype_bits(*f8), 8);
+  auto f4 = parse_dtype("F4");
+  ASSERT_TRUE(f4.ok());
+  EXPECT_EQ(dtype_bits(*f4), 4);
   EXPECT_STREQ(dtype_name(SafetensorsDType::F6_E3M2), "F6_E3M2");
-  EXPECT_FALSE(parse_dtype("F128", &t));
-  EXPECT_FALSE(parse_dtype("f32", &t));
+  for (const char* unknown : {"F128", "f32"}) {
+    auto r = parse_dtype(unknown);
+    ASSERT_FALSE(r.ok()) << unknown;
+    EXPECT_EQ(r.error().message, std::string("unknown dtype '") + unknown + "'");
+  }
 }
 
 // ---- corrupt files ----------------------------------------------------------------------------

@@ -484,29 +484,37 @@ TEST(ParseKappaBits, AcceptsFractionsAndDecimals) {
 
 TEST(ParseKappaBits, RefusesTextNegativesInfinitiesAndZeroDenominators) {
   for (const char* bad : {"abc", "", "  ", "-1", "1/-8", "1/0", "inf", "nan", "/8", "1/", "1/8/2", "1e999", "0.1x"})
-    EXPECT_FALSE(parse_kappa_bits(bad).has_value()) << "'" << bad << "'";
+    EXPECT_FALSE(parse_kappa_bits(bad).ok()) << "'" << bad << "'";
+  auto refused = parse_kappa_bits("abc");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "kappa 'abc' is not a number of bits (e.g. 1/8 or 0.125)");
 }
 
 TEST(ParseKappaList, ParsesEveryValueInOrder) {
   const auto list = parse_kappa_list(kDefaultSweep);
-  ASSERT_TRUE(list.has_value());
+  ASSERT_TRUE(list.ok()) << list.error().message;
   ASSERT_EQ(list->size(), 4u);
   const double expected[] = {1.0 / 64, 1.0 / 8, 1.0, 8.0};
   for (size_t i = 0; i < 4; ++i) EXPECT_NEAR((*list)[i], expected[i], kDoubleTol) << i;
 }
 
 TEST(ParseKappaList, RefusesAnyBadEntryOrNone) {
-  EXPECT_FALSE(parse_kappa_list("1/64, abc, 1").has_value());
-  EXPECT_FALSE(parse_kappa_list("1, -8").has_value());
-  EXPECT_FALSE(parse_kappa_list("").has_value());
-  EXPECT_FALSE(parse_kappa_list(",,").has_value());
-  EXPECT_FALSE(parse_kappa_list(" , ").has_value());
+  auto bad_entry = parse_kappa_list("1/64, abc, 1");
+  ASSERT_FALSE(bad_entry.ok());
+  EXPECT_EQ(bad_entry.error().message, "sweep '1/64, abc, 1': kappa 'abc' is not a number of bits (e.g. 1/8 or 0.125)");
+  EXPECT_FALSE(parse_kappa_list("1, -8").ok());
+  for (const char* none : {"", ",,", " , "}) {
+    auto r = parse_kappa_list(none);
+    ASSERT_FALSE(r.ok()) << "'" << none << "'";
+    EXPECT_NE(r.error().message.find("expected kappa values in bits separated by commas"), std::string::npos)
+        << r.error().message;
+  }
 }
 
 TEST(ParseKappaList, TrailingSeparatorsAndSpacesAreIgnored) {
   for (const QString text : {"1, 8,", "1, 8, ", " 1 ,, 8 "}) {
     const auto list = parse_kappa_list(text);
-    ASSERT_TRUE(list.has_value()) << text.toStdString();
+    ASSERT_TRUE(list.ok()) << text.toStdString();
     EXPECT_EQ(*list, (std::vector<double>{1.0, 8.0})) << text.toStdString();
   }
 }

@@ -64,9 +64,9 @@ bool StorePoller::ensure_open() {
   return store_.has_value();
 }
 
-void StorePoller::poll_runs() {
+ftx::Status StorePoller::poll_runs() {
   auto runs = store_->list_runs();
-  if (!runs) throw std::runtime_error(runs.error().message);
+  if (!runs) return runs.error();
   std::vector<RunSummary> out;
   std::string key;
   for (const ftx::RunInfo& info : *runs) {
@@ -78,29 +78,30 @@ void StorePoller::poll_runs() {
   }
   if (key != last_runs_key_) emit runs_changed(std::move(out));
   last_runs_key_ = key;
+  return {};
+}
+
+ftx::Status StorePoller::poll_rows() {
+  FTX_TRY(poll_runs());
+  auto events = store_->events_since(last_event_, &last_event_);
+  if (!events) return events.error();
+  for (const auto& [run, e] : *events)
+    if (e.kind == "resumed") reload_run(run);  // the run trimmed its curve past the checkpoint
+  if (!events->empty()) emit events_arrived(std::move(*events));
+  auto rows = store_->metrics_since(last_metric_, kMetricsPerRound, &last_metric_);
+  if (!rows) return rows.error();
+  if (!rows->empty()) emit metrics_arrived(std::move(*rows));
+  return {};
 }
 
 void StorePoller::poll() {
   if (!ensure_open()) return;
-  try {
-    poll_runs();
-    auto events = store_->events_since(last_event_, &last_event_);
-    if (!events) throw std::runtime_error(events.error().message);
-    for (const auto& [run, e] : *events)
-      if (e.kind == "resumed") reload_run(run);  // the run trimmed its curve past the checkpoint
-    if (!events->empty()) emit events_arrived(std::move(*events));
-    auto rows = store_->metrics_since(last_metric_, kMetricsPerRound, &last_metric_);
-    if (!rows) throw std::runtime_error(rows.error().message);
-    if (!rows->empty()) emit metrics_arrived(std::move(*rows));
-    if (!last_error_.isEmpty()) emit store_error(QString());
-    last_error_.clear();
-  } catch (const std::runtime_error& e) {
-    // Locked past the short busy timeout, or the file was replaced: report, reopen next round.
-    const QString err = QString::fromUtf8(e.what());
-    if (err != last_error_) emit store_error(err);
-    last_error_ = err;
-    if (err.contains("locked") == false) store_.reset();
-  }
+  const ftx::Status st = poll_rows();
+  const QString err = st.ok() ? QString() : QString::fromStdString(st.error().message);
+  if (err != last_error_) emit store_error(err);  // an empty message: readable again
+  last_error_ = err;
+  // Locked past the short busy timeout, or the file was replaced: reopen next round.
+  if (!st.ok() && !err.contains("locked")) store_.reset();
 }
 
 void StorePoller::reload_run(qint64 run_id) {

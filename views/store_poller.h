@@ -50,7 +50,8 @@ class StorePoller : public QObject {
 
  private:
   bool ensure_open();
-  void poll_runs();
+  ftx::Status poll_runs();
+  ftx::Status poll_rows();  // one round of reads; the first error ends it
 
   QString path_;
   int interval_ms_;

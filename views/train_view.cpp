@@ -17,7 +17,7 @@
 
 #include "core/train/train_config.h"
 
-std::optional<double> parse_kappa_bits(const QString& text) {
+ftx::Result<double> parse_kappa_bits(const QString& text) {
   const QString t = text.trimmed();
   bool ok = false;
   double v = 0;
@@ -29,19 +29,21 @@ std::optional<double> parse_kappa_bits(const QString& text) {
   } else {
     v = t.toDouble(&ok);
   }
-  if (!ok || !std::isfinite(v) || v < 0) return std::nullopt;
+  if (!ok || !std::isfinite(v) || v < 0)
+    return ftx::make_error("kappa '" + text.toStdString() + "' is not a number of bits (e.g. 1/8 or 0.125)");
   return v;
 }
 
-std::optional<std::vector<double>> parse_kappa_list(const QString& text) {
+ftx::Result<std::vector<double>> parse_kappa_list(const QString& text) {
+  const std::string what = "sweep '" + text.toStdString() + "': ";
   std::vector<double> out;
   for (const QString& part : text.split(',')) {
     if (part.trimmed().isEmpty()) continue;  // "1, 8, " is "1, 8"
-    auto v = parse_kappa_bits(part);
-    if (!v) return std::nullopt;
+    auto v = parse_kappa_bits(part.trimmed());
+    if (!v) return ftx::make_error(what + v.error().message);
     out.push_back(*v);
   }
-  if (out.empty()) return std::nullopt;
+  if (out.empty()) return ftx::make_error(what + "expected kappa values in bits separated by commas");
   return out;
 }
 
@@ -160,7 +162,7 @@ QWidget* TrainView::build_controls() {
   connect(step_, &QPushButton::clicked, this, &TrainView::step_requested);
   connect(set_kappa_, &QPushButton::clicked, this, [this] {
     auto bits = parse_kappa_bits(kappa_->text());
-    if (!bits) return show_error("kappa '" + kappa_->text() + "' is not a number of bits (e.g. 1/8 or 0.125)");
+    if (!bits) return show_error(QString::fromStdString(bits.error().message));
     emit kappa_requested(static_cast<float>(ftx::bits_to_nats(*bits)));
   });
   connect(sweep_, &QLineEdit::textChanged, this, [this] { mark(sweep_, !parse_kappa_list(sweep_->text())); });
@@ -197,7 +199,7 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   ftx::TrainRequest r;
   r.db_path = db_path_.toStdString();
   auto bits = parse_kappa_bits(kappa_->text());
-  if (!bits) return ftx::make_error("kappa '" + kappa_->text().toStdString() + "' is not a number of bits (e.g. 1/8 or 0.125)");
+  if (!bits) return bits.error();
   bool ok = false;
   const double lr = lr_->text().toDouble(&ok);
   if (!ok || !(lr > 0 && lr < 1)) return ftx::make_error("learning rate '" + lr_->text().toStdString() + "' must be a number in (0, 1)");
@@ -234,7 +236,7 @@ void TrainView::start() {
 
 void TrainView::start_sweep() {
   auto kappas = parse_kappa_list(sweep_->text());
-  if (!kappas) return show_error("sweep '" + sweep_->text() + "': expected kappa values in bits separated by commas");
+  if (!kappas) return show_error(QString::fromStdString(kappas.error().message));
   auto base = request();
   if (!base) return show_error(QString::fromStdString(base.error().message));
   std::vector<ftx::TrainRequest> sweep;

@@ -151,8 +151,10 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
     if (!v.contains(k)) return make_error(where + ": missing field '" + k + "'");
   t->name = name;
   const json& dt = v["dtype"];
-  if (!dt.is_string() || !parse_dtype(dt.get<std::string>(), &t->dtype))
-    return make_error(where + ": unknown dtype " + dt.dump());
+  if (!dt.is_string()) return make_error(where + ": unknown dtype " + dt.dump());
+  auto dtype = parse_dtype(dt.get<std::string>());
+  if (!dtype) return make_error(where + ": " + dtype.error().message);
+  t->dtype = *dtype;
   FTX_TRY(parse_shape(where, v["shape"], t));
   FTX_TRY(parse_offsets(where, v["data_offsets"], t));
   uint64_t bits = 0;
@@ -205,13 +207,10 @@ Status check_layout(const std::string& path, std::vector<TensorInfo>* tensors, u
 const char* dtype_name(SafetensorsDType t) { return dtype_row(t).name; }
 int dtype_bits(SafetensorsDType t) { return dtype_row(t).bits; }
 
-bool parse_dtype(const std::string& s, SafetensorsDType* out) {
+Result<SafetensorsDType> parse_dtype(const std::string& s) {
   for (const auto& r : kDTypes)
-    if (s == r.name) {
-      *out = r.type;
-      return true;
-    }
-  return false;
+    if (s == r.name) return r.type;
+  return make_error("unknown dtype " + quote_name(s));
 }
 
 std::string shape_str(const std::vector<int64_t>& shape) {

@@ -32,9 +32,9 @@ enum class SafetensorsDType {
   F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F4, F6_E2M3, F6_E3M2
 };
 
-const char* dtype_name(SafetensorsDType t);                      // "BF16"
-int dtype_bits(SafetensorsDType t);                              // 16 (4 for F4, 6 for F6_*)
-bool parse_dtype(const std::string& s, SafetensorsDType* out);  // false for unknown strings
+const char* dtype_name(SafetensorsDType t);                // "BF16"
+int dtype_bits(SafetensorsDType t);                        // 16 (4 for F4, 6 for F6_*)
+Result<SafetensorsDType> parse_dtype(const std::string& s);  // "BF16" -> BF16; an error for unknown strings
 
 struct TensorInfo {
   std::string name;

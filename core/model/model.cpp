@@ -53,7 +53,7 @@ Model::Model(Backend& backend, const ModelConfig& config, LayoutOnly) : be_(back
 }
 
 Model::Model(Backend& backend, const ModelConfig& config, std::nullptr_t) : Model(backend, config, LayoutOnly{}) {
-  params_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)));
+  params_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)).value_or(nullptr));
   if (params_ == nullptr) return;
   be_.track_weights(params_, static_cast<size_t>(n_params_));  // bf16 GEMMs read a bf16 copy
   std::vector<WeightRef> refs;
@@ -128,11 +128,14 @@ Status Model::take_tensors(const TensorSource& source) {
     if (!s.gemm_weight) fp32_bytes += bytes;
     else if (!in_place) upload_bytes += bytes;
   }
-  params_ = static_cast<float*>(be_.try_alloc(fp32_bytes));
-  if (upload_bytes > 0) uploaded_ = be_.try_alloc(upload_bytes);
-  if (params_ == nullptr || (upload_bytes > 0 && uploaded_ == nullptr))
-    return make_error(std::string(be_.name()) + ": not enough memory for the model's weights (" +
-                      std::to_string(fp32_bytes + upload_bytes) + " bytes)");
+  auto fp32 = be_.try_alloc(fp32_bytes);
+  if (!fp32) return fp32.error();
+  params_ = static_cast<float*>(*fp32);
+  if (upload_bytes > 0) {
+    auto up = be_.try_alloc(upload_bytes);
+    if (!up) return up.error();
+    uploaded_ = *up;
+  }
   std::vector<WeightRef> refs(specs_.size());
   std::vector<float> host;
   char* fp32_at = reinterpret_cast<char*>(params_);
@@ -163,17 +166,19 @@ float* Model::params() {
   return params_;
 }
 
-bool Model::allocate_grads() {
+Status Model::allocate_grads() {
   FT_ASSERT(!inference_, "an inference-only model has no gradients");
-  if (grads_ == nullptr) {
-    grads_ = static_cast<float*>(be_.try_alloc(n_params_ * sizeof(float)));
-    if (grads_ != nullptr) g_ = resolve_grads(cfg_, specs_, grads_);
-  }
-  return grads_ != nullptr;
+  if (grads_ != nullptr) return {};
+  auto g = be_.try_alloc(n_params_ * sizeof(float));
+  if (!g) return g.error();
+  grads_ = static_cast<float*>(*g);
+  g_ = resolve_grads(cfg_, specs_, grads_);
+  return {};
 }
 
 float* Model::grads() {
-  FT_ASSERT(allocate_grads(), "%s: out of memory for the gradients", be_.name());
+  const Status st = allocate_grads();
+  FT_ASSERT(st.ok(), "the gradients: %s", st.error().message.c_str());
   return grads_;
 }
 

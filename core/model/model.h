@@ -67,10 +67,10 @@ class Model {
   // The fp32 arena (num_params) on the backend, in specs() order; not for an inference-only model.
   float* params();
   // Gradients (num_params) on the backend, allocated on first use (inference never needs them);
-  // allocate_grads() says false instead of aborting when the memory is not there. Not for an
+  // allocate_grads() returns an error instead of aborting when the memory is not there. Not for an
   // inference-only model.
   float* grads();
-  bool allocate_grads();
+  Status allocate_grads();
 
   void init_weights(uint64_t seed, const InitConfig& init);
   void load_params(const float* host);  // (num_params) host, arena order of specs()

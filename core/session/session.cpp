@@ -165,6 +165,18 @@ void Session::worker_loop() {
 
 bool cuda_in_build() { return cuda_backend_built(); }
 
+namespace {
+// The request's device with its GEMMs at `precision` ("": the device's default).
+Result<std::unique_ptr<Backend>> make_session_backend(const std::string& device, const std::string& precision) {
+  auto be = make_backend_for(device);
+  if (!be || precision.empty()) return be;
+  auto prec = parse_matmul_precision(precision);
+  if (!prec) return prec.error();
+  FTX_TRY((*be)->set_matmul_precision(*prec));
+  return be;
+}
+}  // namespace
+
 void Session::run_one(TrainRequest& req) {
   SessionSnapshot s;
   s.run = req.run, s.total_steps = req.train.steps, s.kappa_nats = req.train.kappa_nats;
@@ -172,18 +184,12 @@ void Session::run_one(TrainRequest& req) {
   publish(s);
   const int cores = omp_get_num_procs();
   omp_set_num_threads(req.threads > 0 ? req.threads : cores);
-  std::string why;
-  auto be = make_backend_for(req.device, &why);
-  MatmulPrecision prec = MatmulPrecision::Fp32;
-  if (be && !req.precision.empty() && !parse_matmul_precision(req.precision, &prec)) {
-    be.reset();
-    why = "unknown GEMM precision '" + req.precision + "' (expected fp32, tf32 or bf16)";
-  }
-  if (be && !req.precision.empty() && !be->set_matmul_precision(prec, &why)) be.reset();
-  if (!be) {
-    s.state = SessionState::Failed, s.message = "device " + req.device + ": " + why;
+  auto made = make_session_backend(req.device, req.precision);
+  if (!made) {
+    s.state = SessionState::Failed, s.message = "device " + req.device + ": " + made.error().message;
     return publish(s);
   }
+  std::unique_ptr<Backend> be = std::move(*made);
   auto data = datasets_(req.train);
   auto trainer = Trainer::start(*be, req.model, req.train, data->seq_len(), req.db_path, req.run);
   if (!trainer) {

@@ -16,6 +16,8 @@
 #include <sstream>
 #include <utility>
 
+#include "core/store/sqlite_tx.h"
+
 namespace ftx {
 namespace {
 
@@ -91,34 +93,16 @@ using Stmt = std::unique_ptr<sqlite3_stmt, StmtDeleter>;
 
 using Blob = std::vector<unsigned char>;
 
-bool is_not_a_database(int rc) {
-  int primary = rc & 0xff;
-  return primary == SQLITE_NOTADB || primary == SQLITE_CORRUPT;
-}
-
-// One line: "PATH: what: sqlite message". Read the message before any ROLLBACK resets it.
-Error db_error(sqlite3* db, const std::string& path, const std::string& what) {
-  if (is_not_a_database(sqlite3_extended_errcode(db)))
-    return make_error(path + ": not a database (file is corrupt or not SQLite)");
-  return make_error(path + ": " + what + ": " + sqlite3_errmsg(db));
-}
-
 Status exec(sqlite3* db, const std::string& path, const char* sql, const std::string& what) {
-  if (sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK) return db_error(db, path, what);
+  if (sqlite3_exec(db, sql, nullptr, nullptr, nullptr) != SQLITE_OK) return sqlite_error(db, path, what);
   return {};
-}
-
-// Ends a failed transaction and passes its error on (ROLLBACK's own failure changes nothing).
-Error rolled_back(sqlite3* db, Error e) {
-  sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
-  return e;
 }
 
 Result<Stmt> prepare(sqlite3* db, const std::string& path, const char* sql, const std::string& what) {
   sqlite3_stmt* s = nullptr;
   if (sqlite3_prepare_v2(db, sql, -1, &s, nullptr) != SQLITE_OK) {
     sqlite3_finalize(s);
-    return db_error(db, path, what);
+    return sqlite_error(db, path, what);
   }
   return Stmt(s);
 }
@@ -148,7 +132,7 @@ Status run(sqlite3* db, const std::string& path, const char* sql, const std::str
   auto st = prepare(db, path, sql, what);
   if (!st) return st.error();
   if (bind_all(st->get(), args...) != SQLITE_OK || sqlite3_step(st->get()) != SQLITE_DONE)
-    return db_error(db, path, what);
+    return sqlite_error(db, path, what);
   return {};
 }
 
@@ -158,10 +142,10 @@ Status query(sqlite3* db, const std::string& path, const char* sql, const std::s
              const A&... args) {
   auto st = prepare(db, path, sql, what);
   if (!st) return st.error();
-  if (bind_all(st->get(), args...) != SQLITE_OK) return db_error(db, path, what);
+  if (bind_all(st->get(), args...) != SQLITE_OK) return sqlite_error(db, path, what);
   int rc;
   while ((rc = sqlite3_step(st->get())) == SQLITE_ROW) row(st->get());
-  if (rc != SQLITE_DONE) return db_error(db, path, what);
+  if (rc != SQLITE_DONE) return sqlite_error(db, path, what);
   return {};
 }
 
@@ -196,21 +180,17 @@ Error newer_schema_error(const std::string& path, int version) {
 // Applies every migration above the file's version in one IMMEDIATE transaction, so two processes
 // opening a fresh file at once migrate it once.
 Status migrate(sqlite3* db, const std::string& path) {
-  FTX_TRY(exec(db, path, "BEGIN IMMEDIATE", "migrate"));
-  auto version = user_version(db, path);
-  if (!version) return rolled_back(db, version.error());
-  if (*version > kSchemaVersion) return rolled_back(db, newer_schema_error(path, *version));
-  for (const Migration& m : kMigrations) {
-    if (m.to_version <= *version) continue;
-    std::string sql = std::string(m.sql) + "PRAGMA user_version = " + std::to_string(m.to_version) + ";";
-    if (sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) {
-      return rolled_back(db, db_error(db, path, "migrate to schema version " + std::to_string(m.to_version)));
+  return in_transaction(db, path, "migrate", [&]() -> Status {
+    auto version = user_version(db, path);
+    if (!version) return version.error();
+    if (*version > kSchemaVersion) return newer_schema_error(path, *version);
+    for (const Migration& m : kMigrations) {
+      if (m.to_version <= *version) continue;
+      std::string sql = std::string(m.sql) + "PRAGMA user_version = " + std::to_string(m.to_version) + ";";
+      FTX_TRY(exec(db, path, sql.c_str(), "migrate to schema version " + std::to_string(m.to_version)));
     }
-  }
-  if (sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    return rolled_back(db, db_error(db, path, "migrate"));
-  }
-  return {};
+    return {};
+  });
 }
 
 // Pragmas of a writer connection. journal_mode answers with the mode it got; "memory" is what an
@@ -240,11 +220,13 @@ std::vector<uint32_t> decode_codes(const unsigned char* p, size_t bytes) {
   return codes;
 }
 
-bool parse_double(const std::string& s, double& out) {
-  if (s.empty()) return false;
+// The whole of s as a number, or "WHERE: FIELD 's' is not a number".
+Result<double> parse_double(const std::string& s, const std::string& where, const char* field) {
   char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size();
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || end != s.c_str() + s.size())
+    return make_error(where + ": " + field + " '" + s + "' is not a number");
+  return v;
 }
 
 std::vector<std::string> split_commas(const std::string& line) {
@@ -267,11 +249,13 @@ Result<ReferenceRow> parse_reference_line(const std::vector<std::string>& f, boo
   r.model_size = f[1], r.train_tokens = f[2], r.benchmark = f[3], r.metric = f[4], r.model = f[5];
   r.statistic = f[7];
   if (!f[6].empty()) {
-    double k;
-    if (!parse_double(f[6], k)) return make_error(where + ": kappa_bits '" + f[6] + "' is not a number");
-    r.kappa_bits = k;
+    auto k = parse_double(f[6], where, "kappa_bits");
+    if (!k) return k.error();
+    r.kappa_bits = *k;
   }
-  if (!parse_double(f[8], r.value)) return make_error(where + ": value '" + f[8] + "' is not a number");
+  auto value = parse_double(f[8], where, "value");
+  if (!value) return value.error();
+  r.value = *value;
   return r;
 }
 
@@ -432,16 +416,12 @@ Status RunStore::rename_run(int64_t run_id, const std::string& new_name) {
 
 Status RunStore::delete_run(int64_t run_id) {
   std::erase_if(pending_, [&](const PendingMetric& m) { return m.run_id == run_id; });
-  FTX_TRY(exec(db_, path_, "BEGIN IMMEDIATE", "begin delete"));
-  // ON DELETE CASCADE removes the run's rows in every table.
-  Status st = run(db_, path_, "DELETE FROM runs WHERE id = ?", "delete run", run_id);
-  const bool found = st.ok() && sqlite3_changes(db_) > 0;
-  if (!st.ok() || !found) {
-    (void)exec(db_, path_, "ROLLBACK", "roll back delete");
-    if (!st.ok()) return st;
-    return make_error(path_ + ": no run with id " + std::to_string(run_id));
-  }
-  return exec(db_, path_, "COMMIT", "commit delete");
+  return in_transaction(db_, path_, "delete run", [&]() -> Status {
+    // ON DELETE CASCADE removes the run's rows in every table.
+    FTX_TRY(run(db_, path_, "DELETE FROM runs WHERE id = ?", "delete run", run_id));
+    if (sqlite3_changes(db_) == 0) return make_error(path_ + ": no run with id " + std::to_string(run_id));
+    return {};
+  });
 }
 
 // ---- metrics ---------------------------------------------------------------------------------
@@ -453,22 +433,18 @@ void RunStore::add_metric(int64_t run_id, int64_t step, const std::string& key, 
 Status RunStore::flush() {
   if (pending_.empty()) return {};
   const std::string what = "write " + std::to_string(pending_.size()) + " metric rows";
-  FTX_TRY(exec(db_, path_, "BEGIN IMMEDIATE", what));
-  auto st = prepare(db_, path_, "INSERT INTO metrics(run_id, step, key, value, wall_time) VALUES(?,?,?,?,?)", what);
-  if (!st) return rolled_back(db_, st.error());
-  for (const PendingMetric& m : pending_) {
-    sqlite3_reset(st->get());
-    if (bind_all(st->get(), m.run_id, m.step, m.key, m.value, m.wall_time) != SQLITE_OK ||
-        sqlite3_step(st->get()) != SQLITE_DONE) {
-      Error e = db_error(db_, path_, what);
-      st->reset();
-      return rolled_back(db_, e);
+  FTX_TRY(in_transaction(db_, path_, what, [&]() -> Status {
+    // One statement for the batch, finalized when the body returns (before COMMIT or ROLLBACK).
+    auto st = prepare(db_, path_, "INSERT INTO metrics(run_id, step, key, value, wall_time) VALUES(?,?,?,?,?)", what);
+    if (!st) return st.error();
+    for (const PendingMetric& m : pending_) {
+      sqlite3_reset(st->get());
+      if (bind_all(st->get(), m.run_id, m.step, m.key, m.value, m.wall_time) != SQLITE_OK ||
+          sqlite3_step(st->get()) != SQLITE_DONE)
+        return sqlite_error(db_, path_, what);
     }
-  }
-  st->reset();
-  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    return rolled_back(db_, db_error(db_, path_, what));
-  }
+    return {};
+  }));
   pending_.clear();
   return {};
 }
@@ -609,19 +585,15 @@ Status RunStore::import_reference_csv(const std::string& csv_path) {
   auto rows = parse_reference_csv(csv_path);
   if (!rows) return rows.error();
   const std::string what = "import " + csv_path;
-  FTX_TRY(exec(db_, path_, "BEGIN IMMEDIATE", what));
-  for (const ReferenceRow& r : *rows) {
-    auto st = run(db_, path_,
+  return in_transaction(db_, path_, what, [&]() -> Status {
+    for (const ReferenceRow& r : *rows)
+      FTX_TRY(run(db_, path_,
                   "INSERT INTO reference(source, model_size, train_tokens, benchmark, metric, model, kappa_bits, "
                   "statistic, value) VALUES(?,?,?,?,?,?,?,?,?)",
                   what, r.source, r.model_size, r.train_tokens, r.benchmark, r.metric, r.model, r.kappa_bits,
-                  r.statistic, r.value);
-    if (!st) return rolled_back(db_, st.error());
-  }
-  if (sqlite3_exec(db_, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) {
-    return rolled_back(db_, db_error(db_, path_, what));
-  }
-  return {};
+                  r.statistic, r.value));
+    return {};
+  });
 }
 
 Result<std::vector<ReferenceRow>> RunStore::reference() {

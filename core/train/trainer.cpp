@@ -111,9 +111,10 @@ Trainer::Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, cons
     : be_(be), store_(std::move(store)), model_(std::move(model)), tcfg_(tcfg), db_path_(std::move(db)),
       run_(std::move(run)) {
   const size_t bytes = model_->num_params() * sizeof(float);
-  adam_m_ = static_cast<float*>(be_.try_alloc(bytes));
-  adam_v_ = static_cast<float*>(be_.try_alloc(bytes));
-  grad_norm_ = static_cast<float*>(be_.try_alloc(sizeof(float)));
+  // Null when out of memory: make() then reports the whole training footprint.
+  adam_m_ = static_cast<float*>(be_.try_alloc(bytes).value_or(nullptr));
+  adam_v_ = static_cast<float*>(be_.try_alloc(bytes).value_or(nullptr));
+  grad_norm_ = static_cast<float*>(be_.try_alloc(sizeof(float)).value_or(nullptr));
   for (const ParamSpec& p : model_->specs())
     adam_segments_.push_back(
         {static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay ? tcfg_.weight_decay : 0.0f});
@@ -124,7 +125,7 @@ Result<std::unique_ptr<Trainer>> Trainer::make(Backend& be, RunStore store, cons
   auto model = Model::create(be, mcfg);
   if (!model) return model.error();
   std::unique_ptr<Trainer> t(new Trainer(be, std::move(store), std::move(*model), tcfg, std::move(db), std::move(run)));
-  if (!t->adam_m_ || !t->adam_v_ || !t->grad_norm_ || !t->model_->allocate_grads())
+  if (!t->adam_m_ || !t->adam_v_ || !t->grad_norm_ || !t->model_->allocate_grads().ok())
     return make_error(std::string(be.name()) + ": not enough memory to train " +
                       std::to_string(t->model_->num_params()) +
                       " parameters (weights, gradients and two AdamW moments: 16 bytes each)");

@@ -33,15 +33,15 @@ class CpuBackend final : public Backend {
 
   // ---- memory ----
   void* alloc(size_t bytes) override {
-    void* p = try_alloc(bytes);
-    FT_ASSERT(p != nullptr, "cpu backend: out of memory allocating %zu bytes", bytes);
-    return p;
+    auto p = try_alloc(bytes);
+    FT_ASSERT(p.ok(), "%s", p.error().message.c_str());
+    return *p;
   }
-  void* try_alloc(size_t bytes) override {
+  Result<void*> try_alloc(size_t bytes) override {
     const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    if (rounded < bytes) return nullptr;  // overflow
-    void* p = std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);
-    if (p != nullptr) std::memset(p, 0, rounded);
+    void* p = rounded < bytes ? nullptr : std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);  // < : overflow
+    if (p == nullptr) return make_error("cpu: out of memory allocating " + bytes_text(bytes));
+    std::memset(p, 0, rounded);
     return p;
   }
   void release(void* p) override { std::free(p); }

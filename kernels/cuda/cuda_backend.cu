@@ -62,6 +62,15 @@ void cublas_gemm_bf16(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t 
                                 CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
 }
 
+// Device-to-device copies as op launchers (CudaBackend::op).
+void copy_launch(void* dst, const void* src, size_t bytes, cudaStream_t st) {
+  FTX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st));
+}
+void copy_rows_launch(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes, size_t rows,
+                      cudaStream_t st) {
+  FTX_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, st));
+}
+
 // cudaSetDevice for this host thread, skipped when that device is current already.
 void use_device(int device) {
   static thread_local int current = -1;
@@ -111,16 +120,16 @@ class CudaBackend final : public Backend {
 
   // ---- memory ----
   void* alloc(size_t bytes) override {
-    void* p = try_alloc(bytes);
-    FT_ASSERT(p != nullptr, "cuda backend: out of GPU memory allocating %zu bytes", bytes);
-    return p;
+    auto p = try_alloc(bytes);
+    FT_ASSERT(p.ok(), "%s", p.error().message.c_str());
+    return *p;
   }
-  void* try_alloc(size_t bytes) override {
+  Result<void*> try_alloc(size_t bytes) override {
     outside_graph("alloc");
     void* p = nullptr;
     if (cudaMalloc(&p, bytes == 0 ? 1 : bytes) != cudaSuccess) {
       cudaGetLastError();  // an allocation failure is not sticky: clear it for the next check
-      return nullptr;
+      return make_error(name_ + ": out of GPU memory allocating " + bytes_text(bytes));
     }
     FTX_CUDA_CHECK(cudaMemsetAsync(p, 0, bytes, stream_));
     return p;
@@ -145,21 +154,18 @@ class CudaBackend final : public Backend {
   }
   void copy(void* dst, const void* src, size_t bytes) override {
     if (bytes == 0) return;
-    run(cuda::make_key("copy", dst, src, bytes),
-        [=, st = stream_] { FTX_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, st)); });
+    op("copy", copy_launch, dst, src, bytes);
     weights_written(dst, bytes);
   }
   void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                  size_t rows) override {
     if (row_bytes == 0 || rows == 0) return;
-    run(cuda::make_key("copy_rows", dst, dst_pitch, src, src_pitch, row_bytes, rows), [=, st = stream_] {
-      FTX_CUDA_CHECK(cudaMemcpy2DAsync(dst, dst_pitch, src, src_pitch, row_bytes, rows, cudaMemcpyDeviceToDevice, st));
-    });
+    op("copy_rows", copy_rows_launch, dst, dst_pitch, src, src_pitch, row_bytes, rows);
     weights_written(dst, dst_pitch * (rows - 1) + row_bytes);
   }
   void fill(float* x, float value, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("fill", x, value, n), [=, st = stream_] { cuda::fill(x, value, n, st); });
+    op("fill", cuda::fill, x, value, n);
     weights_written(x, n * sizeof(float));
   }
   void synchronize() override {
@@ -170,15 +176,15 @@ class CudaBackend final : public Backend {
   // ---- elementwise / reductions ----
   void add(float* out, const float* a, const float* b, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("add", out, a, b, n), [=, st = stream_] { cuda::add(out, a, b, n, st); });
+    op("add", cuda::add, out, a, b, n);
   }
   void add_inplace(float* acc, const float* x, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("add_inplace", acc, x, n), [=, st = stream_] { cuda::add_inplace(acc, x, n, st); });
+    op("add_inplace", cuda::add_inplace, acc, x, n);
   }
   void scale(float* x, float s, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("scale", x, s, n), [=, st = stream_] { cuda::scale(x, s, n, st); });
+    op("scale", cuda::scale, x, s, n);
   }
   double sum_squares(const float* x, size_t n) override {
     outside_graph("sum_squares");
@@ -192,42 +198,38 @@ class CudaBackend final : public Backend {
   void broadcast_rows(float* out, const float* v, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    run(cuda::make_key("broadcast_rows", out, v, N, C), [=, st = stream_] { cuda::broadcast_rows(out, v, N, C, st); });
+    op("broadcast_rows", cuda::broadcast_rows, out, v, N, C);
   }
   void sum_rows(float* dv, const float* dout, int N, int C) override {
     if (C == 0) return;
-    run(cuda::make_key("sum_rows", dv, dout, N, C), [=, st = stream_] { cuda::sum_rows(dv, dout, N, C, st); });
+    op("sum_rows", cuda::sum_rows, dv, dout, N, C);
   }
 
   // ---- embedding ----
   void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    auto key = cuda::make_key("embedding_forward", out, tok, wte.ptr, wte.dtype, N, C);
     if (wte.dtype == DType::BF16) {
-      run(std::move(key), [=, st = stream_, w = bf16_of(wte)] { cuda::embedding_forward(out, tok, w, N, C, st); });
+      op("embedding_forward_bf16", embedding_bf16_launch, out, tok, bf16_of(wte), N, C);
       return;
     }
-    run(std::move(key), [=, st = stream_, w = wte.f32()] { cuda::embedding_forward(out, tok, w, N, C, st); });
+    op("embedding_forward", embedding_f32_launch, out, tok, wte.f32(), N, C);
   }
   void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) override {
     const size_t n = size_t(N) * C;
     if (n == 0) return;
-    run(cuda::make_key("embedding_backward", dwte, dout, tok, N, C),
-        [=, st = stream_] { cuda::embedding_backward(dwte, dout, tok, N, C, st); });
+    op("embedding_backward", cuda::embedding_backward, dwte, dout, tok, N, C);
   }
 
   // ---- RMSNorm ----
   void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override {
     if (N == 0) return;
-    run(cuda::make_key("rmsnorm_forward", out, rstd, x, w, N, C, eps),
-        [=, st = stream_] { cuda::rmsnorm_forward(out, rstd, x, w, N, C, eps, st); });
+    op("rmsnorm_forward", cuda::rmsnorm_forward, out, rstd, x, w, N, C, eps);
   }
   void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
                         int N, int C) override {
     if (N == 0) return;
-    run(cuda::make_key("rmsnorm_backward", dx, dw, dout, x, w, rstd, N, C),
-        [=, st = stream_] { cuda::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C, st); });
+    op("rmsnorm_backward", cuda::rmsnorm_backward, dx, dw, dout, x, w, rstd, N, C);
   }
 
   // ---- matmul: row-major out (N,OC) = inp (N,IC) @ w^T. cuBLAS is column-major, where a
@@ -264,107 +266,64 @@ class CudaBackend final : public Backend {
   void attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                          const AttnShape& s) override {
     const bool tc = precision_ == MatmulPrecision::Bf16 && cuda::attention_tc_supports(s);
-    run(cuda::make_key("attention_forward", out, saved, q, k, v, s.B, s.NH, s.NKV, s.HS, s.Tq, s.Tk, s.Tk_cap,
-                       s.q_pos0, s.causal, tc),
-        [=, st = stream_] {
-          if (tc) cuda::attention_tc_forward(out, saved, q, k, v, s, st);
-          else cuda::attention_forward(out, saved, q, k, v, s, st);
-        });
+    op("attention_forward", tc ? cuda::attention_tc_forward : cuda::attention_forward, out, saved, q, k, v, s);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* saved,
                           const float* q, const float* k, const float* v, const AttnShape& s) override {
     const bool tc = precision_ == MatmulPrecision::Bf16 && cuda::attention_tc_supports(s);
-    run(cuda::make_key("attention_backward", dq, dk, dv, dout, out, saved, q, k, v, s.B, s.NH, s.NKV, s.HS, s.Tq,
-                       s.Tk, s.Tk_cap, s.q_pos0, s.causal, tc),
-        [=, st = stream_] {
-          if (tc) cuda::attention_tc_backward(dq, dk, dv, dout, out, saved, q, k, v, s, st);
-          else cuda::attention_backward(dq, dk, dv, dout, out, saved, q, k, v, s, st);
-        });
+    op("attention_backward", tc ? cuda::attention_tc_backward : cuda::attention_backward, dq, dk, dv, dout, out, saved,
+       q, k, v, s);
   }
 
   // ---- SwiGLU ----
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("swiglu_forward", out, gate, up, n),
-        [=, st = stream_] { cuda::swiglu_forward(out, gate, up, n, st); });
+    op("swiglu_forward", cuda::swiglu_forward, out, gate, up, n);
   }
   void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                        size_t n) override {
     if (n == 0) return;
-    run(cuda::make_key("swiglu_backward", dgate, dup, dout, gate, up, n),
-        [=, st = stream_] { cuda::swiglu_backward(dgate, dup, dout, gate, up, n, st); });
+    op("swiglu_backward", cuda::swiglu_backward, dgate, dup, dout, gate, up, n);
   }
 
   // ---- cross-entropy ----
   void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
     if (N == 0) return;
-    run(cuda::make_key("crossentropy_forward", losses, logits, targets, N, V),
-        [=, st = stream_] { cuda::crossentropy_forward(losses, logits, targets, N, V, st); });
+    op("crossentropy_forward", cuda::crossentropy_forward, losses, logits, targets, N, V);
   }
   void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V,
                              float scale) override {
     if (N == 0) return;
-    run(cuda::make_key("crossentropy_backward", dlogits, logits, targets, N, V, scale),
-        [=, st = stream_] { cuda::crossentropy_backward(dlogits, logits, targets, N, V, scale, st); });
+    op("crossentropy_backward", cuda::crossentropy_backward, dlogits, logits, targets, N, V, scale);
   }
 
   // ---- latent ----
   void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, uint64_t seed,
                              uint64_t stream) override {
-    const auto sd = graph_->scalar(seed), sm = graph_->scalar(stream);
-    run(cuda::make_key("binary_mapper_forward", codes, p, logits, N, H),
-        [=, st = stream_] { cuda::binary_mapper_forward(codes, p, logits, N, H, sd, sm, st); });
+    op("binary_mapper_forward", cuda::binary_mapper_forward, codes, p, logits, N, H, graph_->scalar(seed),
+       graph_->scalar(stream));
   }
   void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
                               int H) override {
-    const MatmulPrecision prec = precision_;
-    const __nv_bfloat16* W16 = prec == MatmulPrecision::Bf16 ? mirror_of(W) : nullptr;
-    run(cuda::make_key("binary_mapper_backward", dlogits, dR, W, p, N, C, H, prec, W16),
-        [=, st = stream_, h = cublas_] {
-          if (prec != MatmulPrecision::Bf16) {
-            const cuda::TileGemm tile = [=](int m, int n, int k, const float* A, int lda, const float* B, int ldb,
-                                            float* Cm, int ldc) {
-              cublas_gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A, lda, B, ldb, Cm, ldc, false, prec);
-            };
-            cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
-            return;
-          }
-          // bf16: dR is rounded once for all the tiles; W's columns come from the mirror (or are
-          // rounded per tile when W is not a tracked weight).
-          BfScratch scratch(st);
-          const __nv_bfloat16* dR16 = scratch.convert(dR, size_t(N) * C);
-          const cuda::TileGemm tile = [=, &scratch](int m, int n, int k, const float* A, int lda, const float* B,
-                                                    int ldb, float* Cm, int ldc) {
-            (void)B;
-            const __nv_bfloat16* A16 = W16 != nullptr ? W16 + (A - W) : scratch.convert(A, extent(m, k, lda));
-            cublas_gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A16, lda, dR16, ldb, Cm, ldc, false);
-          };
-          cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
-        });
+    const __nv_bfloat16* W16 = precision_ == MatmulPrecision::Bf16 ? mirror_of(W) : nullptr;
+    op("binary_mapper_backward", mapper_backward_launch, dlogits, dR, W, p, N, C, H, precision_, W16, cublas_);
   }
   void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H) override {
-    run(cuda::make_key("post_sampler_forward", R, codes, W, N, C, H),
-        [=, st = stream_] { cuda::post_sampler_forward(R, codes, W, N, C, H, st); });
+    op("post_sampler_forward", cuda::post_sampler_forward, R, codes, W, N, C, H);
   }
   void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H) override {
-    run(cuda::make_key("post_sampler_backward", dW, dR, codes, N, C, H),
-        [=, st = stream_] { cuda::post_sampler_backward(dW, dR, codes, N, C, H, st); });
+    op("post_sampler_backward", cuda::post_sampler_backward, dW, dR, codes, N, C, H);
   }
   void kl_forward(float* kl, const float* p, int N, int H) override {
-    run(cuda::make_key("kl_forward", kl, p, N, H), [=, st = stream_] { cuda::kl_forward(kl, p, N, H, st); });
+    op("kl_forward", cuda::kl_forward, kl, p, N, H);
   }
   void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale) override {
-    const auto kp = graph_->scalar(kappa);
-    run(cuda::make_key("kl_backward", dlogits, p, kl, N, H, scale),
-        [=, st = stream_] { cuda::kl_backward(dlogits, p, kl, N, H, kp, scale, st); });
+    op("kl_backward", cuda::kl_backward, dlogits, p, kl, N, H, graph_->scalar(kappa), scale);
   }
 
   // ---- optimizer ----
   void clip_grad_norm(float* g, size_t n, float max_norm, float* norm) override {
-    double* partial = partial_;
-    float* factor = clip_factor_;
-    run(cuda::make_key("clip_grad_norm", g, n, max_norm, norm),
-        [=, st = stream_] { cuda::clip_grad_norm(g, n, max_norm, norm, partial, factor, st); });
+    op("clip_grad_norm", cuda::clip_grad_norm, g, n, max_norm, norm, partial_, clip_factor_);
   }
   void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments,
                     int n_segments, const AdamWStep& s) override {
@@ -380,20 +339,17 @@ class CudaBackend final : public Backend {
     const auto bc2 = graph_->scalar(float(1.0 / (1.0 - std::pow(double(s.beta2), s.t))));
     const auto* table = static_cast<const AdamWSegment*>(graph_->table(segments, sizeof(AdamWSegment) * n_segments));
     __nv_bfloat16* mirror = precision_ == MatmulPrecision::Bf16 ? mirror_of(param) : nullptr;
-    run(cuda::make_key("adamw_update", param, grad, m, v, mirror, table, n_segments, end, s.beta1, s.beta2, s.eps),
-        [=, st = stream_, b1 = s.beta1, b2 = s.beta2, eps = s.eps] {
-          cuda::adamw(param, grad, m, v, mirror, table, n_segments, end, lr, b1, b2, eps, bc1, bc2, st);
-        });
+    op("adamw_update", cuda::adamw, param, grad, m, v, mirror, table, n_segments, end, lr, s.beta1, s.beta2, s.eps,
+       bc1, bc2);
   }
 
   // ---- precision and step graphs ----
-  bool set_matmul_precision(MatmulPrecision p, std::string* why) override {
-    (void)why;
+  Status set_matmul_precision(MatmulPrecision p) override {
     outside_graph("set_matmul_precision");
     precision_ = p;
     if (p == MatmulPrecision::Bf16) refresh_mirror();
     else free_mirror();  // only bf16 GEMMs read it
-    return true;
+    return {};
   }
   MatmulPrecision matmul_precision() const override { return precision_; }
   void track_weights(const float* base, size_t n) override {
@@ -407,28 +363,29 @@ class CudaBackend final : public Backend {
     graph_->begin();
   }
   void end_graph() override {
-    run(cuda::make_key("end_of_step"), [] {});  // frees the kept roundings inside the graph
+    op("end_of_step", [](cudaStream_t) {});  // frees the kept roundings inside the graph
     graph_->end();
   }
   GraphStats graph_stats() const override { return {graph_->captures(), graph_->replays(), roundings_.made()}; }
 
  private:
-  // Every op but the GEMMs: it may write anything, so the kept roundings go first.
-  template <class F>
-  void run(std::vector<uint64_t>&& key, F&& launch) {
-    launch_op(std::move(key), [this, op = std::forward<F>(launch)]() mutable {
-      roundings_.forget(stream_);
-      op();
-    });
+  // Every op but the GEMMs: launcher(args..., stream_), keyed by the same arguments
+  // (cuda::make_op). It may write anything, so the kept roundings go first.
+  template <class F, class... A>
+  void op(const char* tag, F launcher, const A&... args) {
+    cuda::Op o = cuda::make_op(tag, launcher, stream_, args...);
+    launch_op({std::move(o.key), [this, f = std::move(o.launch)] {
+                 roundings_.forget(stream_);
+                 f();
+               }});
   }
-  template <class F>
-  void launch_op(std::vector<uint64_t>&& key, F&& launch) {
+  void launch_op(cuda::Op&& o) {
     bind();
     if (!graph_->active()) {
-      launch();
+      o.launch();
       return;
     }
-    graph_->run(std::move(key), std::forward<F>(launch));
+    graph_->run(std::move(o));
   }
   // Every host call into the backend checks that it is outside a step graph (those that may not be
   // in one) and makes this backend's GPU current: the CUDA device is per host thread, and the
@@ -479,7 +436,7 @@ class CudaBackend final : public Backend {
   }
   void rounded_copy(__nv_bfloat16* out, const float* x, size_t n) {
     if (n == 0) return;
-    run(cuda::make_key("to_bf16", out, x, n), [=, st = stream_] { cuda::to_bf16(out, x, n, st); });
+    op("to_bf16", cuda::to_bf16, out, x, n);
   }
 
   // bf16 roundings of activations for one op (the mapper's tiles), freed with the op.
@@ -503,7 +460,7 @@ class CudaBackend final : public Backend {
   // while only GEMMs run: the q, k and v projections then round their common input once, gate and
   // up theirs, a matmul_backward its dout once for both products, and the backward of q, k, v one
   // input for three weight gradients. A GEMM forgets the roundings its output overlaps; any other
-  // op, which may write anything, forgets them all (run()), and so does the end of a step graph.
+  // op, which may write anything, forgets them all (op()), and so does the end of a step graph.
   // Only closures call it, so a replayed graph repeats exactly what its recording decided.
   class Roundings {
    public:
@@ -548,7 +505,7 @@ class CudaBackend final : public Backend {
 
   // Column-major C (m x n) = op(A) op(B) (+ C when accumulate) at the backend's precision; A is
   // the weight (fp32 or bf16), B fp32. A bf16 A makes the product a bf16 one at any precision: B
-  // is rounded as at MatmulPrecision::Bf16. The op's key holds the precision, A's dtype and the
+  // is rounded as at MatmulPrecision::Bf16. The op's key holds the precision, A or A16 (the dtype) and the
   // mirror pointers, so a step graph records again when any of them changes.
   void gemm(const char* tag, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, WeightRef Aw, int lda,
             const float* B, int ldb, float* C, int ldc, bool accumulate) {
@@ -559,28 +516,63 @@ class CudaBackend final : public Backend {
     const float* A = a_bf16 ? nullptr : Aw.f32();
     const __nv_bfloat16* A16 = a_bf16 ? bf16_of(Aw) : prec == MatmulPrecision::Bf16 ? mirror_of(A) : nullptr;
     const __nv_bfloat16* B16 = prec == MatmulPrecision::Bf16 ? mirror_of(B) : nullptr;
-    launch_op(cuda::make_key(tag, ta, tb, m, n, k, Aw.ptr, Aw.dtype, lda, B, ldb, C, ldc, accumulate, prec, A16, B16),
-              [=, st = stream_, h = cublas_, kept = &roundings_] {
-                if (prec != MatmulPrecision::Bf16) {
-                  cublas_gemm(h, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);
-                } else {
-                  // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
-                  const __nv_bfloat16* a =
-                      A16 != nullptr ? A16
-                                     : kept->of(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda), st);
-                  const __nv_bfloat16* b =
-                      B16 != nullptr ? B16
-                                     : kept->of(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb), st);
-                  cublas_gemm_bf16(h, ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
-                }
-                kept->written(C, extent(m, n, ldc), st);
-              });
+    launch_op(cuda::make_op(tag, gemm_launch, stream_, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec, A16,
+                            B16, cublas_, &roundings_));
+  }
+  // embedding_forward's launchers, one per table dtype (cuda::embedding_forward is overloaded).
+  static void embedding_f32_launch(float* out, const int32_t* tok, const float* wte, int N, int C, cudaStream_t st) {
+    cuda::embedding_forward(out, tok, wte, N, C, st);
+  }
+  static void embedding_bf16_launch(float* out, const int32_t* tok, const __nv_bfloat16* wte, int N, int C,
+                                    cudaStream_t st) {
+    cuda::embedding_forward(out, tok, wte, N, C, st);
+  }
+  // gemm's launcher: A16 / B16 are the operands' bf16 forms (a bf16 weight as given, or a mirror;
+  // null: round the operand, kept in `kept` for the GEMMs that follow).
+  static void gemm_launch(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, const float* A, int lda,
+                          const float* B, int ldb, float* C, int ldc, bool accumulate, MatmulPrecision prec,
+                          const __nv_bfloat16* A16, const __nv_bfloat16* B16, cublasHandle_t h, Roundings* kept,
+                          cudaStream_t st) {
+    if (prec != MatmulPrecision::Bf16) {
+      cublas_gemm(h, ta, tb, m, n, k, A, lda, B, ldb, C, ldc, accumulate, prec);
+    } else {
+      // Stored shapes: op(A) is m x k, so A is (m x k) or, transposed, (k x m); B likewise.
+      const __nv_bfloat16* a =
+          A16 != nullptr ? A16 : kept->of(A, ta == CUBLAS_OP_N ? extent(m, k, lda) : extent(k, m, lda), st);
+      const __nv_bfloat16* b =
+          B16 != nullptr ? B16 : kept->of(B, tb == CUBLAS_OP_N ? extent(k, n, ldb) : extent(n, k, ldb), st);
+      cublas_gemm_bf16(h, ta, tb, m, n, k, a, lda, b, ldb, C, ldc, accumulate);
+    }
+    kept->written(C, extent(m, n, ldc), st);
+  }
+  // binary_mapper_backward's launcher: the tiles' GEMMs at `prec` on the cuBLAS handle h.
+  static void mapper_backward_launch(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
+                                     int H, MatmulPrecision prec, const __nv_bfloat16* W16, cublasHandle_t h,
+                                     cudaStream_t st) {
+    if (prec != MatmulPrecision::Bf16) {
+      const cuda::TileGemm tile = [=](int m, int n, int k, const float* A, int lda, const float* B, int ldb, float* Cm,
+                                      int ldc) {
+        cublas_gemm(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A, lda, B, ldb, Cm, ldc, false, prec);
+      };
+      cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
+      return;
+    }
+    // bf16: dR is rounded once for all the tiles; W's columns come from the mirror W16 (or are
+    // rounded per tile when W is not a tracked weight).
+    BfScratch scratch(st);
+    const __nv_bfloat16* dR16 = scratch.convert(dR, size_t(N) * C);
+    const cuda::TileGemm tile = [=, &scratch](int m, int n, int k, const float* A, int lda, const float* B, int ldb,
+                                              float* Cm, int ldc) {
+      (void)B;
+      const __nv_bfloat16* A16 = W16 != nullptr ? W16 + (A - W) : scratch.convert(A, extent(m, k, lda));
+      cublas_gemm_bf16(h, CUBLAS_OP_N, CUBLAS_OP_N, m, n, k, A16, lda, dR16, ldb, Cm, ldc, false);
+    };
+    cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
   }
   void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign) {
     FT_ASSERT(HS % 2 == 0, "rope: head size %d", HS);
     if (size_t(B) * T * nh * (HS / 2) == 0) return;
-    run(cuda::make_key("rope", x, B, T, nh, HS, pos0, theta, sign),
-        [=, st = stream_] { cuda::rope(x, B, T, nh, HS, pos0, theta, sign, st); });
+    op("rope", cuda::rope, x, B, T, nh, HS, pos0, theta, sign);
   }
 
   int device_;
@@ -600,28 +592,25 @@ class CudaBackend final : public Backend {
 
 }  // namespace
 
-std::unique_ptr<Backend> make_cuda_backend(int device, std::string* why) {
+Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
   int count = 0;
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess || count == 0) {
-    *why = err == cudaSuccess
-               ? std::string("no CUDA GPU found")
-               : std::string("no CUDA GPU available (the CUDA runtime says: ") + cudaGetErrorString(err) + ")";
     cudaGetLastError();
-    return nullptr;
+    if (err == cudaSuccess) return make_error("no CUDA GPU found");
+    return make_error(std::string("no CUDA GPU available (the CUDA runtime says: ") + cudaGetErrorString(err) + ")");
   }
-  if (device < 0 || device >= count) {
-    *why = "CUDA device " + std::to_string(device) + " does not exist (this machine has " + std::to_string(count) + ")";
-    return nullptr;
-  }
+  if (device < 0 || device >= count)
+    return make_error("CUDA device " + std::to_string(device) + " does not exist (this machine has " +
+                      std::to_string(count) + ")");
   cudaDeviceProp prop{};
   if (cudaGetDeviceProperties(&prop, device) != cudaSuccess || prop.major < 8) {
-    *why = std::string("CUDA device ") + std::to_string(device) + " (" + prop.name + ", compute capability " +
-           std::to_string(prop.major) + "." + std::to_string(prop.minor) + ") is older than the sm_80 this build needs";
     cudaGetLastError();
-    return nullptr;
+    return make_error(std::string("CUDA device ") + std::to_string(device) + " (" + prop.name +
+                      ", compute capability " + std::to_string(prop.major) + "." + std::to_string(prop.minor) +
+                      ") is older than the sm_80 this build needs");
   }
-  return std::make_unique<CudaBackend>(device);
+  return std::unique_ptr<Backend>(std::make_unique<CudaBackend>(device));
 }
 
 bool cuda_backend_built() { return true; }

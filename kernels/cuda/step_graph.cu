@@ -36,18 +36,18 @@ void StepGraph::begin() {
   }
 }
 
-void StepGraph::run(std::vector<uint64_t>&& key, std::function<void()> launch) {
+void StepGraph::run(Op&& op) {
   switch (mode_) {
     case Mode::Idle:
-    case Mode::Eager: launch(); return;
+    case Mode::Eager: op.launch(); return;
     case Mode::Capture:
-      launch();
-      keys_.push_back(std::move(key));
+      op.launch();
+      keys_.push_back(std::move(op.key));
       return;
     case Mode::Replay:
-      if (matches_) matches_ = keys_.size() < recorded_.size() && recorded_[keys_.size()] == key;
-      keys_.push_back(std::move(key));
-      launches_.push_back(std::move(launch));
+      if (matches_) matches_ = keys_.size() < recorded_.size() && recorded_[keys_.size()] == op.key;
+      keys_.push_back(std::move(op.key));
+      launches_.push_back(std::move(op.launch));
       return;
   }
 }

@@ -16,8 +16,12 @@ BUILD="${BUILD:-build-gpu}"
 [ -f CMakeLists.txt ] || { echo "run from the repository root" >&2; exit 1; }
 command -v nvcc >/dev/null || { echo "make_bundle: no nvcc on this machine" >&2; exit 1; }
 
+# FTX_NATIVE=OFF: these binaries run on the GPU machine, whose CPU may lack this one's instructions
+# (also passed to a build directory configured before, which would otherwise keep -march=native).
 if [ ! -f "$BUILD/CMakeCache.txt" ]; then
-  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFTX_CUDA=ON -DFTX_STUDIO=OFF
+  cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=Release -DFTX_CUDA=ON -DFTX_STUDIO=OFF -DFTX_NATIVE=OFF
+else
+  cmake -S . -B "$BUILD" -DFTX_NATIVE=OFF >/dev/null
 fi
 cmake --build "$BUILD" -j"$(nproc)" --target ftx test_backend_ops
 if ! ldd "$BUILD/app/ftx" | grep -q libcublas; then
