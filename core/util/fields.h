@@ -41,8 +41,8 @@ constexpr Bounds closed_range(double lo, double hi) { return {lo, hi, false, fal
 constexpr Bounds half_open_range(double lo, double hi) { return {lo, hi, false, true}; }  // [lo, hi)
 
 struct Field {
-  const char* key;            // the JSON key, and the field's name in core's messages
-  std::string help;           // one line for --help; empty: not a command-line option
+  const char* key = "";       // the JSON key, and the field's name in core's messages
+  std::string help = {};      // one line for --help; empty: not a command-line option
   Bounds bounds = kAnyValue;  // numeric fields only
   const char* note = nullptr;    // added to a bounds message, e.g. "(H, latent bits per position)"
   const char* option = nullptr;  // the command-line name when it is not the key with '-' for '_'
