@@ -31,6 +31,7 @@ namespace {
 using nlohmann::json;
 
 constexpr uint64_t kGenerateSeed = 1;  // random weights and prior codes of `bench generate`
+constexpr int kSyntheticVocab = static_cast<int>(std::char_traits<char>::length(kSyntheticAlphabet));
 
 // Uniform random tokens for shapes the synthetic task does not have (another vocabulary or
 // length). Sequence i is a pure function of (seed, i); validation sequences start at 2^40.
@@ -111,13 +112,12 @@ json peak_tflops(const Backend& be, MatmulPrecision p) {
 // The synthetic task when the shape is its own (vocabulary 29, T = 65), else random tokens.
 Result<std::unique_ptr<BatchSource>> bench_data(const BenchArgs& a, const TrainConfig& t) {
   if (a.seq_len && *a.seq_len <= 0) return make_error("--seq-len must be positive, got " + std::to_string(*a.seq_len));
-  if (a.shape.vocab && *a.shape.vocab <= 0)
-    return make_error("--vocab must be positive, got " + std::to_string(*a.shape.vocab));
+  if (a.vocab && *a.vocab <= 0) return make_error("--vocab must be positive, got " + std::to_string(*a.vocab));
   auto synthetic = make_dataset(t);
   const int vocab = static_cast<int>(synthetic->alphabet().size()), T = synthetic->seq_len() - 1;
-  if (a.shape.vocab.value_or(vocab) == vocab && a.seq_len.value_or(T) == T) return synthetic;
+  if (a.vocab.value_or(vocab) == vocab && a.seq_len.value_or(T) == T) return synthetic;
   return std::unique_ptr<BatchSource>(
-      std::make_unique<RandomTokens>(a.shape.vocab.value_or(vocab), a.seq_len.value_or(T) + 1, t.seed));
+      std::make_unique<RandomTokens>(a.vocab.value_or(vocab), a.seq_len.value_or(T) + 1, t.seed));
 }
 
 double median(std::vector<double> v) {
@@ -193,8 +193,12 @@ int run_bench_train(const BenchArgs& a) {
   t.eval_every = 0, t.checkpoint_every = 0;
   auto data = bench_data(a, t);
   if (!data) return fail(data.error());
-  auto mcfg = shaped_model_config(a.shape, (*data)->alphabet(), (*data)->seq_len());
+  // The random tokens have no alphabet; their vocabulary is --vocab's (or the synthetic task's).
+  const BatchSource& src = **data;
+  const int vocab = src.alphabet().empty() ? a.vocab.value_or(kSyntheticVocab) : static_cast<int>(src.alphabet().size());
+  auto mcfg = shape_model_config(a.shape, vocab, src.seq_len(), option_name);
   if (!mcfg) return fail(mcfg.error());
+  mcfg->alphabet = src.alphabet();
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
@@ -320,8 +324,7 @@ Status check_generate_args(const BenchArgs& a) {
   if (g.len <= 0) return make_error("bench generate: --len must be positive, got " + std::to_string(g.len));
   if (g.steps <= 0) return make_error("bench generate: --steps must be positive, got " + std::to_string(g.steps));
   if (g.warmup < 0) return make_error("bench generate: --warmup must be >= 0, got " + std::to_string(g.warmup));
-  if (a.shape.vocab && *a.shape.vocab <= 0)
-    return make_error("--vocab must be positive, got " + std::to_string(*a.shape.vocab));
+  if (a.vocab && *a.vocab <= 0) return make_error("--vocab must be positive, got " + std::to_string(*a.vocab));
   return {};
 }
 
@@ -389,9 +392,10 @@ json generate_report(const BenchArgs& a, Backend& be, Model& model, const std::v
 int run_bench_generate(const BenchArgs& a) {
   if (auto s = check_generate_args(a); !s) return fail(s.error());
   const int B = a.batch, len = a.generate.len;
-  // --vocab other than the synthetic task's: no alphabet (token ids only). --len only sizes the cache.
-  auto mcfg = shaped_model_config(a.shape, a.shape.vocab ? std::string() : std::string(kSyntheticAlphabet), len);
+  // With --vocab: no alphabet (token ids only). --len only sizes the cache.
+  auto mcfg = shape_model_config(a.shape, a.vocab.value_or(kSyntheticVocab), len, option_name);
   if (!mcfg) return fail(mcfg.error());
+  if (!a.vocab) mcfg->alphabet = kSyntheticAlphabet;
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
@@ -419,7 +423,7 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
   auto* c = bench->add_subcommand("train", "Training throughput (tokens/s, model TFLOP/s) of a preset, maybe reshaped");
   c->callback([&a] { a.command = "train"; });
   add_shape_options(c, a.shape);
-  c->add_option("--vocab", a.shape.vocab, "Vocabulary size (other than 29: uniform random tokens)");
+  c->add_option("--vocab", a.vocab, "Vocabulary size (other than 29: uniform random tokens)");
   c->add_option("--seq-len", a.seq_len, "Predicted positions T (other than 65: uniform random tokens)");
   c->add_option("--batch", a.batch, "Sequences per step")->capture_default_str();
   c->add_option("--warmup", a.warmup, "Untimed steps first")->capture_default_str();
@@ -438,7 +442,7 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
   auto* g = bench->add_subcommand("generate", "Generation throughput (tokens/s) with the KV cache, random weights");
   g->callback([&a] { a.command = "generate"; });
   add_shape_options(g, a.shape);
-  g->add_option("--vocab", a.shape.vocab, "Vocabulary size (default: the preset's)");
+  g->add_option("--vocab", a.vocab, "Vocabulary size (default: the preset's)");
   g->add_option("--batch", a.batch, "Sequences generated together")->capture_default_str();
   g->add_option("--len", a.generate.len, "Positions per run (raises the model's max_seq_len if needed)")
       ->capture_default_str();

@@ -85,9 +85,11 @@ Status train_demo_run(const std::string& db, const DemoRun& r, int steps) {
     tc.steps = steps > 0 ? steps : r.steps;
     tc.eval_every = std::max(1, tc.steps / 8);
     tc.checkpoint_every = tc.eval_every;
-    auto mcfg = model_preset("small");
-    mcfg->latent_bits = kDefaultLatentBits;
-    auto t = Trainer::start(*backend, *mcfg, tc, make_dataset(tc)->seq_len(), db, r.name);
+    auto data = make_dataset(tc);
+    auto mcfg = shape_model_config(ShapeOverrides{}, static_cast<int>(data->alphabet().size()), data->seq_len());
+    if (!mcfg) return mcfg.error();
+    mcfg->alphabet = data->alphabet();
+    auto t = Trainer::start(*backend, *mcfg, tc, data->seq_len(), db, r.name);
     if (!t) return t.error();
     trainer = std::move(*t);
   }

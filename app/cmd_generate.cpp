@@ -12,6 +12,7 @@
 #include "core/eval/synth_metrics.h"
 #include "core/store/run_store.h"
 #include "core/io/chars.h"
+#include "datasets/registry.h"
 
 namespace ftx::app {
 namespace {
@@ -56,7 +57,9 @@ Result<int> training_seq_len(const std::string& db, const std::string& run) {
   if (cfg.is_discarded() || !cfg.is_object()) return make_error(db + ": run '" + run + "' has no readable configuration");
   auto t = train_config_from_json(cfg.value("train", nlohmann::json::object()), db + ": run '" + run + "'");
   if (!t) return t.error();
-  return make_dataset(*t)->seq_len();
+  auto data = open_dataset(*t);
+  if (!data) return make_error(db + ": run '" + run + "': " + data.error().message);
+  return (*data)->seq_len();
 }
 
 }  // namespace
@@ -71,8 +74,7 @@ void add_generate_options(CLI::App& app, GenerateArgs& a) {
   c->add_option("--fixed-groups", a.fixed_groups, "Number of fixed-Z groups")->capture_default_str();
   c->add_option("--group-size", a.group_size, "Sequences per fixed-Z group")->capture_default_str();
   c->add_option("--seed", a.seed, "Seed of the latents and the samples")->capture_default_str()->check(CLI::NonNegativeNumber);
-  c->add_option("--temperature", a.temperature, "Sampling temperature (0 = greedy)")->capture_default_str();
-  c->add_option("--top-k", a.top_k, "Sample among the k most likely tokens (0 = all)")->capture_default_str();
+  add_field_options(c, a.sample);
   add_device_options(c, a.device, a.precision);
   c->add_flag("--json", a.json, "One JSON object per generated sequence");
 }
@@ -89,8 +91,7 @@ int run_generate(const GenerateArgs& a) {
   const ModelConfig& m = lm->model->config();
   auto prompt = encode_chars(a.prompt, m.alphabet, "--prompt");
   if (!prompt) return fail(prompt.error());
-  SampleConfig sc;
-  sc.temperature = a.temperature, sc.top_k = a.top_k;
+  SampleConfig sc = a.sample;
   // Sequences as long as the run's training sequences (66 for the synthetic task).
   auto length_or = training_seq_len(a.db, a.run);
   if (!length_or) return fail(length_or.error());
@@ -99,6 +100,7 @@ int run_generate(const GenerateArgs& a) {
   if (sc.max_new_tokens <= 0)
     return fail("--prompt: " + std::to_string(prompt->size()) + " characters leave nothing to generate in a " +
                 std::to_string(length) + "-token sequence");
+  if (auto s = sc.validate(option_name); !s) return fail(s.error());
   if (auto s = check_generation_request(m, static_cast<int>(prompt->size()), sc, {}); !s) return fail(s.error());
   auto groups = figure4_groups(*lm->model, *prompt, a.independent, a.fixed_groups, a.group_size, a.seed, sc, m.alphabet);
   if (a.json) {

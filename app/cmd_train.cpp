@@ -7,7 +7,9 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "core/store/run_store.h"
 #include "core/train/trainer.h"
+#include "datasets/registry.h"
 
 namespace ftx::app {
 namespace {
@@ -37,65 +39,67 @@ void print_eval(const EvalReport& e, bool tty) {
 
 void add_train_options(CLI::App& app, TrainArgs& a) {
   auto* c = app.add_subcommand("train", "Train a Free Transformer (or the baseline with --latent-bits 0)");
-  c->add_option("--dataset", a.train.dataset, "synthetic | coinflip")->capture_default_str();
   add_shape_options(c, a.shape);
+  add_field_options(c, a.train);
+  c->get_option("--dataset")->description("Task to train on: " + dataset_name_list(" | "));
+  c->get_option("--steps")->each([&a](const std::string&) { a.steps_given = true; });
   auto* kb = c->add_option("--kappa-bits", a.kappa_bits, "Free bits per token, in bits (default 1/8)");
-  auto* kn = c->add_option("--kappa-nats", a.kappa_nats, "Free bits per token, in nats");
-  kb->excludes(kn);
+  kb->excludes(c->get_option("--kappa-nats"));
   c->add_option("--kappa-start-bits", a.kappa_start_bits, "Anneal kappa linearly from this value (bits)");
-  c->add_option("--kappa-anneal-steps", a.train.kappa_anneal_steps, "Steps of the kappa anneal");
-  c->add_option_function<int>(
-       "--steps", [&a](const int& v) { a.steps = v, a.steps_given = true; }, "Optimizer steps (default 3000)");
-  c->add_option("--batch", a.train.batch, "Sequences per step")->capture_default_str();
-  c->add_option("--lr", a.train.lr, "Peak learning rate (AdamW)")->capture_default_str();
-  c->add_option("--warmup", a.train.warmup, "Linear warm-up steps")->capture_default_str();
-  c->add_option("--weight-decay", a.train.weight_decay, "AdamW weight decay")->capture_default_str();
-  c->add_option("--grad-clip", a.train.grad_clip, "Clip the global gradient norm (0 = off)")->capture_default_str();
-  c->add_option("--post-sampler-std", a.train.init.post_sampler_std, "Init std of the post-sampler")->capture_default_str();
-  c->add_flag("--bitlinear-init,!--no-bitlinear-init", a.train.init.post_sampler_bitlinear,
-              "Post-sampler columns as sums of one random direction per bit (default on)");
-  c->add_option("--coinflip-eps", a.train.coinflip_eps, "Flip probability of the coin-flip task")->capture_default_str();
-  c->add_option("--seed", a.train.seed, "Seed of data, init and latents")->capture_default_str()->check(CLI::NonNegativeNumber);
+  add_dataset_options(c, a.train);
   c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
   c->add_option("--run", a.run, "Run name")->required();
   c->add_flag("--resume", a.resume, "Continue the run from its latest checkpoint");
-  c->add_option("--eval-every", a.train.eval_every, "Evaluate every N steps (0 = only at the end)")->capture_default_str();
-  c->add_option("--checkpoint-every", a.train.checkpoint_every, "Checkpoint every N steps")->capture_default_str();
   add_device_options(c, a.device, a.precision);
   c->add_flag("--quiet", a.quiet, "No progress line");
 }
+
+namespace {
+
+// A new run: the model shaped from the flags and the dataset's sizes (as the studio's Train form
+// does through core::Session), refused before the store is touched when it cannot train here.
+Result<std::unique_ptr<Trainer>> start_run(Backend& be, const TrainArgs& a) {
+  auto probe = open_dataset(a.train, option_name);
+  if (!probe) return probe.error();
+  const BatchSource& data = **probe;
+  auto mcfg = shape_model_config(a.shape, static_cast<int>(data.alphabet().size()), data.seq_len(), option_name);
+  if (!mcfg) return mcfg.error();
+  mcfg->alphabet = data.alphabet();
+  FTX_TRY(check_training_memory(*mcfg, a.train, data.seq_len(), option_name));
+  if (auto store = RunStore::open_readonly(a.db); store && store->find_run(a.run))
+    return make_error("run '" + a.run + "' already exists in " + a.db + " (use --resume, or pick another --run)");
+  return Trainer::start(be, *mcfg, a.train, data.seq_len(), a.db, a.run);
+}
+
+}  // namespace
 
 int run_train(TrainArgs& a) {
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
-  if (a.kappa_bits) a.train.kappa_nats = static_cast<float>(bits_to_nats(*a.kappa_bits));
-  if (a.kappa_nats) a.train.kappa_nats = *a.kappa_nats;
-  if (a.kappa_start_bits) a.train.kappa_start_nats = static_cast<float>(bits_to_nats(*a.kappa_start_bits));
   if (a.kappa_bits && !(*a.kappa_bits >= 0)) return fail("--kappa-bits must be >= 0, got " + std::to_string(*a.kappa_bits));
-  if (a.kappa_nats && !(*a.kappa_nats >= 0)) return fail("--kappa-nats must be >= 0, got " + std::to_string(*a.kappa_nats));
   if (a.kappa_start_bits && !(*a.kappa_start_bits >= 0))
     return fail("--kappa-start-bits must be >= 0, got " + std::to_string(*a.kappa_start_bits));
+  if (a.kappa_bits) a.train.kappa_nats = static_cast<float>(bits_to_nats(*a.kappa_bits));
+  if (a.kappa_start_bits) a.train.kappa_start_nats = static_cast<float>(bits_to_nats(*a.kappa_start_bits));
   a.train.preset = a.shape.preset;
-  a.train.steps = a.steps;
-  if (auto s = a.train.validate(); !s) return fail(s.error());
+  if (auto s = a.train.validate(option_name); !s) return fail(s.error());
 
   std::unique_ptr<Trainer> trainer;
   if (a.resume) {
-    auto t = Trainer::resume(*backend, a.db, a.run, a.steps_given ? std::optional<int>(a.steps) : std::nullopt);
+    auto t = Trainer::resume(*backend, a.db, a.run, a.steps_given ? std::optional<int>(a.train.steps) : std::nullopt);
     if (!t) return fail(t.error());
     trainer = std::move(*t);
     if (trainer->thread_count_changed())
       std::fprintf(stderr, "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
   } else {
-    auto probe = make_dataset(a.train);
-    auto mcfg = shaped_model_config(a.shape, probe->alphabet(), probe->seq_len());
-    if (!mcfg) return fail(mcfg.error());
-    auto t = Trainer::start(*backend, *mcfg, a.train, probe->seq_len(), a.db, a.run);
+    auto t = start_run(*backend, a);
     if (!t) return fail(t.error());
     trainer = std::move(*t);
   }
-  auto data = make_dataset(trainer->train_config());
+  auto opened = open_dataset(trainer->train_config());
+  if (!opened) return fail(opened.error());
+  auto data = std::move(*opened);
   const ModelConfig& m = trainer->model_config();
   const TrainConfig& tc = trainer->train_config();
   std::printf("run '%s' in %s: %s, %d layers, D=%d, H=%d, kappa %.4g bit (%.4g nats), %lld parameters, %s %d/%d\n",

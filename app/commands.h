@@ -4,28 +4,19 @@
 #include <optional>
 #include <string>
 
+#include "core/model/config.h"
+#include "core/sample/sampler.h"
 #include "core/train/train_config.h"
 
 namespace ftx::app {
 
 inline constexpr const char* kDefaultDb = "workspace/runs.db";
 
-// The model shape a command line asks for: a preset and its overrides (ftx train, ftx bench).
-struct ShapeOverrides {
-  std::string preset = "small";
-  std::optional<int> layers, dim, heads, kv_heads, ffn;
-  int latent_bits = kDefaultLatentBits;
-  std::optional<int> vocab;  // bench only: used when the data have no alphabet (random tokens)
-};
-// --preset, --layers, --dim, --heads, --kv-heads, --ffn, --latent-bits.
-void add_shape_options(CLI::App* c, ShapeOverrides& s);
-
 struct TrainArgs {
-  TrainConfig train;
-  ShapeOverrides shape;
-  std::optional<double> kappa_bits, kappa_nats, kappa_start_bits;
-  int steps = 3000;
-  bool steps_given = false;
+  TrainConfig train;     // its fields are options (app/options.h), kappa also in bits below
+  ShapeOverrides shape;  // --preset and its overrides
+  std::optional<double> kappa_bits, kappa_start_bits;
+  bool steps_given = false;  // --steps given (a resumed run keeps its own otherwise)
   std::string db = kDefaultDb, run, device = "cpu", precision;
   bool resume = false, quiet = false;
 };
@@ -35,9 +26,9 @@ int run_train(TrainArgs& a);
 struct GenerateArgs {
   std::string db = kDefaultDb, run, checkpoint, prompt, device = "cpu", precision;
   std::optional<int> step;
-  int independent = 8, fixed_groups = 3, group_size = 8, top_k = 0;
+  int independent = 8, fixed_groups = 3, group_size = 8;
   uint64_t seed = 1;
-  float temperature = 1.0f;
+  SampleConfig sample;  // --temperature, --top-k; the length comes from the run's data
   bool json = false;
 };
 void add_generate_options(CLI::App& app, GenerateArgs& a);
@@ -63,6 +54,7 @@ int run_metrics(const StoreArgs& a);
 struct BenchArgs {
   std::string command;
   ShapeOverrides shape;
+  std::optional<int> vocab;    // another vocabulary than the synthetic task's: random tokens
   std::optional<int> seq_len;  // predicted positions; with another --vocab: random tokens
   std::string device = "cpu";
   std::string precision;  // fp32 | tf32 | bf16; empty: the backend's default

@@ -39,44 +39,6 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const s
   return be;
 }
 
-void add_shape_options(CLI::App* c, ShapeOverrides& s) {
-  c->add_option("--preset", s.preset, "tiny | small")->capture_default_str();
-  c->add_option("--layers", s.layers, "Override the preset's number of blocks");
-  c->add_option("--dim", s.dim, "Override the model width");
-  c->add_option("--heads", s.heads, "Override the number of query heads");
-  c->add_option("--kv-heads", s.kv_heads, "Override the number of key/value heads (GQA)");
-  c->add_option("--ffn", s.ffn, "Override the SwiGLU hidden width");
-  c->add_option("--latent-bits", s.latent_bits, "H: latent bits per position (0 = plain decoder)")
-      ->capture_default_str();
-}
-
-Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::string& alphabet, int seq_len) {
-  auto cfg = model_preset(o.preset);
-  if (!cfg) return make_error("--" + cfg.error().message);  // "--preset 'x': unknown ..."
-  if (o.latent_bits < 0 || o.latent_bits > kMaxLatentBits)
-    return make_error("--latent-bits " + std::to_string(o.latent_bits) + ": H must be in 0.." +
-                      std::to_string(kMaxLatentBits));
-  if (o.layers) cfg->n_layers = *o.layers;
-  if (o.dim) cfg->dim = *o.dim;
-  if (o.heads) cfg->n_heads = *o.heads, cfg->n_kv_heads = *o.heads;
-  if (o.kv_heads) cfg->n_kv_heads = *o.kv_heads;
-  if (o.ffn) cfg->ffn_hidden = *o.ffn;
-  if (cfg->n_heads > 0 && cfg->dim % cfg->n_heads != 0)
-    return make_error("--dim " + std::to_string(cfg->dim) + " is not a multiple of --heads " +
-                      std::to_string(cfg->n_heads));
-  if (cfg->n_heads > 0) cfg->head_dim = cfg->dim / cfg->n_heads;
-  cfg->latent_bits = o.latent_bits;
-  if (cfg->is_free() && cfg->n_layers < 2)
-    return make_error("--layers " + std::to_string(cfg->n_layers) +
-                      ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
-  cfg->inject_after = cfg->n_layers / 2;
-  cfg->alphabet = alphabet;
-  cfg->vocab_size = alphabet.empty() ? o.vocab.value_or(cfg->vocab_size) : static_cast<int>(alphabet.size());
-  cfg->max_seq_len = std::max(cfg->max_seq_len, seq_len);
-  FTX_TRY(cfg->validate());
-  return cfg;
-}
-
 Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision) {
   LoadedModel lm;
   auto backend = make_backend(device, precision);

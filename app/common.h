@@ -10,6 +10,7 @@
 #include "core/train/train_config.h"
 #include "core/util/result.h"
 #include "app/commands.h"
+#include "app/options.h"
 #include "datasets/registry.h"
 
 namespace CLI {
@@ -26,10 +27,6 @@ void add_device_options(CLI::App* c, std::string& device, std::string& precision
 // The backend named by --device with its GEMMs at --precision ("": the backend's default), or a
 // one-line error naming the option.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const std::string& precision);
-
-// The preset reshaped by the overrides, with `alphabet` as its vocabulary (or the overrides'
-// vocab when the alphabet is empty) and room for `seq_len` positions; errors name the option.
-Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::string& alphabet, int seq_len);
 
 // A loaded model with its checkpoint directory and step.
 struct LoadedModel {

@@ -9,6 +9,24 @@
 
 namespace ftx {
 
+const DatasetOption& CoinflipDataset::eps_option() {
+  static const DatasetOption o{
+      Field{.key = "coinflip_eps", .help = "Flip probability of the coin-flip task", .bounds = closed_range(0, 1)}, 0.1,
+      false};
+  return o;
+}
+
+const DatasetOption& CoinflipDataset::len_option() {
+  static const DatasetOption o{
+      Field{.key = "coinflip_len", .help = "Bits per coin-flip sequence (T)", .bounds = closed_range(1, kMaxT)}, 32, true};
+  return o;
+}
+
+nlohmann::json CoinflipDataset::options() const {
+  return {{eps_option().field.key, dataset_option_json(eps_option(), eps_)},
+          {len_option().field.key, dataset_option_json(len_option(), T_)}};
+}
+
 Status CoinflipDataset::check_args(int T, double eps) {
   if (T < 1 || T > kMaxT)
     return make_error("coinflip: T must be in 1.." + std::to_string(kMaxT) + ", got " + std::to_string(T));

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/data/batch_source.h"
+#include "core/data/dataset_options.h"
 #include "core/eval/coinflip_exact.h"
 #include "core/util/result.h"
 #include "kernels/philox.h"
@@ -28,6 +29,10 @@ struct CoinflipSample {
 class CoinflipDataset final : public BatchSource {
  public:
   static constexpr int kMaxT = 1 << 16;
+  // The options it reads from TrainConfig::dataset_options: "coinflip_eps" (default 0.1) and
+  // "coinflip_len" (T, default 32). Keys and defaults of every coin-flip run so far.
+  static const DatasetOption& eps_option();
+  static const DatasetOption& len_option();
   // T in [1, kMaxT], eps in [0, 1]: call before constructing from user input.
   static Status check_args(int T, double eps);
   CoinflipDataset(int T, double eps, uint64_t seed);  // asserts check_args(T, eps).ok()
@@ -39,6 +44,7 @@ class CoinflipDataset final : public BatchSource {
   void validation(int32_t* tokens, int64_t first, int B) const override;  // tokens (B, T+1)
   int64_t position() const override { return position_; }
   void seek(int64_t position) override;  // position >= 0
+  nlohmann::json options() const override;  // {"coinflip_eps": eps, "coinflip_len": T}
 
   CoinflipSample training_sample(int64_t index) const { return draw(kStreamCoinflipTrain, index); }
   CoinflipSample validation_sample(int64_t index) const { return draw(kStreamCoinflipValidation, index); }

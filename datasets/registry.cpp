@@ -1,3 +1,4 @@
+// The registered datasets and their options (see registry.h).
 #include "datasets/registry.h"
 
 #include "datasets/coinflip.h"
@@ -5,13 +6,54 @@
 
 namespace ftx {
 
+namespace {
+
+using Opened = Result<std::unique_ptr<BatchSource>>;
+
+Opened open_synthetic(const TrainConfig& t, FieldName) { return std::unique_ptr<BatchSource>(std::make_unique<SyntheticDataset>(t.seed)); }
+
+Opened open_coinflip(const TrainConfig& t, FieldName name) {
+  auto eps = read_dataset_option(t.dataset_options, CoinflipDataset::eps_option(), name);
+  if (!eps) return eps.error();
+  auto len = read_dataset_option(t.dataset_options, CoinflipDataset::len_option(), name);
+  if (!len) return len.error();
+  return std::unique_ptr<BatchSource>(std::make_unique<CoinflipDataset>(static_cast<int>(*len), *eps, t.seed));
+}
+
+}  // namespace
+
+const std::vector<DatasetInfo>& registered_datasets() {
+  static const std::vector<DatasetInfo> list = {
+      {"synthetic", "Letter targets in underscores with '!' noise (the paper's section 5)", {}, open_synthetic},
+      {"coinflip", "A latent coin flip, then noisy copies of it (the paper's section 1)",
+       {CoinflipDataset::eps_option(), CoinflipDataset::len_option()}, open_coinflip},
+  };
+  return list;
+}
+
+std::string dataset_name_list(const char* separator) {
+  std::string out;
+  for (const DatasetInfo& d : registered_datasets()) out += (out.empty() ? "" : separator) + d.name;
+  return out;
+}
+
+nlohmann::json default_dataset_options() {
+  nlohmann::json j = nlohmann::json::object();
+  for (const DatasetInfo& d : registered_datasets())
+    for (const DatasetOption& o : d.options) j[o.field.key] = dataset_option_json(o, o.default_value);
+  return j;
+}
+
+Result<std::unique_ptr<BatchSource>> open_dataset(const TrainConfig& t, FieldName name) {
+  for (const DatasetInfo& d : registered_datasets())
+    if (d.name == t.dataset) return d.open(t, name);
+  return make_error(name(find_field<TrainConfig>("dataset")) + " '" + t.dataset + "': unknown (expected " +
+                    dataset_name_list(" or ") + ")");
+}
+
 std::unique_ptr<BatchSource> make_dataset(const TrainConfig& t) {
-  if (t.dataset == "coinflip") {
-    if (!CoinflipDataset::check_args(t.coinflip_len, t.coinflip_eps).ok()) return nullptr;
-    return std::make_unique<CoinflipDataset>(t.coinflip_len, t.coinflip_eps, t.seed);
-  }
-  if (t.dataset == "synthetic") return std::make_unique<SyntheticDataset>(t.seed);
-  return nullptr;
+  auto d = open_dataset(t);
+  return d ? std::move(*d) : nullptr;
 }
 
 }  // namespace ftx

@@ -992,7 +992,7 @@ constexpr uint64_t kTrainSeed = 11;
 std::vector<double> train_losses(Backend& be, const std::string& db) {
   TrainConfig tc;
   tc.dataset = kTrainDataset;
-  if (kCoinflipLen > 0) tc.coinflip_len = kCoinflipLen;
+  if (kCoinflipLen > 0) tc.dataset_options["coinflip_len"] = kCoinflipLen;
   tc.preset = "tiny";
   tc.steps = kTrainSteps;
   tc.batch = kTrainBatch;

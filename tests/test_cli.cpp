@@ -25,6 +25,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/config_json.h"
+#include "core/model/config.h"
 #include "core/store/run_store.h"
 #include "tests/test_util.h"
 
@@ -118,6 +120,62 @@ TEST_F(CliTrainArgs, NonPositiveStepsBatchLr) {
   expect_refused({"--batch", "-2"}, {"--batch", "positive"});
   expect_refused({"--lr", "0"}, {"--lr", "positive"});
   expect_refused({"--lr", "-0.001"}, {"--lr", "positive"});
+}
+
+TEST_F(CliTrainArgs, DatasetOptionsAndFieldBoundsNameTheirFlags) {
+  expect_refused({"--dataset", "coinflip", "--coinflip-eps", "2"}, {"--coinflip-eps 2", "[0, 1]"});
+  expect_refused({"--dataset", "coinflip", "--coinflip-len", "0"}, {"--coinflip-len 0", "1..65536"});
+  expect_refused({"--warmup", "-1"}, {"--warmup -1", ">= 0"});
+  expect_refused({"--post-sampler-std", "-0.5"}, {"--post-sampler-std -0.5"});
+}
+
+// The train object of the run row today's `ftx train` writes, byte for byte as before the field
+// lists (commit 41a336e wrote exactly this for these flags), and the model the row records is
+// the one shape_model_config makes for the same overrides (the studio's Train form gets it too).
+TEST_F(CliTrainArgs, RunRowsHoldTheShapedModelAndTheTrainKeysOfEveryRunSoFar) {
+  constexpr const char* kRowBeforeFieldLists =
+      R"({"adam_eps":9.99999993922529e-09,"batch":2,"beta1":0.8999999761581421,"beta2":0.949999988079071,)"
+      R"("checkpoint_every":0,"coinflip_eps":0.25,"coinflip_len":32,"dataset":"coinflip","eval_every":0,)"
+      R"("grad_clip":1.0,"init_post_sampler_bitlinear":false,"init_post_sampler_std":0.03999999910593033,)"
+      R"("init_scale_residual":true,"init_std":0.019999999552965164,"init_zeta_std":1.0,"kappa_anneal_steps":0,)"
+      R"("kappa_nats":0.010830424726009369,"kappa_start_nats":-1.0,"lr":0.003000000026077032,)"
+      R"("min_lr_frac":0.10000000149011612,"preset":"tiny","seed":7,"steps":1,"warmup":100,)"
+      R"("weight_decay":0.10000000149011612})";
+  const std::string db = dir_ + "/rows.db";
+  const Outcome coin = ftx({"train", "--db", db, "--run", "coin", "--dataset", "coinflip", "--coinflip-eps", "0.25",
+                            "--preset", "tiny", "--latent-bits", "2", "--steps", "1", "--batch", "2", "--eval-every",
+                            "0", "--checkpoint-every", "0", "--kappa-bits", "0.015625", "--lr", "0.003", "--seed", "7",
+                            "--no-bitlinear-init", "--post-sampler-std", "0.04", "--quiet"},
+                           dir_);
+  ASSERT_EQ(coin.code, 0) << describe(coin);
+  const Outcome custom = ftx({"train", "--db", db, "--run", "custom", "--layers", "3", "--dim", "96", "--heads", "3",
+                              "--latent-bits", "4", "--steps", "1", "--batch", "2", "--eval-every", "0",
+                              "--checkpoint-every", "0", "--quiet"},
+                             dir_);
+  ASSERT_EQ(custom.code, 0) << describe(custom);
+  auto store = RunStore::open_readonly(db);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  auto row = [&](const std::string& run) {
+    auto info = store->find_run(run);
+    EXPECT_TRUE(info.ok()) << run;
+    return info.ok() ? json::parse(info->config_json) : json();
+  };
+  const json coin_row = row("coin"), custom_row = row("custom");
+  EXPECT_EQ(coin_row["train"].dump(), kRowBeforeFieldLists);
+
+  ShapeOverrides tiny;
+  tiny.preset = "tiny", tiny.latent_bits = 2;
+  auto coin_model = shape_model_config(tiny, 3, 33);  // the coin flip: ">01", 32 bits after '>'
+  ASSERT_TRUE(coin_model.ok()) << coin_model.error().message;
+  coin_model->alphabet = ">01";
+  EXPECT_EQ(coin_row["model"], config_to_json(*coin_model));
+  ShapeOverrides reshaped;
+  reshaped.layers = 3, reshaped.dim = 96, reshaped.heads = 3, reshaped.latent_bits = 4;
+  auto custom_model = shape_model_config(reshaped, 29, 66);
+  ASSERT_TRUE(custom_model.ok()) << custom_model.error().message;
+  custom_model->alphabet = kSyntheticAlphabet;
+  EXPECT_EQ(custom_row["model"], config_to_json(*custom_model));
+  EXPECT_EQ(custom_row["train"]["coinflip_len"], 32) << "every registered dataset's options are in the row";
 }
 
 TEST_F(CliTrainArgs, ResumeOfARunInADatabaseThatDoesNotExist) {

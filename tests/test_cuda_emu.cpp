@@ -885,7 +885,7 @@ TEST(CudaEmu, InferenceOnBf16WeightsFollowsTheCpu) {
 // op of a training step, at a size the emulation runs in seconds.
 std::vector<double> tiny_losses(Backend& be, int steps) {
   TrainConfig tc;
-  tc.dataset = "coinflip", tc.coinflip_len = 16;
+  tc.dataset = "coinflip", tc.dataset_options["coinflip_len"] = 16;
   tc.preset = "tiny", tc.steps = steps, tc.batch = 4, tc.warmup = 2, tc.lr = 3e-3f;
   tc.eval_every = 0, tc.checkpoint_every = 0, tc.seed = 5;
   auto data = make_dataset(tc);

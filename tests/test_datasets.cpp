@@ -1,6 +1,7 @@
 // Datasets: the synthetic task's exact format and statistics, determinism and seek, a validation
 // stream disjoint from training; the coin flip's statistics and its exact posterior; the chars
-// tokenizer.
+// tokenizer; the registry: datasets by name with the options each declares, read from
+// TrainConfig::dataset_options.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "core/model/config.h"
 #include "core/io/chars.h"
 #include "datasets/coinflip.h"
+#include "datasets/registry.h"
 #include "datasets/synthetic.h"
 
 using namespace ftx;
@@ -299,4 +301,63 @@ TEST(CoinflipDataset, PosteriorEdgeCases) {
   const double p = coinflip_posterior_next({1}, 0.1);
   EXPECT_NEAR(p, 0.82, 1e-12);
   EXPECT_NEAR(static_cast<double>(next_one) / after_one, p, kSigmas * std::sqrt(p * (1 - p) / after_one));
+}
+
+// Dataset options live beside TrainConfig's fields in one JSON object: no key may be both.
+TEST(DatasetRegistry, OptionKeysAreNoTrainingFieldKeys) {
+  const nlohmann::json fields = train_config_to_json(TrainConfig{});
+  std::set<std::string> seen;
+  for (const DatasetInfo& d : registered_datasets())
+    for (const DatasetOption& o : d.options) {
+      EXPECT_FALSE(fields.contains(o.field.key)) << o.field.key;
+      EXPECT_TRUE(seen.insert(o.field.key).second) << "declared twice: " << o.field.key;
+      EXPECT_FALSE(o.field.help.empty()) << o.field.key;
+    }
+  EXPECT_EQ(dataset_name_list(" | "), "synthetic | coinflip");
+  EXPECT_EQ(default_dataset_options(), (nlohmann::json{{"coinflip_eps", 0.1}, {"coinflip_len", 32}}));
+}
+
+TEST(DatasetRegistry, CoinflipReadsItsOptionsAndReportsThem) {
+  TrainConfig t;
+  t.dataset = "coinflip";
+  auto d = open_dataset(t);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ((*d)->seq_len(), 33) << "default length 32";
+  EXPECT_EQ((*d)->options(), default_dataset_options());
+  t.dataset_options = {{"coinflip_eps", 0.25}, {"coinflip_len", 16}, {"unrelated", "kept"}};
+  d = open_dataset(t);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ((*d)->seq_len(), 17);
+  EXPECT_EQ((*d)->options(), (nlohmann::json{{"coinflip_eps", 0.25}, {"coinflip_len", 16}}));
+  t.dataset = "synthetic";
+  d = open_dataset(t);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ((*d)->options(), nlohmann::json::object()) << "the synthetic task has no options";
+}
+
+TEST(DatasetRegistry, BadNamesAndOptionsAreNamed) {
+  TrainConfig t;
+  t.dataset = "imagenet";
+  auto d = open_dataset(t);
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().message, "dataset 'imagenet': unknown (expected synthetic or coinflip)");
+  EXPECT_EQ(make_dataset(t), nullptr);
+  t.dataset = "coinflip";
+  const std::vector<std::pair<nlohmann::json, std::string>> bad = {
+      {{{"coinflip_eps", 2.0}}, "coinflip_eps 2: must be in [0, 1]"},
+      {{{"coinflip_len", 0}}, "coinflip_len 0: must be in 1..65536"},
+      {{{"coinflip_len", 16.5}}, "coinflip_len: must be an integer, got number 16.5"},
+      {{{"coinflip_eps", "high"}}, "coinflip_eps: must be a number, got string \"high\""},
+  };
+  for (const auto& [options, message] : bad) {
+    t.dataset_options = options;
+    d = open_dataset(t);
+    ASSERT_FALSE(d.ok()) << options;
+    EXPECT_EQ(d.error().message, message);
+    EXPECT_EQ(make_dataset(t), nullptr);
+  }
+  t.dataset_options = {{"coinflip_eps", 2.0}};
+  d = open_dataset(t, [](const Field& f) { return "--" + std::string(f.key); });
+  ASSERT_FALSE(d.ok());
+  EXPECT_EQ(d.error().message.rfind("--coinflip_eps 2", 0), 0u) << d.error().message;
 }

@@ -26,7 +26,8 @@ void train_run(const std::string& db, const std::string& run, const std::string&
   auto be = make_cpu_backend();
   TrainConfig tc;
   tc.dataset = dataset, tc.preset = "tiny", tc.steps = steps, tc.batch = 16, tc.warmup = 10;
-  tc.eval_every = 0, tc.checkpoint_every = 0, tc.lr = 3e-3f, tc.coinflip_len = 16;
+  tc.eval_every = 0, tc.checkpoint_every = 0, tc.lr = 3e-3f;
+  tc.dataset_options["coinflip_len"] = 16;
   auto data = make_dataset(tc);
   ModelConfig m = *model_preset("tiny");
   m.latent_bits = H, m.alphabet = data->alphabet(), m.vocab_size = static_cast<int>(m.alphabet.size());

@@ -406,7 +406,7 @@ TEST_F(RunStoreTest, DuplicateRunNameIsRejected) {
   auto dup = store.create_run("x", R"({"other":1})");
   ASSERT_FALSE(dup.ok());
   EXPECT_EQ(dup.error().message,
-            "run 'x' already exists in " + db_path() + " (use --resume, or pick another --run)");
+            "run 'x' already exists in " + db_path() + ": resume it, or pick another name");
   auto missing = store.find_run("y");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().message, "run 'y' not found in " + db_path());

@@ -250,7 +250,7 @@ TEST_F(SamplerTest, CheckGenerationRequestRejectsBadRequests) {
   // Sampling settings.
   expect_rejected(check_generation_request(m, Tp, config(-0.5f), {}), "temperature");
   expect_rejected(check_generation_request(m, Tp, config(std::nanf("")), {}), "temperature");
-  expect_rejected(check_generation_request(m, Tp, config(1.0f, -1), {}), "top-k");
+  expect_rejected(check_generation_request(m, Tp, config(1.0f, -1), {}), "top_k");
   SampleConfig none = config();
   none.max_new_tokens = 0;
   EXPECT_FALSE(check_generation_request(m, Tp, none, {}).ok());

@@ -20,8 +20,7 @@ constexpr auto kDeadline = std::chrono::seconds(120);  // a loaded 2-core CI mac
 TrainRequest tiny_request(const std::string& db, const std::string& run, int steps) {
   TrainRequest r;
   r.db_path = db, r.run = run;
-  r.model = *model_preset("tiny");
-  r.model.latent_bits = 4;
+  r.shape.preset = "tiny", r.shape.latent_bits = 4;
   r.train.preset = "tiny", r.train.steps = steps, r.train.batch = 4;
   r.train.eval_every = 0, r.train.checkpoint_every = 0;
   r.threads = 1;
@@ -161,7 +160,7 @@ TEST_F(SessionTest, BadRequestsAreRefusedBeforeAnythingIsQueued) {
   bad_data.train.dataset = "nope";
   EXPECT_FALSE(s.start({bad_data}).ok());
   TrainRequest bad_width = tiny_request(db(), "d", 5);
-  bad_width.model.dim = 30, bad_width.model.n_heads = 4;
+  bad_width.shape.dim = 30, bad_width.shape.heads = 4;
   st = s.start({bad_width});
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.error().message.find("multiple"), std::string::npos) << st.error().message;

@@ -7,7 +7,8 @@
 //   filter to the right run, the Generations/Latent buttons, the run count.
 // - summarize_run: a config written by the trainer's own serializers, bad JSON, wrong types.
 // - TrainView: parse_kappa_bits / parse_kappa_list, Start refusing a bad kappa (named in the
-//   message line), a valid Start and a kappa sweep as start_requested, the run controls by state.
+//   message line), a valid Start and a kappa sweep as start_requested, the run controls by state;
+//   a custom size shaped by the session into the model `ftx train` makes with the same flags.
 // - GenerationsView: a prompt outside the runs' alphabet refused with a message naming the
 //   character and no request, a valid prompt's figure4_requested, set_alphabet re-checking the
 //   prompt, the empty prompt, select_run with its latest step, the kappa comparison without runs.
@@ -20,6 +21,7 @@
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
+#include <QSpinBox>
 #include <QTableView>
 #include <cmath>
 #include <functional>
@@ -37,6 +39,9 @@
 #include "views/runs_view.h"
 #include "views/store_poller.h"
 #include "views/train_view.h"
+#include "datasets/registry.h"
+#include "core/store/run_store.h"
+#include "test_util.h"
 
 // Readable QString (and QStringList) values in failure messages; found by argument-dependent lookup.
 void PrintTo(const QString& s, std::ostream* os) { *os << '"' << s.toStdString() << '"'; }
@@ -534,6 +539,48 @@ TEST(TrainView, StartRefusesABadKappaAndNamesIt) {
   start->click();
   EXPECT_TRUE(h.started.empty());
   EXPECT_TRUE(label_texts(&h.view).contains("kappa 'abc' is not a number of bits")) << label_texts(&h.view).toStdString();
+}
+
+// The form's custom size and `ftx train` with the same flags make the same model: the form fills
+// a ShapeOverrides, core::Session shapes it with shape_model_config as the CLI does. (Before, the
+// form derived the FFN width from D itself: 256 for D = 96 where `ftx train --dim 96` kept 344.)
+TEST(TrainView, CustomSizeMakesTheModelThatFtxTrainMakes) {
+  ftx::test::TempDir dir("ftx_test_views_");
+  TrainHarness h;
+  auto* preset = h.view.findChild<QComboBox*>("preset");
+  auto* layers = h.view.findChild<QSpinBox*>("layers");
+  auto* dim = h.view.findChild<QSpinBox*>("dim");
+  auto* heads = h.view.findChild<QSpinBox*>("heads");
+  auto* bits = h.view.findChild<QSpinBox*>("latent_bits");
+  ASSERT_TRUE(preset && layers && dim && heads && bits);
+  EXPECT_EQ(preset->currentText(), "small");
+  QStringList items;
+  for (int i = 0; i < preset->count(); ++i) items << preset->itemText(i);
+  EXPECT_EQ(items, (QStringList{"tiny", "small", "custom"})) << "model_preset_names(), then custom";
+  preset->setCurrentText("custom");
+  layers->setValue(3), dim->setValue(96), heads->setValue(3), bits->setValue(4);
+  h.view.set_db_path(QString::fromStdString(dir / "form.db"));
+  h.view.set_run_name("form");
+  button(&h.view, "Start")->click();
+  ASSERT_EQ(h.started.size(), 1u) << label_texts(&h.view).toStdString();
+  ftx::TrainRequest r = h.started[0][0];
+  const ftx::Status prepared = ftx::prepare_request(ftx::make_dataset, r);
+  ASSERT_TRUE(prepared.ok()) << prepared.error().message;
+  EXPECT_EQ(r.model.dim, 96);
+  EXPECT_EQ(r.model.ffn_hidden, ftx::model_preset("small")->ffn_hidden);
+
+  const std::string db = dir / "cli.db";
+  const ftx::test::Outcome cli = ftx::test::run_child(
+      ftx::test::ftx_argv({"train", "--db", db, "--run", "cli", "--layers", "3", "--dim", "96", "--heads", "3",
+                           "--latent-bits", "4", "--steps", "1", "--batch", "2", "--eval-every", "0",
+                           "--checkpoint-every", "0", "--quiet"}),
+      {"OMP_NUM_THREADS=1"}, dir.path());
+  ASSERT_EQ(cli.code, 0) << cli.err;
+  auto store = ftx::RunStore::open_readonly(db);
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  auto info = store->find_run("cli");
+  ASSERT_TRUE(info.ok()) << info.error().message;
+  EXPECT_EQ(nlohmann::json::parse(info->config_json)["model"], ftx::config_to_json(r.model));
 }
 
 TEST(TrainView, StartWithAValidFormRequestsOneRun) {

@@ -158,12 +158,22 @@ void ExploreWorker::coinflip(quint64 seed) {
     if (m) free = *m, free_name = qs(free_runs->back().first);
   }
   ftx::TrainConfig defaults;
+  defaults.dataset = "coinflip";
   const ftx::TrainConfig& t = base ? base->train : free ? free->train : defaults;
-  ftx::CoinflipLesson lesson = ftx::coinflip_example(seed, t.coinflip_len, t.coinflip_eps);
-  if (ftx::Status st = ftx::coinflip_lesson(lesson, t.coinflip_eps, base, free, seed); !st)
+  // The task's length and flip probability as the coin-flip dataset reads them from the run.
+  const auto data = datasets_(t);
+  const nlohmann::json options = data ? data->options() : nlohmann::json::object();
+  if (!options.contains("coinflip_len") || !options.contains("coinflip_eps")) {
+    emit failed("lessons", "the coin-flip task's options cannot be read from run settings");
+    return emit busy_changed(false);
+  }
+  const int len = options["coinflip_len"].get<int>();
+  const double eps = options["coinflip_eps"].get<double>();
+  ftx::CoinflipLesson lesson = ftx::coinflip_example(seed, len, eps);
+  if (ftx::Status st = ftx::coinflip_lesson(lesson, eps, base, free, seed); !st)
     emit failed("lessons", qs(st.error().message));
   else
-    emit coinflip_ready(std::move(lesson), t.coinflip_eps, base_name, free_name);
+    emit coinflip_ready(std::move(lesson), eps, base_name, free_name);
   emit busy_changed(false);
 }
 

@@ -51,6 +51,8 @@ namespace {
 
 // The Device combo's items: device name as the item's data, GEMM precision ("" = default) here.
 constexpr int kPrecisionRole = Qt::UserRole + 1;
+// The Preset combo's last item: the default preset (ShapeOverrides) with L, D and heads from the form.
+constexpr const char* kCustom = "custom";
 
 QSpinBox* spin(int lo, int hi, int value) {
   auto* s = new QSpinBox;
@@ -84,14 +86,19 @@ QWidget* TrainView::build_form() {
   dataset_->addItem("Synthetic (letter / underscore)", "synthetic");
   dataset_->addItem("Coin flip", "coinflip");
   preset_ = new QComboBox;
-  preset_->addItems({"small", "tiny", "custom"});
+  for (const std::string& name : ftx::model_preset_names()) preset_->addItem(QString::fromStdString(name));
+  preset_->addItem(kCustom);
+  preset_->setCurrentText(QString::fromStdString(ftx::ShapeOverrides{}.preset));
+  preset_->setObjectName("preset");
   layers_ = spin(1, 64, 4), dim_ = spin(8, 4096, 128), heads_ = spin(1, 64, 4);
+  layers_->setObjectName("layers"), dim_->setObjectName("dim"), heads_->setObjectName("heads");
   auto* size = new QHBoxLayout;
   for (auto [label, w] : {std::pair{"L", layers_}, std::pair{"D", dim_}, std::pair{"heads", heads_}}) {
     size->addWidget(new QLabel(label));
     size->addWidget(w);
   }
   bits_ = spin(0, 16, ftx::kDefaultLatentBits);
+  bits_->setObjectName("latent_bits");
   bits_->setToolTip("Latent bits H per position (0 = the baseline decoder)");
   kappa_ = new QLineEdit("1/8");
   kappa_->setToolTip("Free bits per token, in bits (e.g. 1/64, 1/8, 1, 8)");
@@ -181,7 +188,7 @@ void TrainView::set_run_name(const QString& name) { name_->setText(name); }
 void TrainView::set_steps(int steps) { steps_->setValue(steps); }
 
 void TrainView::update_preset() {
-  const bool custom = preset_->currentText() == "custom";
+  const bool custom = preset_->currentText() == kCustom;
   if (!custom) {
     auto p = ftx::model_preset(preset_->currentText().toStdString());
     if (p) layers_->setValue(p->n_layers), dim_->setValue(p->dim), heads_->setValue(p->n_heads);
@@ -206,14 +213,12 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   r.device = device_->currentData().toString().toStdString();
   r.precision = device_->currentData(kPrecisionRole).toString().toStdString();
   const QString preset = preset_->currentText();
-  auto base = ftx::model_preset(preset == "custom" ? "small" : preset.toStdString());
-  if (!base) return base.error();
-  r.model = *base;
-  if (preset == "custom") {
-    r.model.n_layers = layers_->value(), r.model.dim = dim_->value(), r.model.n_heads = r.model.n_kv_heads = heads_->value();
-    r.model.ffn_hidden = (r.model.dim * 8 / 3 + 7) / 8 * 8;
+  if (preset == kCustom) {
+    r.shape.layers = layers_->value(), r.shape.dim = dim_->value(), r.shape.heads = heads_->value();
+  } else {
+    r.shape.preset = preset.toStdString();
   }
-  r.model.latent_bits = bits_->value();
+  r.shape.latent_bits = bits_->value();
   r.train.dataset = dataset_->currentData().toString().toStdString();
   r.train.preset = preset.toStdString();
   r.train.kappa_nats = static_cast<float>(ftx::bits_to_nats(*bits));
@@ -223,7 +228,7 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   r.train.checkpoint_every = r.train.eval_every;
   r.run = name_->text().trimmed().toStdString();
   if (r.run.empty())
-    r.run = (QString::fromStdString(r.train.dataset) + QString("-H%1-k%2-").arg(r.model.latent_bits).arg(kappa_label(*bits)) +
+    r.run = (QString::fromStdString(r.train.dataset) + QString("-H%1-k%2-").arg(r.shape.latent_bits).arg(kappa_label(*bits)) +
              QDateTime::currentDateTime().toString("MMdd-hhmmss")).toStdString();
   return r;
 }

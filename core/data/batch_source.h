@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 namespace ftx {
 
 class BatchSource {
@@ -22,6 +24,9 @@ class BatchSource {
   virtual void validation(int32_t* tokens, int64_t first, int B) const = 0;
   virtual int64_t position() const = 0;  // sequences consumed so far
   virtual void seek(int64_t position) = 0;
+  // The dataset's own options as this source uses them, by key (core/data/dataset_options.h):
+  // what TrainConfig::dataset_options gave, defaults filled in. Empty for a dataset without any.
+  virtual nlohmann::json options() const { return nlohmann::json::object(); }
 };
 
 struct TrainConfig;

@@ -1,5 +1,7 @@
 #include "core/model/config.h"
 
+#include <algorithm>
+
 namespace ftx {
 
 Status ModelConfig::validate() const {
@@ -29,6 +31,17 @@ Status ModelConfig::validate() const {
   return {};
 }
 
+const std::vector<std::string>& model_preset_names() {
+  static const std::vector<std::string> names = {"tiny", "small"};
+  return names;
+}
+
+std::string ShapeOverrides::preset_list(const char* separator) {
+  std::string out;
+  for (const std::string& n : model_preset_names()) out += (out.empty() ? "" : separator) + n;
+  return out;
+}
+
 Result<ModelConfig> model_preset(const std::string& name) {
   ModelConfig c;
   if (name == "tiny") {
@@ -36,10 +49,38 @@ Result<ModelConfig> model_preset(const std::string& name) {
   } else if (name == "small") {
     c.n_layers = 4, c.dim = 128, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 32, c.ffn_hidden = 344;
   } else {
-    return make_error("preset '" + name + "': unknown (expected tiny or small)");
+    return make_error("preset '" + name + "': unknown (expected " + ShapeOverrides::preset_list(" or ") + ")");
   }
   c.inject_after = c.n_layers / 2;
   return c;
+}
+
+Result<ModelConfig> shape_model_config(const ShapeOverrides& o, int vocab_size, int seq_len, FieldName name) {
+  auto field = [&](const char* key) { return name(find_field<ShapeOverrides>(key)); };
+  FTX_TRY(check_fields(o, name));
+  auto cfg = model_preset(o.preset);
+  if (!cfg)
+    return make_error(field("preset") + " '" + o.preset + "': unknown (expected " +
+                      ShapeOverrides::preset_list(" or ") + ")");
+  if (o.layers) cfg->n_layers = *o.layers;
+  if (o.dim) cfg->dim = *o.dim;
+  if (o.heads) cfg->n_heads = *o.heads, cfg->n_kv_heads = *o.heads;
+  if (o.kv_heads) cfg->n_kv_heads = *o.kv_heads;
+  if (o.ffn) cfg->ffn_hidden = *o.ffn;
+  if (cfg->dim % cfg->n_heads != 0)
+    return make_error(field("dim") + " " + std::to_string(cfg->dim) + " is not a multiple of " + field("heads") + " " +
+                      std::to_string(cfg->n_heads));
+  cfg->head_dim = cfg->dim / cfg->n_heads;
+  cfg->latent_bits = o.latent_bits;
+  if (cfg->is_free() && cfg->n_layers < 2)
+    return make_error(field("layers") + " " + std::to_string(cfg->n_layers) +
+                      ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
+  cfg->inject_after = cfg->n_layers / 2;
+  cfg->alphabet.clear();
+  cfg->vocab_size = vocab_size;
+  cfg->max_seq_len = std::max(cfg->max_seq_len, seq_len);
+  FTX_TRY(cfg->validate());
+  return cfg;
 }
 
 }  // namespace ftx

@@ -3,14 +3,19 @@
 // (core/io/config_json.h) and every run row of the store.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "core/util/fields.h"
 #include "core/util/result.h"
 
 namespace ftx {
 
 inline constexpr const char* kSyntheticAlphabet = "_!>ABCDEFGHIJKLMNOPQRSTUVWXYZ";
 inline constexpr int kMaxLatentBits = 20;
+// The recipe's latent size (the default of every shape, the demo's).
+inline constexpr int kDefaultLatentBits = 8;
 
 struct ModelConfig {
   int vocab_size = 29;
@@ -34,7 +39,40 @@ struct ModelConfig {
   Status validate() const;
 };
 
-// Presets of issue 2: tiny (tests) and small (the synthetic task's default).
+// The presets by name, the one list (help texts, the Train form, errors): "tiny" (tests) and
+// "small" (the synthetic task's default).
+const std::vector<std::string>& model_preset_names();
 Result<ModelConfig> model_preset(const std::string& name);
+
+// The model shape a user asks for: a preset and overrides of its sizes. `ftx train`, `ftx bench`
+// and the studio's Train form all fill one and call shape_model_config, so one request gives one
+// model wherever it is made.
+struct ShapeOverrides {
+  std::string preset = "small";
+  std::optional<int> layers, dim, heads, kv_heads, ffn;  // heads also sets kv_heads unless given
+  int latent_bits = kDefaultLatentBits;
+
+  template <class Self, class V>  // Self: ShapeOverrides, maybe const (core/util/fields.h)
+  static void for_each_field(Self& s, V&& v) {
+    v(s.preset, Field{.key = "preset", .help = "Model preset: " + preset_list(" | ")});
+    v(s.layers, Field{.key = "layers", .help = "Override the preset's number of blocks", .bounds = kPositive});
+    v(s.dim, Field{.key = "dim", .help = "Override the model width", .bounds = kPositive});
+    v(s.heads, Field{.key = "heads", .help = "Override the number of query heads", .bounds = kPositive});
+    v(s.kv_heads, Field{.key = "kv_heads", .help = "Override the number of key/value heads (GQA)", .bounds = kPositive});
+    v(s.ffn, Field{.key = "ffn", .help = "Override the SwiGLU hidden width", .bounds = kPositive});
+    v(s.latent_bits, Field{.key = "latent_bits",
+                           .help = "H: latent bits per position (0 = plain decoder)",
+                           .bounds = closed_range(0, kMaxLatentBits),
+                           .note = "(H, latent bits per position)"});
+  }
+  static std::string preset_list(const char* separator);  // "tiny | small"
+};
+
+// The preset reshaped by the overrides: head_dim = dim / heads, Z injected after the middle
+// block, `vocab_size` tokens and room for at least `seq_len` positions. Errors name the fields
+// through `name` ("dim 30 is not a multiple of heads 4"); the command line passes its flags.
+// The returned config carries no alphabet: the caller's data bring it.
+Result<ModelConfig> shape_model_config(const ShapeOverrides& o, int vocab_size, int seq_len,
+                                       FieldName name = field_key);
 
 }  // namespace ftx

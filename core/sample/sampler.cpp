@@ -25,14 +25,6 @@ std::vector<uint32_t> uniform_codes(uint64_t seed, int n, int latent_bits) {
   return codes;
 }
 
-Status SampleConfig::validate() const {
-  if (!(temperature >= 0) || !std::isfinite(temperature))
-    return make_error("temperature must be a finite number >= 0, got " + std::to_string(temperature));
-  if (top_k < 0) return make_error("top-k must be >= 0, got " + std::to_string(top_k));
-  if (max_new_tokens <= 0) return make_error("max new tokens must be positive");
-  return {};
-}
-
 Status check_generation_request(const ModelConfig& m, int prompt_len, const SampleConfig& cfg,
                                 const std::vector<SequenceSpec>& specs) {
   FTX_TRY(cfg.validate());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/model/model.h"
+#include "core/util/fields.h"
 #include "core/util/result.h"
 
 namespace ftx {
@@ -39,7 +40,15 @@ struct SampleConfig {
   float temperature = 1.0f;  // 0 = greedy
   int top_k = 0;             // 0 = all tokens
   int max_new_tokens = 64;
-  Status validate() const;
+
+  // Fields with help text are options of `ftx generate` (core/util/fields.h).
+  template <class Self, class V>
+  static void for_each_field(Self& s, V&& v) {
+    v(s.temperature, Field{.key = "temperature", .help = "Sampling temperature (0 = greedy)", .bounds = kNonNegative});
+    v(s.top_k, Field{.key = "top_k", .help = "Sample among the k most likely tokens (0 = all)", .bounds = kNonNegative});
+    v(s.max_new_tokens, Field{.key = "max_new_tokens", .bounds = kPositive});
+  }
+  Status validate(FieldName name = field_key) const { return check_fields(*this, name); }
 };
 
 struct SequenceSpec {

@@ -32,16 +32,10 @@ Status prepare_request(const DatasetFactory& datasets, TrainRequest& req) {
   FTX_TRY(req.train.validate());
   auto data = datasets(req.train);
   if (!data) return make_error("dataset '" + req.train.dataset + "': unknown or bad arguments");
-  ModelConfig& m = req.model;
-  if (m.n_heads > 0 && m.dim % m.n_heads != 0)
-    return make_error("model width " + std::to_string(m.dim) + " is not a multiple of " + std::to_string(m.n_heads) + " heads");
-  if (m.n_heads > 0) m.head_dim = m.dim / m.n_heads;
-  if (m.is_free() && m.n_layers < 2) return make_error("a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
-  m.inject_after = m.n_layers / 2;
-  m.alphabet = data->alphabet();
-  m.vocab_size = static_cast<int>(data->alphabet().size());
-  m.max_seq_len = std::max(m.max_seq_len, data->seq_len());
-  FTX_TRY(m.validate());
+  auto m = shape_model_config(req.shape, static_cast<int>(data->alphabet().size()), data->seq_len());
+  if (!m) return m.error();
+  req.model = *m;
+  req.model.alphabet = data->alphabet();
   if (req.run.empty()) return make_error("a run needs a name");
   auto store = RunStore::open(req.db_path);
   if (!store) return store.error();

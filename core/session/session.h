@@ -27,7 +27,8 @@ class Trainer;
 
 struct TrainRequest {
   std::string db_path, run;
-  ModelConfig model;  // vocab and max_seq_len filled by the session from the dataset
+  ShapeOverrides shape;  // the model asked for, shaped as `ftx train` shapes it
+  ModelConfig model;     // filled by prepare_request: shape_model_config(shape, the dataset's sizes)
   TrainConfig train;
   int threads = 0;    // OpenMP threads for the worker; 0 = all cores (it runs at idle priority)
   std::string device = "cpu";  // "cpu", "cuda" or "cuda:N" (make_backend_for)
@@ -51,8 +52,9 @@ struct SessionSnapshot {
   uint64_t version = 0; // increases with every publication
 };
 
-// Fills the model config's vocabulary and context from the dataset the request names and
-// validates everything a run needs before it is queued: one-line errors.
+// Shapes the request's model from its ShapeOverrides and the vocabulary and sequence length of
+// the dataset it names (shape_model_config, as `ftx train` does), and validates everything a run
+// needs before it is queued: one-line errors.
 Status prepare_request(const DatasetFactory& datasets, TrainRequest& req);
 
 class Session {

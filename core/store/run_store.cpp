@@ -359,7 +359,7 @@ Result<int64_t> RunStore::create_run(const std::string& name, const std::string&
   if (!st) {
     if (sqlite3_extended_errcode(db_) == SQLITE_CONSTRAINT_UNIQUE)
       return make_error("run '" + name + "' already exists in " + path_ +
-                        " (use --resume, or pick another --run)");
+                        ": resume it, or pick another name");
     return st.error();
   }
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));

@@ -1,6 +1,11 @@
-// TrainConfig: everything a training run needs besides the model shape. Plain struct, validated
-// once; the CLI and (later) the studio's Train form both produce it. Serialised into the run row
-// of the store and into every checkpoint's trainer.json.
+// TrainConfig: everything a training run needs besides the model shape. Plain struct; its fields
+// are declared once in for_each_field (core/util/fields.h), which drives validate(), the JSON and
+// the command line's options. The CLI and the studio's Train form both produce it. Serialised
+// into the run row of the store and into every checkpoint's trainer.json.
+//
+// Deliberately not here: the options of one dataset (the coin flip's eps and length). Datasets
+// declare their own (datasets/registry.h) and read them from dataset_options, which core carries
+// without looking inside.
 #pragma once
 #include <cmath>
 #include <cstdint>
@@ -9,16 +14,14 @@
 #include <nlohmann/json.hpp>
 
 #include "core/model/model.h"
+#include "core/util/fields.h"
 #include "core/util/result.h"
 
 namespace ftx {
 
-// The recipe's latent size (the CLI's --latent-bits default and the demo's).
-inline constexpr int kDefaultLatentBits = 8;
-
 struct TrainConfig {
-  std::string dataset = "synthetic";  // synthetic | coinflip
-  std::string preset = "small";
+  std::string dataset = "synthetic";  // a registered dataset (datasets/registry.h)
+  std::string preset = "small";       // the model's preset, "custom" from the studio's form
   int steps = 3000;
   int batch = 64;
   float lr = 1e-3f;
@@ -33,17 +36,57 @@ struct TrainConfig {
   uint64_t seed = 1;
   int eval_every = 500;
   int checkpoint_every = 500;
-  double coinflip_eps = 0.1;
-  int coinflip_len = 32;
   InitConfig init;
+  // The dataset's own options by key (e.g. "coinflip_eps"): a JSON object, written beside the
+  // fields above in the same "train" object, and read back from every key that is no field.
+  nlohmann::json dataset_options = nlohmann::json::object();
 
-  Status validate() const;
+  // Keys are the JSON keys of run rows and trainer.json: never rename one (old runs must load).
+  // Fields with help text are options of `ftx train`.
+  template <class Self, class V>
+  static void for_each_field(Self& t, V&& v) {
+    v(t.dataset, Field{.key = "dataset", .help = "Task to train on"});
+    v(t.preset, Field{.key = "preset"});  // set from the model's shape
+    v(t.steps, Field{.key = "steps", .help = "Optimizer steps", .bounds = kPositive});
+    v(t.batch, Field{.key = "batch", .help = "Sequences per step", .bounds = kPositive});
+    v(t.lr, Field{.key = "lr", .help = "Peak learning rate (AdamW)", .bounds = kPositive});
+    v(t.min_lr_frac, Field{.key = "min_lr_frac", .bounds = closed_range(0, 1)});
+    v(t.warmup, Field{.key = "warmup", .help = "Linear warm-up steps", .bounds = kNonNegative});
+    v(t.weight_decay, Field{.key = "weight_decay", .help = "AdamW weight decay", .bounds = kNonNegative});
+    v(t.beta1, Field{.key = "beta1", .bounds = half_open_range(0, 1)});
+    v(t.beta2, Field{.key = "beta2", .bounds = half_open_range(0, 1)});
+    v(t.adam_eps, Field{.key = "adam_eps", .bounds = kPositive});
+    v(t.grad_clip, Field{.key = "grad_clip", .help = "Clip the global gradient norm (0 = off)", .bounds = kNonNegative});
+    v(t.kappa_nats, Field{.key = "kappa_nats", .help = "Free bits per token, in nats", .bounds = kNonNegative,
+                          .note = "(free bits per token)"});
+    v(t.kappa_start_nats, Field{.key = "kappa_start_nats", .note = "(< 0: constant kappa)"});
+    v(t.kappa_anneal_steps,
+      Field{.key = "kappa_anneal_steps", .help = "Steps of the kappa anneal", .bounds = kNonNegative});
+    v(t.seed, Field{.key = "seed", .help = "Seed of data, init and latents"});
+    v(t.eval_every, Field{.key = "eval_every", .help = "Evaluate every N steps (0 = only at the end)",
+                          .bounds = kNonNegative});
+    v(t.checkpoint_every, Field{.key = "checkpoint_every", .help = "Checkpoint every N steps (0 = only at the end)",
+                                .bounds = kNonNegative});
+    v(t.init.std, Field{.key = "init_std", .bounds = kNonNegative});
+    v(t.init.scale_residual, Field{.key = "init_scale_residual"});
+    v(t.init.post_sampler_std, Field{.key = "init_post_sampler_std", .help = "Init std of the post-sampler",
+                                     .bounds = kNonNegative, .option = "post-sampler-std"});
+    v(t.init.zeta_std, Field{.key = "init_zeta_std", .bounds = kNonNegative});
+    v(t.init.post_sampler_bitlinear,
+      Field{.key = "init_post_sampler_bitlinear",
+            .help = "Post-sampler columns as sums of one random direction per bit (default on)",
+            .option = "bitlinear-init"});
+  }
+
+  Status validate(FieldName name = field_key) const;  // messages name the fields through `name`
   float kappa_at(int step) const;  // the schedule
   float lr_at(int step) const;     // warm-up then cosine
 };
 
-// The "train" object of run rows and trainer.json. Reading is tolerant of missing keys (older
-// runs keep the defaults) and strict about types and values (validate()); `where` names the file.
+// The "train" object of run rows and trainer.json: the fields by key, then dataset_options' keys.
+// Reading is tolerant of missing keys (older runs keep the defaults) and strict about types and
+// values (validate()); `where` names the file. Keys that are no field (the coin flip's
+// "coinflip_eps" and "coinflip_len" of every run so far) go to dataset_options.
 nlohmann::json train_config_to_json(const TrainConfig& t);
 Result<TrainConfig> train_config_from_json(const nlohmann::json& j, const std::string& where);
 

@@ -48,28 +48,31 @@ Result<TrainerPosition> read_position(const json& j, const std::string& where) {
   return p;
 }
 
+std::string run_config_json(const ModelConfig& m, const TrainConfig& t) {
+  return json{{"model", config_to_json(m)}, {"train", train_config_to_json(t)}}.dump();
+}
+
+}  // namespace
+
 // Training holds parameters, gradients and two AdamW moments, plus activations for the batch and
 // a validation batch of at most 64 sequences. Refuse before allocating what the machine lacks.
-Status check_memory(const ModelConfig& m, const TrainConfig& t, int seq_len) {
+Status check_training_memory(const ModelConfig& m, const TrainConfig& t, int seq_len, FieldName name) {
   const double params = static_cast<double>(param_count(param_specs(m)));
   const int T = seq_len - 1;
   const double need = 16.0 * params + static_cast<double>(Model::state_bytes(m, t.batch, T)) +
                       static_cast<double>(Model::state_bytes(m, std::min(t.batch, 64), T));
   const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
   if (need > 0.9 * have) {
+    const std::string batch = name(find_field<TrainConfig>("batch"));
     char buf[256];
-    std::snprintf(buf, sizeof buf, "training needs %.1f GiB (weights, optimizer, activations for --batch %d), more than the %.1f GiB of memory here: lower --batch or the model size",
-                  need / (1 << 30), t.batch, have / (1 << 30));
+    std::snprintf(buf, sizeof buf,
+                  "training needs %.1f GiB (weights, optimizer, activations for %s %d), more than the %.1f GiB of "
+                  "memory here: lower %s or the model size",
+                  need / (1 << 30), batch.c_str(), t.batch, have / (1 << 30), batch.c_str());
     return make_error(buf);
   }
   return {};
 }
-
-std::string run_config_json(const ModelConfig& m, const TrainConfig& t) {
-  return json{{"model", config_to_json(m)}, {"train", train_config_to_json(t)}}.dump();
-}
-
-}  // namespace
 
 std::string checkpoint_rel_path(const std::string& db_path, const std::string& run, int step) {
   char leaf[32];
@@ -142,7 +145,7 @@ Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& 
                                                 int seq_len, const std::string& db_path, const std::string& run) {
   FTX_TRY(mcfg.validate());
   FTX_TRY(tcfg.validate());
-  FTX_TRY(check_memory(mcfg, tcfg, seq_len));
+  FTX_TRY(check_training_memory(mcfg, tcfg, seq_len));
   auto store = RunStore::open(db_path);
   if (!store) return store.error();
   // Allocate before recording the run: a model too big for the device leaves no run behind.
@@ -340,7 +343,7 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
       (void)store_.add_event(run_id_, s, "diverged", json{{"loss", "non-finite"}}.dump());
       (void)store_.set_status(run_id_, "failed");
       return make_error("run '" + run_ + "': loss became non-finite at step " + std::to_string(s) +
-                        " (try a lower --lr)");
+                        " (try a lower learning rate)");
     }
     if (std::chrono::duration<double>(te - last_flush).count() >= 1.0) {
       FTX_TRY(store_.flush());

@@ -60,6 +60,11 @@ struct CheckpointRef {
 };
 Result<CheckpointRef> find_run_checkpoint(RunStore& store, const std::string& run, std::optional<int> step);
 
+// Whether training `m` on batches of `t.batch` sequences of seq_len tokens fits in this machine's
+// memory (parameters, gradients, two AdamW moments, activations of a training and a validation
+// batch); errors name the batch through `name`. Trainer::start checks it too.
+Status check_training_memory(const ModelConfig& m, const TrainConfig& t, int seq_len, FieldName name = field_key);
+
 class Trainer {
  public:
   // A new run: fails when the run name exists, when the configs do not validate, or when the

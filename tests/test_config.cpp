@@ -1,0 +1,226 @@
+// Config fields declared once (core/util/fields.h) and the one shaping function:
+// - shape_model_config: a preset alone is the preset sized for the data; overrides change only
+//   what they name (--dim keeps the preset's FFN width); errors in core's words, or in the
+//   caller's through a FieldName; model_preset_names is the list model_preset accepts.
+// - TrainConfig JSON: a "train" object as runs written so far hold it (coin-flip keys included)
+//   loads and writes back byte for byte; the keys written are those of every run so far; types
+//   are strict and errors name the file and the key; validate() names fields by key, never by a
+//   command-line flag, unless a namer says otherwise.
+// - SampleConfig: its bounds come from its field list.
+#include <gtest/gtest.h>
+
+#include <limits>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/io/config_json.h"
+#include "core/model/config.h"
+#include "core/sample/sampler.h"
+#include "core/train/train_config.h"
+#include "core/util/fields.h"
+
+namespace ftx {
+namespace {
+
+using nlohmann::json;
+
+constexpr int kVocab = 29, kSeqLen = 66;  // the synthetic task's
+
+void expect_error(const Status& s, const std::vector<std::string>& needles) {
+  ASSERT_FALSE(s.ok());
+  for (const std::string& n : needles)
+    EXPECT_NE(s.error().message.find(n), std::string::npos) << "no '" << n << "' in: " << s.error().message;
+  EXPECT_EQ(s.error().message.find("--"), std::string::npos) << "core names a flag: " << s.error().message;
+}
+
+template <class T>
+Status status_of(const Result<T>& r) {
+  return r.ok() ? Status{} : Status(r.error());
+}
+
+std::string dashed(const Field& f) { return std::string("--") + f.key; }
+
+TEST(ShapeModelConfig, EveryPresetAloneIsThePresetSizedForTheData) {
+  ASSERT_EQ(model_preset_names(), (std::vector<std::string>{"tiny", "small"}));
+  for (const std::string& name : model_preset_names()) {
+    SCOPED_TRACE(name);
+    ShapeOverrides o;
+    o.preset = name;
+    auto shaped = shape_model_config(o, kVocab, kSeqLen);
+    ASSERT_TRUE(shaped.ok()) << shaped.error().message;
+    ModelConfig want = *model_preset(name);
+    want.latent_bits = kDefaultLatentBits, want.alphabet.clear();
+    EXPECT_EQ(config_to_json(*shaped), config_to_json(want));
+  }
+  expect_error(status_of(model_preset("huge")), {"preset 'huge'", "tiny or small"});
+}
+
+TEST(ShapeModelConfig, OverridesChangeOnlyWhatTheyName) {
+  ShapeOverrides o;
+  o.dim = 96, o.heads = 3, o.layers = 3, o.latent_bits = 4;
+  auto m = shape_model_config(o, 10, 200);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const ModelConfig small = *model_preset("small");
+  EXPECT_EQ(m->dim, 96);
+  EXPECT_EQ(m->n_heads, 3);
+  EXPECT_EQ(m->n_kv_heads, 3) << "heads sets the kv heads too";
+  EXPECT_EQ(m->head_dim, 32);
+  EXPECT_EQ(m->n_layers, 3);
+  EXPECT_EQ(m->inject_after, 1) << "Z enters after the middle block";
+  EXPECT_EQ(m->ffn_hidden, small.ffn_hidden) << "a new width keeps the preset's FFN width";
+  EXPECT_EQ(m->latent_bits, 4);
+  EXPECT_EQ(m->vocab_size, 10);
+  EXPECT_EQ(m->max_seq_len, 200) << "room for the data's sequences";
+  o.kv_heads = 1, o.ffn = 24;
+  m = shape_model_config(o, 10, 8);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(m->n_kv_heads, 1);
+  EXPECT_EQ(m->ffn_hidden, 24);
+  EXPECT_EQ(m->max_seq_len, small.max_seq_len) << "never below the preset's context";
+}
+
+TEST(ShapeModelConfig, ErrorsNameFieldsInCoreWordsOrTheCallers) {
+  ShapeOverrides o;
+  o.dim = 30, o.heads = 4;
+  expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"dim 30 is not a multiple of heads 4"});
+  auto flagged = shape_model_config(o, kVocab, kSeqLen, dashed);
+  ASSERT_FALSE(flagged.ok());
+  EXPECT_NE(flagged.error().message.find("--dim 30 is not a multiple of --heads 4"), std::string::npos)
+      << flagged.error().message;
+  o = {};
+  o.layers = 1;
+  expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"layers 1:", "at least 2 blocks"});
+  o.latent_bits = 0;
+  EXPECT_TRUE(shape_model_config(o, kVocab, kSeqLen).ok()) << "one block is enough without Z";
+  o = {};
+  o.latent_bits = 25;
+  expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"latent_bits 25", "0..20", "H"});
+  o = {};
+  o.dim = -8;
+  expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"dim -8", "positive"});
+  o = {};
+  o.preset = "huge";
+  expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"preset 'huge'", "tiny or small"});
+  o = {};
+  o.heads = 4, o.kv_heads = 3;
+  expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"n_kv_heads"});
+}
+
+// The "train" object of the run row that `ftx train` wrote before the field lists (commit
+// 41a336e) for --dataset coinflip --coinflip-eps 0.25 --preset tiny --steps 1 --batch 2
+// --eval-every 0 --checkpoint-every 0 --kappa-bits 0.015625 --lr 0.003 --seed 7
+// --no-bitlinear-init --post-sampler-std 0.04: every key, the coin flip's included.
+const char* kTodaysTrainJson =
+    R"({"adam_eps":9.99999993922529e-09,"batch":2,"beta1":0.8999999761581421,"beta2":0.949999988079071,)"
+    R"("checkpoint_every":0,"coinflip_eps":0.25,"coinflip_len":32,"dataset":"coinflip","eval_every":0,)"
+    R"("grad_clip":1.0,"init_post_sampler_bitlinear":false,"init_post_sampler_std":0.03999999910593033,)"
+    R"("init_scale_residual":true,"init_std":0.019999999552965164,"init_zeta_std":1.0,"kappa_anneal_steps":0,)"
+    R"("kappa_nats":0.010830424726009369,"kappa_start_nats":-1.0,"lr":0.003000000026077032,)"
+    R"("min_lr_frac":0.10000000149011612,"preset":"tiny","seed":7,"steps":1,"warmup":100,)"
+    R"("weight_decay":0.10000000149011612})";
+
+TEST(TrainConfigJson, TodaysRunRowsLoadAndWriteBackUnchanged) {
+  const json stored = json::parse(kTodaysTrainJson);
+  auto t = train_config_from_json(stored, "runs.db: run 'old'");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->dataset, "coinflip");
+  EXPECT_EQ(t->preset, "tiny");
+  EXPECT_EQ(t->steps, 1);
+  EXPECT_EQ(t->batch, 2);
+  EXPECT_EQ(t->seed, 7u);
+  EXPECT_EQ(t->lr, 0.003f);
+  EXPECT_FALSE(t->init.post_sampler_bitlinear);
+  EXPECT_EQ(t->init.post_sampler_std, 0.04f);
+  EXPECT_EQ(t->dataset_options, (json{{"coinflip_eps", 0.25}, {"coinflip_len", 32}}));
+  EXPECT_EQ(train_config_to_json(*t).dump(), stored.dump());
+}
+
+TEST(TrainConfigJson, TheKeysWrittenAreThoseOfEveryRunSoFar) {
+  std::set<std::string> keys;
+  const json written = train_config_to_json(TrainConfig{});
+  for (const auto& [k, v] : written.items()) keys.insert(k);
+  const std::set<std::string> want = {"dataset", "preset", "steps", "batch", "lr", "min_lr_frac", "warmup",
+                                      "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip", "kappa_nats",
+                                      "kappa_start_nats", "kappa_anneal_steps", "seed", "eval_every",
+                                      "checkpoint_every", "init_std", "init_scale_residual",
+                                      "init_post_sampler_std", "init_zeta_std", "init_post_sampler_bitlinear"};
+  EXPECT_EQ(keys, want);
+  // Missing keys keep the defaults (rows older than a field).
+  auto t = train_config_from_json(json{{"steps", 5}}, "x");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_EQ(t->steps, 5);
+  EXPECT_EQ(train_config_to_json(*t).dump(), [] {
+    TrainConfig d;
+    d.steps = 5;
+    return train_config_to_json(d).dump();
+  }());
+}
+
+TEST(TrainConfigJson, TypesAreStrictAndErrorsNameTheFileAndKey) {
+  const std::vector<std::pair<json, std::vector<std::string>>> bad = {
+      {{{"steps", 3.5}}, {"trainer.json", "'steps'", "integer", "3.5"}},
+      {{{"steps", "3"}}, {"trainer.json", "'steps'", "integer"}},
+      {{{"lr", "fast"}}, {"trainer.json", "'lr'", "number"}},
+      {{{"seed", -1}}, {"trainer.json", "'seed'", "-1"}},
+      {{{"batch", 4294967296}}, {"trainer.json", "'batch'"}},
+      {{{"init_scale_residual", 1}}, {"trainer.json", "'init_scale_residual'", "true or false"}},
+      {{{"dataset", 3}}, {"trainer.json", "'dataset'", "string"}},
+      {{{"steps", 0}}, {"trainer.json", "steps 0", "positive"}},
+      {{{"beta2", 1.0}}, {"trainer.json", "beta2 1", "[0, 1)"}},
+      {json::array({1, 2}), {"trainer.json", "object"}},
+  };
+  for (const auto& [j, needles] : bad) {
+    SCOPED_TRACE(j.dump());
+    expect_error(status_of(train_config_from_json(j, "ck/trainer.json")), needles);
+  }
+}
+
+TEST(TrainConfigValidate, NamesFieldsByKeyOrThroughTheCallersNamer) {
+  TrainConfig t;
+  t.lr = 0;
+  expect_error(t.validate(), {"lr 0: must be positive"});
+  ASSERT_FALSE(t.validate(dashed).ok());
+  EXPECT_EQ(t.validate(dashed).error().message.rfind("--lr 0", 0), 0u) << t.validate(dashed).error().message;
+  t = {};
+  t.kappa_nats = -0.5f;
+  expect_error(t.validate(), {"kappa_nats -0.5", ">= 0"});
+  t = {};
+  t.kappa_start_nats = std::numeric_limits<float>::quiet_NaN();
+  expect_error(t.validate(), {"kappa_start_nats", "finite"});
+  t = {};
+  t.min_lr_frac = 1.5f;
+  expect_error(t.validate(), {"min_lr_frac 1.5", "[0, 1]"});
+  t = {};
+  t.dataset.clear();
+  expect_error(t.validate(), {"dataset", "empty"});
+  EXPECT_TRUE(TrainConfig{}.validate().ok());
+}
+
+TEST(SampleConfigFields, BoundsComeFromTheFieldList) {
+  SampleConfig s;
+  EXPECT_TRUE(s.validate().ok());
+  s.temperature = -0.5f;
+  expect_error(s.validate(), {"temperature -0.5", ">= 0"});
+  s = {};
+  s.top_k = -1;
+  expect_error(s.validate(), {"top_k -1"});
+  s = {};
+  s.max_new_tokens = 0;
+  expect_error(s.validate(), {"max_new_tokens 0", "positive"});
+}
+
+TEST(Fields, BoundsReadAsWords) {
+  EXPECT_EQ(bounds_text(kPositive, true), "positive");
+  EXPECT_EQ(bounds_text(kNonNegative, false), ">= 0");
+  EXPECT_EQ(bounds_text(closed_range(0, 20), true), "in 0..20");
+  EXPECT_EQ(bounds_text(closed_range(0, 1), false), "in [0, 1]");
+  EXPECT_EQ(bounds_text(half_open_range(0, 1), false), "in [0, 1)");
+  EXPECT_EQ(bounds_text(kAnyValue, false), "a finite number");
+  EXPECT_EQ(find_field<ShapeOverrides>("kv_heads").key, std::string("kv_heads"));
+}
+
+}  // namespace
+}  // namespace ftx
