@@ -89,9 +89,9 @@ int run_train(TrainArgs& a) {
       std::fprintf(stderr, "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
   } else {
     auto probe = make_dataset(a.train);
-    auto mcfg = shaped_model_config(a.shape, probe->alphabet(), probe->seq_len());
+    auto mcfg = shaped_model_config(a.shape, probe->tokenizer().vocab_size(), probe->seq_len());
     if (!mcfg) return fail(mcfg.error());
-    auto t = Trainer::start(*backend, *mcfg, a.train, probe->seq_len(), a.db, a.run);
+    auto t = Trainer::start(*backend, *mcfg, probe->tokenizer().clone(), a.train, probe->seq_len(), a.db, a.run);
     if (!t) return fail(t.error());
     trainer = std::move(*t);
   }

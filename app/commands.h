@@ -15,7 +15,7 @@ struct ShapeOverrides {
   std::string preset = "small";
   std::optional<int> layers, dim, heads, kv_heads, ffn;
   int latent_bits = kDefaultLatentBits;
-  std::optional<int> vocab;  // bench only: used when the data have no alphabet (random tokens)
+  std::optional<int> vocab;  // bench only: another vocabulary size trains on random tokens
 };
 // --preset, --layers, --dim, --heads, --kv-heads, --ffn, --latent-bits.
 void add_shape_options(CLI::App* c, ShapeOverrides& s);

@@ -57,7 +57,7 @@ void add_shape_options(CLI::App* c, ShapeOverrides& s) {
       ->capture_default_str();
 }
 
-Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::string& alphabet, int seq_len) {
+Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, int vocab_size, int seq_len) {
   auto cfg = model_preset(o.preset);
   if (!cfg) return make_error("--" + cfg.error().message);  // "--preset 'x': unknown ..."
   if (o.latent_bits < 0 || o.latent_bits > kMaxLatentBits)
@@ -77,8 +77,7 @@ Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::stri
     return make_error("--layers " + std::to_string(cfg->n_layers) +
                       ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
   cfg->inject_after = cfg->n_layers / 2;
-  cfg->alphabet = alphabet;
-  cfg->vocab_size = alphabet.empty() ? o.vocab.value_or(cfg->vocab_size) : static_cast<int>(alphabet.size());
+  cfg->vocab_size = vocab_size;
   cfg->max_seq_len = std::max(cfg->max_seq_len, seq_len);
   FTX_TRY(cfg->validate());
   return cfg;
@@ -95,6 +94,7 @@ Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& de
   if (!model) return model.error();
   lm.model = std::move(*model);
   lm.model->load_params(ck->params.data());
+  lm.tokenizer = ck->tokenizer;
   lm.dir = dir;
   return lm;
 }

@@ -7,6 +7,7 @@
 
 #include "core/data/batch_source.h"
 #include "core/model/model.h"
+#include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
 #include "core/util/result.h"
 #include "app/commands.h"
@@ -27,14 +28,15 @@ void add_device_options(CLI::App* c, std::string& device, std::string& precision
 // with a one-line error naming the option otherwise.
 std::unique_ptr<Backend> make_backend(const std::string& device, const std::string& precision, Error* err);
 
-// The preset reshaped by the overrides, with `alphabet` as its vocabulary (or the overrides'
-// vocab when the alphabet is empty) and room for `seq_len` positions; errors name the option.
-Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, const std::string& alphabet, int seq_len);
+// The preset reshaped by the overrides, with `vocab_size` tokens and room for `seq_len`
+// positions; errors name the option.
+Result<ModelConfig> shaped_model_config(const ShapeOverrides& o, int vocab_size, int seq_len);
 
-// A loaded model with its checkpoint directory and step.
+// A loaded model with its tokenizer, checkpoint directory and step.
 struct LoadedModel {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
+  std::shared_ptr<const Tokenizer> tokenizer;  // null when config.json has none (token ids only)
   std::string dir;
   int step = 0;
 };

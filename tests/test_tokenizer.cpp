@@ -4,15 +4,19 @@
 // written by earlier versions.
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/checkpoint.h"
+#include "core/io/config_json.h"
 #include "core/text/char_tokenizer.h"
 #include "core/text/tokenizer.h"
 #include "core/text/tokenizer_json.h"
+#include "tests/test_util.h"
 
 using namespace ftx;
 
@@ -197,6 +201,42 @@ TEST(Tokenizer, JsonErrorsNameTheFileAndKey) {
   expect_bad(json{{"type", "chars"}, {"alphabet", ""}}, "key 'tokenizer.alphabet'");
   expect_bad(json{{"type", "chars"}, {"alphabet", 3}}, "key 'tokenizer.alphabet'");
   expect_bad(json::array(), "key 'tokenizer': must be an object");
+}
+
+// config.json as the first checkpoints and run stores wrote it, by hand: it loads with its chars
+// tokenizer, and the tokenizer writes back to the same object.
+constexpr const char* kTodayConfig = R"({
+  "architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": 3, "hidden_size": 8,
+  "intermediate_size": 12, "num_hidden_layers": 2, "num_attention_heads": 2, "num_key_value_heads": 1,
+  "head_dim": 4, "hidden_act": "silu", "max_position_embeddings": 17, "rms_norm_eps": 1e-06,
+  "rope_theta": 10000.0, "tie_word_embeddings": false, "attention_bias": false, "mlp_bias": false,
+  "torch_dtype": "float32", "tokenizer": {"type": "chars", "alphabet": ">01"},
+  "free_transformer": {"latent_bits": 1, "inject_after_layer": 1}
+})";
+
+TEST(Tokenizer, ConfigJsonInTheFirstFormLoadsWithItsTokenizer) {
+  test::TempDir dir("ftx_tok_");
+  std::ofstream(dir / "config.json") << kTodayConfig;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  auto cfg = load_checkpoint_config(dir.path(), &tokenizer);
+  ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+  EXPECT_EQ(cfg->vocab_size, 3);
+  EXPECT_EQ(cfg->latent_bits, 1);
+  ASSERT_TRUE(tokenizer);
+  EXPECT_EQ(tokenizer->type(), "chars");
+  EXPECT_EQ(tokenizer->fingerprint(), CharTokenizer(">01").fingerprint());
+  EXPECT_EQ(*tokenizer->encode(">10"), (std::vector<int32_t>{0, 2, 1}));
+  EXPECT_EQ(config_to_json(*cfg, tokenizer.get())["tokenizer"], json::parse(kTodayConfig)["tokenizer"]);
+}
+
+TEST(Tokenizer, ConfigJsonWithoutTokenizerLoadsWithNone) {
+  json j = json::parse(kTodayConfig);
+  j.erase("tokenizer");
+  std::shared_ptr<const Tokenizer> tokenizer = std::make_shared<CharTokenizer>("ab");
+  auto cfg = config_from_json(j, "c.json", &tokenizer);
+  ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+  EXPECT_FALSE(tokenizer);
+  EXPECT_FALSE(config_to_json(*cfg).contains("tokenizer"));
 }
 
 }  // namespace

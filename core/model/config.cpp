@@ -23,9 +23,6 @@ Status ModelConfig::validate() const {
   if (is_free() && (inject_after < 1 || inject_after >= n_layers))
     return bad("inject_after must be in 1.." + std::to_string(n_layers - 1) + ", got " +
                std::to_string(inject_after));
-  if (!alphabet.empty() && static_cast<int>(alphabet.size()) != vocab_size)
-    return bad("alphabet has " + std::to_string(alphabet.size()) + " characters but vocab_size is " +
-               std::to_string(vocab_size));
   return {};
 }
 

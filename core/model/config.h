@@ -9,11 +9,10 @@
 
 namespace ftx {
 
-inline constexpr const char* kSyntheticAlphabet = "_!>ABCDEFGHIJKLMNOPQRSTUVWXYZ";
 inline constexpr int kMaxLatentBits = 20;
 
 struct ModelConfig {
-  int vocab_size = 29;
+  int vocab_size = 29;     // V: rows of the embedding; the tokenizer (kept beside) may use fewer
   int dim = 128;          // D (C)
   int n_layers = 4;       // L
   int n_heads = 4;        // NH
@@ -27,7 +26,6 @@ struct ModelConfig {
   int latent_bits = 0;     // H; 0 = plain decoder baseline
   int inject_after = 2;    // Z enters block inject_after+1 (1-based) = index inject_after (0-based)
   bool readout_bias = false;  // free.encoder_readout.bias present (other writers may add it)
-  std::string alphabet = kSyntheticAlphabet;  // chars tokenizer (token id = index); may be empty
 
   bool is_free() const { return latent_bits > 0; }
   int64_t num_codes() const { return int64_t{1} << latent_bits; }

@@ -38,8 +38,7 @@ Status prepare_request(const DatasetFactory& datasets, TrainRequest& req) {
   if (m.n_heads > 0) m.head_dim = m.dim / m.n_heads;
   if (m.is_free() && m.n_layers < 2) return make_error("a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
   m.inject_after = m.n_layers / 2;
-  m.alphabet = data->alphabet();
-  m.vocab_size = static_cast<int>(data->alphabet().size());
+  m.vocab_size = data->tokenizer().vocab_size();
   m.max_seq_len = std::max(m.max_seq_len, data->seq_len());
   FTX_TRY(m.validate());
   if (req.run.empty()) return make_error("a run needs a name");
@@ -185,7 +184,8 @@ void Session::run_one(TrainRequest& req) {
     return publish(s);
   }
   auto data = datasets_(req.train);
-  auto trainer = Trainer::start(*be, req.model, req.train, data->seq_len(), req.db_path, req.run);
+  auto trainer = Trainer::start(*be, req.model, data->tokenizer().clone(), req.train, data->seq_len(), req.db_path,
+                                req.run);
   if (!trainer) {
     s.state = SessionState::Failed, s.message = trainer.error().message;
     return publish(s);
