@@ -31,16 +31,33 @@ namespace {
 using nlohmann::json;
 
 constexpr uint64_t kGenerateSeed = 1;  // random weights and prior codes of `bench generate`
-constexpr int kSyntheticVocab = static_cast<int>(std::char_traits<char>::length(kSyntheticAlphabet));
+
+// The tokenizer of random tokens: a vocabulary size and no text (encode refuses, every id
+// decodes to "?").
+class IdsOnlyTokenizer final : public Tokenizer {
+ public:
+  explicit IdsOnlyTokenizer(int vocab) : vocab_(vocab) {}
+  std::string type() const override { return "ids"; }
+  int vocab_size() const override { return vocab_; }
+  Result<std::vector<int32_t>> encode(std::string_view) const override {
+    return make_error("random tokens have no text");
+  }
+  std::string_view token_bytes(int32_t) const override { return "?"; }
+  std::unique_ptr<Tokenizer> clone() const override { return std::make_unique<IdsOnlyTokenizer>(vocab_); }
+
+ private:
+  int vocab_;
+};
 
 // Uniform random tokens for shapes the synthetic task does not have (another vocabulary or
 // length). Sequence i is a pure function of (seed, i); validation sequences start at 2^40.
 class RandomTokens final : public BatchSource {
  public:
-  RandomTokens(int vocab, int seq_len, uint64_t seed) : vocab_(vocab), seq_len_(seq_len), seed_(seed) {}
+  RandomTokens(int vocab, int seq_len, uint64_t seed)
+      : vocab_(vocab), seq_len_(seq_len), seed_(seed), tokenizer_(vocab) {}
   std::string name() const override { return "random"; }
   int seq_len() const override { return seq_len_; }
-  const std::string& alphabet() const override { return alphabet_; }
+  const Tokenizer& tokenizer() const override { return tokenizer_; }
   void next(int32_t* tokens, int B) override {
     fill(tokens, pos_, B);
     pos_ += B;
@@ -61,7 +78,7 @@ class RandomTokens final : public BatchSource {
   int seq_len_;
   uint64_t seed_;
   int64_t pos_ = 0;
-  std::string alphabet_;  // none: token ids only
+  IdsOnlyTokenizer tokenizer_;
 };
 
 // Training FLOPs per predicted token, PaLM's convention (Chowdhery et al. 2022, appendix B):
@@ -114,7 +131,7 @@ Result<std::unique_ptr<BatchSource>> bench_data(const BenchArgs& a, const TrainC
   if (a.seq_len && *a.seq_len <= 0) return make_error("--seq-len must be positive, got " + std::to_string(*a.seq_len));
   if (a.vocab && *a.vocab <= 0) return make_error("--vocab must be positive, got " + std::to_string(*a.vocab));
   auto synthetic = make_dataset(t);
-  const int vocab = static_cast<int>(synthetic->alphabet().size()), T = synthetic->seq_len() - 1;
+  const int vocab = synthetic->tokenizer().vocab_size(), T = synthetic->seq_len() - 1;
   if (a.vocab.value_or(vocab) == vocab && a.seq_len.value_or(T) == T) return synthetic;
   return std::unique_ptr<BatchSource>(
       std::make_unique<RandomTokens>(a.vocab.value_or(vocab), a.seq_len.value_or(T) + 1, t.seed));
@@ -193,16 +210,14 @@ int run_bench_train(const BenchArgs& a) {
   t.eval_every = 0, t.checkpoint_every = 0;
   auto data = bench_data(a, t);
   if (!data) return fail(data.error());
-  // The random tokens have no alphabet; their vocabulary is --vocab's (or the synthetic task's).
   const BatchSource& src = **data;
-  const int vocab = src.alphabet().empty() ? a.vocab.value_or(kSyntheticVocab) : static_cast<int>(src.alphabet().size());
-  auto mcfg = shape_model_config(a.shape, vocab, src.seq_len(), option_name);
+  auto mcfg = shape_model_config(a.shape, src.tokenizer().vocab_size(), src.seq_len(), option_name);
   if (!mcfg) return fail(mcfg.error());
-  mcfg->alphabet = src.alphabet();
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
-  auto trainer = Trainer::start(*backend, *mcfg, t, (*data)->seq_len(), ":memory:", "bench");
+  // No tokenizer stored: the run lives in ":memory:" and its tokens are never read as text.
+  auto trainer = Trainer::start(*backend, *mcfg, nullptr, t, src.seq_len(), ":memory:", "bench");
   if (!trainer) return fail(trainer.error());
   const auto secs = time_train_steps(*backend, **trainer, **data, a.warmup, a.steps);
   std::printf("%s\n", train_report(a, *backend, **trainer, **data, secs).dump(2).c_str());
@@ -392,10 +407,10 @@ json generate_report(const BenchArgs& a, Backend& be, Model& model, const std::v
 int run_bench_generate(const BenchArgs& a) {
   if (auto s = check_generate_args(a); !s) return fail(s.error());
   const int B = a.batch, len = a.generate.len;
-  // With --vocab: no alphabet (token ids only). --len only sizes the cache.
-  auto mcfg = shape_model_config(a.shape, a.vocab.value_or(kSyntheticVocab), len, option_name);
+  // The synthetic task's vocabulary unless --vocab names another. --len only sizes the cache.
+  const int vocab = a.vocab.value_or(make_dataset(TrainConfig{})->tokenizer().vocab_size());
+  auto mcfg = shape_model_config(a.shape, vocab, len, option_name);
   if (!mcfg) return fail(mcfg.error());
-  if (!a.vocab) mcfg->alphabet = kSyntheticAlphabet;
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);

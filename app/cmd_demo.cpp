@@ -16,7 +16,6 @@
 #include "app/common.h"
 #include "app/figure4_print.h"
 #include "core/train/trainer.h"
-#include "core/io/chars.h"
 
 namespace ftx::app {
 namespace {
@@ -40,17 +39,18 @@ constexpr DemoRun kDemoRuns[] = {{"demo-kappa-1_64", "1/64 bit", 1.0 / 64, 1000}
                                  {"demo-kappa-1_8", "1/8 bit", 1.0 / 8, 2000},
                                  {"demo-kappa-1", "1 bit", 1.0, 1400}};
 
-const std::vector<int32_t>& demo_prompt(const std::string& alphabet) {
-  static const std::vector<int32_t> p = *encode_chars("K>", alphabet, "demo prompt");
-  return p;
+// "K>" in the synthetic task's tokens (the demo's runs are synthetic-task runs).
+std::vector<int32_t> demo_prompt(const Tokenizer& tokenizer) {
+  auto p = tokenizer.encode("K>");
+  FT_ASSERT(p.ok(), "demo prompt: %s", p.error().message.c_str());
+  return *p;
 }
 
 // A few generations of one independent and two fixed-Z groups, redrawn at every evaluation.
-void show_live_groups(Model& model, const EvalReport& e, const DemoRun& r) {
-  const std::string& alphabet = model.config().alphabet;
+void show_live_groups(Model& model, const Tokenizer& tokenizer, const EvalReport& e, const DemoRun& r) {
   SampleConfig sc;
   sc.max_new_tokens = 64;
-  auto groups = figure4_groups(model, demo_prompt(alphabet), 3, 2, 3, 4242, sc, alphabet);
+  auto groups = figure4_groups(model, demo_prompt(tokenizer), 3, 2, 3, 4242, sc, tokenizer);
   auto metric = [&](const char* key) {
     for (const auto& [k, v] : e.metrics)
       if (k == key) return v;
@@ -63,7 +63,7 @@ void show_live_groups(Model& model, const EvalReport& e, const DemoRun& r) {
   for (const auto& g : groups)
     for (const auto& gen : g.gens)
       std::printf("   %-8s %s\n", g.fixed ? ("fixed " + std::to_string(g.group)).c_str() : "indep",
-                  render(decode_chars(gen.tokens, alphabet)).c_str());
+                  render(tokenizer.decode(gen.tokens)).c_str());
   std::fflush(stdout);
 }
 
@@ -86,10 +86,9 @@ Status train_demo_run(const std::string& db, const DemoRun& r, int steps) {
     tc.eval_every = std::max(1, tc.steps / 8);
     tc.checkpoint_every = tc.eval_every;
     auto data = make_dataset(tc);
-    auto mcfg = shape_model_config(ShapeOverrides{}, static_cast<int>(data->alphabet().size()), data->seq_len());
+    auto mcfg = shape_model_config(ShapeOverrides{}, data->tokenizer().vocab_size(), data->seq_len());
     if (!mcfg) return mcfg.error();
-    mcfg->alphabet = data->alphabet();
-    auto t = Trainer::start(*backend, *mcfg, tc, data->seq_len(), db, r.name);
+    auto t = Trainer::start(*backend, *mcfg, data->tokenizer().clone(), tc, data->seq_len(), db, r.name);
     if (!t) return t.error();
     trainer = std::move(*t);
   }
@@ -106,7 +105,8 @@ Status train_demo_run(const std::string& db, const DemoRun& r, int steps) {
     std::fflush(stdout);
   };
   Trainer* tp = trainer.get();
-  cb.on_eval = [tp, &r](const EvalReport& e) { show_live_groups(tp->model(), e, r); };
+  const Tokenizer& tokenizer = data->tokenizer();
+  cb.on_eval = [tp, &tokenizer, &r](const EvalReport& e) { show_live_groups(tp->model(), tokenizer, e, r); };
   return trainer->run(*data, g_demo_stop, cb);
 }
 
@@ -118,13 +118,14 @@ double final_metric(RunStore& store, int64_t run, const char* key) {
 Status show_result(const std::string& db, const DemoRun& r) {
   auto lm = load_run_model(db, r.name, std::nullopt, "cpu", "");
   if (!lm) return lm.error();
-  const std::string& alphabet = lm->model->config().alphabet;
+  if (!lm->tokenizer) return make_error(lm->dir + ": config.json has no tokenizer (the demo needs its text)");
+  const Tokenizer& tokenizer = *lm->tokenizer;
   SampleConfig sc;
   sc.max_new_tokens = 64;
-  auto groups = figure4_groups(*lm->model, demo_prompt(alphabet), 8, 2, 8, 1, sc, alphabet);
+  auto groups = figure4_groups(*lm->model, demo_prompt(tokenizer), 8, 2, 8, 1, sc, tokenizer);
   std::printf("\n%s\n", style("==== kappa = " + std::string(r.label) + "  (step " + std::to_string(lm->step) + ")",
                               "1;35").c_str());
-  for (const auto& g : groups) print_group(g, alphabet);
+  for (const auto& g : groups) print_group(g, tokenizer);
   return {};
 }
 

@@ -11,7 +11,6 @@
 #include "core/eval/evaluator.h"
 #include "core/eval/synth_metrics.h"
 #include "core/store/run_store.h"
-#include "core/io/chars.h"
 #include "datasets/registry.h"
 
 namespace ftx::app {
@@ -19,17 +18,17 @@ namespace {
 
 constexpr int64_t kMaxSequences = 4096;  // one call's batch of sequences through the KV cache
 
-nlohmann::json to_json(const GroupResult& g, size_t i, const std::string& alphabet) {
+nlohmann::json to_json(const GroupResult& g, size_t i, const Tokenizer& tokenizer) {
   const Generation& gen = g.gens[i];
   return {{"group", g.group},
           {"policy", g.fixed ? "fixed" : "independent"},
           {"seed", g.latent_seeds[i]},
           {"sample_seed", gen.sample_seed},
-          {"text", decode_chars(gen.tokens, alphabet)},
+          {"text", tokenizer.decode(gen.tokens)},
           {"codes", gen.codes}};
 }
 
-void record(const GenerateArgs& a, int step, const std::vector<GroupResult>& groups, const std::string& alphabet) {
+void record(const GenerateArgs& a, int step, const std::vector<GroupResult>& groups, const Tokenizer& tokenizer) {
   auto store = RunStore::open(a.db);
   if (!store) return;
   auto info = store->find_run(a.run);
@@ -41,7 +40,7 @@ void record(const GenerateArgs& a, int step, const std::vector<GroupResult>& gro
       row.policy = g.fixed ? "fixed" : "independent";
       row.seed = g.latent_seeds[i];
       row.codes = g.gens[i].codes;
-      row.text = decode_chars(g.gens[i].tokens, alphabet);
+      row.text = tokenizer.decode(g.gens[i].tokens);
       if (auto s = store->add_generation(row); !s)
         std::fprintf(stderr, "ftx: warning: generations not recorded: %s\n", s.error().message.c_str());
     }
@@ -89,8 +88,10 @@ int run_generate(const GenerateArgs& a) {
   auto lm = load_run_model(a.db, a.run, a.step, a.device, a.precision);
   if (!lm) return fail(lm.error());
   const ModelConfig& m = lm->model->config();
-  auto prompt = encode_chars(a.prompt, m.alphabet, "--prompt");
-  if (!prompt) return fail(prompt.error());
+  if (!lm->tokenizer) return fail(lm->dir + ": config.json has no tokenizer: --prompt cannot be encoded");
+  const Tokenizer& tokenizer = *lm->tokenizer;
+  auto prompt = tokenizer.encode(a.prompt);
+  if (!prompt) return fail("--prompt '" + a.prompt + "': " + prompt.error().message);
   SampleConfig sc = a.sample;
   // Sequences as long as the run's training sequences (66 for the synthetic task).
   auto length_or = training_seq_len(a.db, a.run);
@@ -98,21 +99,21 @@ int run_generate(const GenerateArgs& a) {
   const int length = *length_or;
   sc.max_new_tokens = length - static_cast<int>(prompt->size());
   if (sc.max_new_tokens <= 0)
-    return fail("--prompt: " + std::to_string(prompt->size()) + " characters leave nothing to generate in a " +
+    return fail("--prompt: " + std::to_string(prompt->size()) + " tokens leave nothing to generate in a " +
                 std::to_string(length) + "-token sequence");
   if (auto s = sc.validate(option_name); !s) return fail(s.error());
   if (auto s = check_generation_request(m, static_cast<int>(prompt->size()), sc, {}); !s) return fail(s.error());
-  auto groups = figure4_groups(*lm->model, *prompt, a.independent, a.fixed_groups, a.group_size, a.seed, sc, m.alphabet);
+  auto groups = figure4_groups(*lm->model, *prompt, a.independent, a.fixed_groups, a.group_size, a.seed, sc, tokenizer);
   if (a.json) {
     for (const auto& g : groups)
-      for (size_t i = 0; i < g.gens.size(); ++i) std::printf("%s\n", to_json(g, i, m.alphabet).dump().c_str());
+      for (size_t i = 0; i < g.gens.size(); ++i) std::printf("%s\n", to_json(g, i, tokenizer).dump().c_str());
   } else {
     std::printf("run '%s', checkpoint step %d (H=%d), prompt \"%s\", seed %llu\n", a.run.c_str(), lm->step,
                 m.latent_bits, a.prompt.c_str(), static_cast<unsigned long long>(a.seed));
     for (const auto& g : groups)
-      if (!g.gens.empty()) print_group(g, m.alphabet);
+      if (!g.gens.empty()) print_group(g, tokenizer);
   }
-  record(a, lm->step, groups, m.alphabet);
+  record(a, lm->step, groups, tokenizer);
   return 0;
 }
 

@@ -62,13 +62,12 @@ Result<std::unique_ptr<Trainer>> start_run(Backend& be, const TrainArgs& a) {
   auto probe = open_dataset(a.train, option_name);
   if (!probe) return probe.error();
   const BatchSource& data = **probe;
-  auto mcfg = shape_model_config(a.shape, static_cast<int>(data.alphabet().size()), data.seq_len(), option_name);
+  auto mcfg = shape_model_config(a.shape, data.tokenizer().vocab_size(), data.seq_len(), option_name);
   if (!mcfg) return mcfg.error();
-  mcfg->alphabet = data.alphabet();
   FTX_TRY(check_training_memory(*mcfg, a.train, data.seq_len(), option_name));
   if (auto store = RunStore::open_readonly(a.db); store && store->find_run(a.run))
     return make_error("run '" + a.run + "' already exists in " + a.db + " (use --resume, or pick another --run)");
-  return Trainer::start(be, *mcfg, a.train, data.seq_len(), a.db, a.run);
+  return Trainer::start(be, *mcfg, data.tokenizer().clone(), a.train, data.seq_len(), a.db, a.run);
 }
 
 }  // namespace

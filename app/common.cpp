@@ -50,6 +50,7 @@ Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& de
   if (!model) return model.error();
   lm.model = std::move(*model);
   lm.model->load_params(ck->params.data());
+  lm.tokenizer = ck->tokenizer;
   lm.dir = dir;
   return lm;
 }

@@ -7,6 +7,7 @@
 
 #include "core/data/batch_source.h"
 #include "core/model/model.h"
+#include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
 #include "core/util/result.h"
 #include "app/commands.h"
@@ -28,10 +29,11 @@ void add_device_options(CLI::App* c, std::string& device, std::string& precision
 // one-line error naming the option.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const std::string& precision);
 
-// A loaded model with its checkpoint directory and step.
+// A loaded model with its tokenizer, checkpoint directory and step.
 struct LoadedModel {
   std::unique_ptr<Backend> backend;
   std::unique_ptr<Model> model;
+  std::shared_ptr<const Tokenizer> tokenizer;  // null when config.json has none (token ids only)
   std::string dir;
   int step = 0;
 };

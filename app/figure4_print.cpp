@@ -5,7 +5,6 @@
 
 #include "app/common.h"
 #include "core/eval/synth_metrics.h"
-#include "core/io/chars.h"
 
 namespace ftx::app {
 
@@ -29,13 +28,13 @@ std::string group_title(const GroupResult& g, int size) {
   return buf;
 }
 
-void print_group(const GroupResult& g, const std::string& alphabet) {
+void print_group(const GroupResult& g, const Tokenizer& tokenizer) {
   const int n = static_cast<int>(g.gens.size());
   std::printf("\n%s\n", style(group_title(g, n), "1;36").c_str());
   if (!std::isnan(g.valid))  // synthetic-task metrics; other tasks have none
     std::printf("  valid %.2f   agreement %.2f   noise agreement %.2f\n", g.valid, g.agreement, g.noise_agreement);
   for (const auto& gen : g.gens) {
-    const std::string text = decode_chars(gen.tokens, alphabet);
+    const std::string text = tokenizer.decode(gen.tokens);
     auto split = split_generation(text);
     std::string mark;
     if (split) {

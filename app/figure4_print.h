@@ -4,11 +4,12 @@
 #include <string>
 
 #include "core/eval/evaluator.h"
+#include "core/text/tokenizer.h"
 
 namespace ftx::app {
 
 std::string render(const std::string& text);
 std::string group_title(const GroupResult& g, int size);
-void print_group(const GroupResult& g, const std::string& alphabet);
+void print_group(const GroupResult& g, const Tokenizer& tokenizer);
 
 }  // namespace ftx::app

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <limits>
 
+#include "core/text/char_tokenizer.h"
 #include "kernels/common.h"
 
 namespace ftx {
@@ -38,9 +39,9 @@ CoinflipDataset::CoinflipDataset(int T, double eps, uint64_t seed) : T_(T), eps_
   FT_ASSERT(check_args(T, eps).ok(), "coinflip T=%d eps=%g (check_args first)", T, eps);
 }
 
-const std::string& CoinflipDataset::alphabet() const {
-  static const std::string kAlphabet = ">01";
-  return kAlphabet;
+const Tokenizer& CoinflipDataset::tokenizer() const {
+  static const CharTokenizer kTokenizer(">01");
+  return kTokenizer;
 }
 
 CoinflipSample CoinflipDataset::draw(uint64_t stream, int64_t index) const {

@@ -39,7 +39,7 @@ class CoinflipDataset final : public BatchSource {
 
   std::string name() const override { return "coinflip"; }
   int seq_len() const override { return T_ + 1; }
-  const std::string& alphabet() const override;
+  const Tokenizer& tokenizer() const override;  // chars ">01"
   void next(int32_t* tokens, int B) override;                               // tokens (B, T+1)
   void validation(int32_t* tokens, int64_t first, int B) const override;  // tokens (B, T+1)
   int64_t position() const override { return position_; }

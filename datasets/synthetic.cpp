@@ -2,7 +2,7 @@
 // stream position, no buffering, no threads (a batch of 64 sequences costs microseconds).
 #include "datasets/synthetic.h"
 
-#include "core/model/config.h"
+#include "core/text/char_tokenizer.h"
 #include "kernels/common.h"
 
 namespace ftx {
@@ -23,9 +23,9 @@ bool is_noise(const SyntheticSpec& s, int p) { return (s.noise >> p) & 1u; }
 
 }  // namespace
 
-const std::string& SyntheticDataset::alphabet() const {
-  static const std::string kAlphabet = kSyntheticAlphabet;
-  return kAlphabet;
+const Tokenizer& SyntheticDataset::tokenizer() const {
+  static const CharTokenizer kTokenizer(kSyntheticAlphabet);
+  return kTokenizer;
 }
 
 SyntheticSpec SyntheticDataset::draw_spec(uint64_t seed, uint64_t stream, int64_t index) {

@@ -1,7 +1,7 @@
 // SyntheticDataset: the Free Transformer's synthetic task (PAPER.md section 5). A sequence is the
 // prompt "<letter>>" followed by a 64-character body of '_' holding the letter 8 times in a row
 // (the target) at a uniform start in [0, 56], after which every body character, target included,
-// independently becomes '!' with probability 1/16. Alphabet kSyntheticAlphabet (token id = index).
+// independently becomes '!' with probability 1/16. Characters kSyntheticAlphabet, one token each.
 // Sequence i of either stream is a pure function of (seed, stream, i) through Philox, so the stream
 // is endless, seek() is O(1) and resume is exact; validation draws from a second stream.
 // Deliberately not here: batching policy, shuffling (there is nothing to shuffle), any file I/O.
@@ -13,6 +13,9 @@
 #include "kernels/philox.h"
 
 namespace ftx {
+
+// The chars tokenizer's alphabet: token id = index.
+inline constexpr const char* kSyntheticAlphabet = "_!>ABCDEFGHIJKLMNOPQRSTUVWXYZ";
 
 inline constexpr uint64_t kStreamSyntheticTrain = kStreamData;
 inline constexpr uint64_t kStreamSyntheticValidation = kStreamData + 1;
@@ -36,7 +39,7 @@ class SyntheticDataset final : public BatchSource {
 
   std::string name() const override { return "synthetic"; }
   int seq_len() const override { return kSeqLen; }
-  const std::string& alphabet() const override;
+  const Tokenizer& tokenizer() const override;
   void next(int32_t* tokens, int B) override;                               // tokens (B, 66)
   void validation(int32_t* tokens, int64_t first, int B) const override;  // tokens (B, 66)
   int64_t position() const override { return position_; }

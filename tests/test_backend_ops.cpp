@@ -1014,10 +1014,9 @@ std::vector<double> train_losses(Backend& be, const std::string& db) {
   ModelConfig mc = *preset;  // sized for the dataset like `ftx train` does (app/cmd_train.cpp)
   mc.latent_bits = kDefaultLatentBits;
   mc.inject_after = mc.n_layers / 2;
-  mc.alphabet = data->alphabet();
-  mc.vocab_size = static_cast<int>(data->alphabet().size());
+  mc.vocab_size = data->tokenizer().vocab_size();
   mc.max_seq_len = std::max(mc.max_seq_len, data->seq_len());
-  auto trainer = Trainer::start(be, mc, tc, data->seq_len(), db, "e2e");
+  auto trainer = Trainer::start(be, mc, data->tokenizer().clone(), tc, data->seq_len(), db, "e2e");
   if (!trainer) {
     ADD_FAILURE() << "Trainer::start on " << be.name() << ": " << trainer.error().message;
     return {};

@@ -22,6 +22,8 @@
 #include "core/io/config_json.h"
 #include "core/io/safetensors.h"
 #include "core/model/params.h"
+#include "core/text/char_tokenizer.h"
+#include "datasets/synthetic.h"
 #include "tests/test_util.h"
 
 namespace ftx {
@@ -35,9 +37,10 @@ ModelConfig tiny_config(int latent_bits, bool tied = false) {
   c.vocab_size = 29, c.dim = 16, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 2, c.head_dim = 8;
   c.ffn_hidden = 24, c.max_seq_len = 80, c.rms_norm_eps = 1e-6f, c.rope_theta = 10000.0f;
   c.tie_embeddings = tied, c.latent_bits = latent_bits, c.inject_after = 1;
-  c.alphabet = kSyntheticAlphabet;
   return c;
 }
+
+const CharTokenizer kSynthetic(kSyntheticAlphabet);
 
 std::vector<float> random_arena(const ModelConfig& c, uint32_t seed, bool positive = false) {
   std::mt19937 rng(seed);
@@ -50,6 +53,7 @@ std::vector<float> random_arena(const ModelConfig& c, uint32_t seed, bool positi
 CheckpointData make_checkpoint(const ModelConfig& c, uint32_t seed, bool with_state) {
   CheckpointData ck;
   ck.config = c;
+  ck.tokenizer = kSynthetic.clone();
   ck.params = random_arena(c, seed);
   if (with_state) {
     ck.has_training_state = true;
@@ -81,7 +85,6 @@ void expect_same_config(const ModelConfig& a, const ModelConfig& b) {
     EXPECT_EQ(a.inject_after, b.inject_after);
   }
   EXPECT_EQ(a.readout_bias, b.readout_bias);
-  EXPECT_EQ(a.alphabet, b.alphabet);
 }
 
 // A fresh checkpoint root per test under testing::TempDir(), removed afterwards.
@@ -152,6 +155,8 @@ TEST_F(Checkpoint, RoundTripFreeTransformerWithTrainingState) {
   auto r = load_checkpoint(dir, true);
   ASSERT_TRUE(r.ok()) << r.error().message;
   expect_same_config(r->config, ck.config);
+  ASSERT_TRUE(r->tokenizer);
+  EXPECT_EQ(r->tokenizer->fingerprint(), kSynthetic.fingerprint());
   EXPECT_TRUE(bit_identical(r->params, ck.params));
   ASSERT_TRUE(r->has_training_state);
   EXPECT_TRUE(bit_identical(r->adam_m, ck.adam_m));
@@ -530,6 +535,26 @@ TEST_F(CheckpointSharded, IndexInconsistenciesRejected) {
   expect_load_error(dir, {"model-00003-of-00003.safetensors"});
 }
 
+// A checkpoint without a tokenizer holds token ids only: config.json has no "tokenizer" and it
+// loads with none. One whose tokenizer has more tokens than vocab_size is never written.
+TEST_F(Checkpoint, TokenizerIsOptionalAndNeverWiderThanTheVocabulary) {
+  CheckpointData ck = make_checkpoint(tiny_config(0), 5, false);
+  ck.tokenizer = nullptr;
+  const std::string dir = path("ids");
+  ASSERT_TRUE(save_checkpoint(dir, ck).ok());
+  EXPECT_FALSE(read_json(dir + "/config.json").contains("tokenizer"));
+  auto r = load_checkpoint(dir, false);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(r->tokenizer);
+  EXPECT_TRUE(bit_identical(r->params, ck.params));
+
+  ck.tokenizer = std::make_shared<CharTokenizer>(std::string(kSyntheticAlphabet) + "a");
+  Status st = save_checkpoint(path("wide"), ck);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("30 tokens, more than vocab_size 29"), std::string::npos) << st.error().message;
+  EXPECT_FALSE(fs::exists(path("wide")));
+}
+
 // ---- config.json ------------------------------------------------------------------------------
 
 class CheckpointConfig : public ::testing::Test {
@@ -542,7 +567,7 @@ class CheckpointConfig : public ::testing::Test {
       EXPECT_NE(r.error().message.find(w), std::string::npos) << "expected '" << w << "' in: " << r.error().message;
     EXPECT_EQ(r.error().message.rfind("/x/config.json: ", 0), 0u) << r.error().message;
   }
-  json base_ = config_to_json(tiny_config(3));
+  json base_ = config_to_json(tiny_config(3), &kSynthetic);
 };
 
 TEST_F(CheckpointConfig, RoundTripAndShortFloats) {
@@ -562,6 +587,19 @@ TEST_F(CheckpointConfig, RoundTripAndShortFloats) {
   EXPECT_EQ(r2->rope_theta, odd.rope_theta);
 }
 
+// A tokenizer may use fewer ids than the embedding has rows (a padded vocabulary), never more.
+TEST_F(CheckpointConfig, TokenizerSmallerThanTheVocabularyIsAccepted) {
+  json j = base_;
+  j["tokenizer"]["alphabet"] = "abc";
+  std::shared_ptr<const Tokenizer> tokenizer;
+  auto r = config_from_json(j, "c.json", &tokenizer);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_EQ(r->vocab_size, 29);
+  ASSERT_TRUE(tokenizer);
+  EXPECT_EQ(tokenizer->vocab_size(), 3);
+  EXPECT_EQ(tokenizer->fingerprint(), CharTokenizer("abc").fingerprint());
+}
+
 TEST_F(CheckpointConfig, HuggingFaceDefaultsAndV5RopeParameters) {
   json j = base_;
   j.erase("head_dim");
@@ -573,13 +611,14 @@ TEST_F(CheckpointConfig, HuggingFaceDefaultsAndV5RopeParameters) {
   j["dtype"] = "bfloat16";
   j["bos_token_id"] = 1;
   j["eos_token_id"] = json::array({2, 3});
-  auto r = config_from_json(j, "c.json");
+  std::shared_ptr<const Tokenizer> tokenizer = kSynthetic.clone();
+  auto r = config_from_json(j, "c.json", &tokenizer);
   ASSERT_TRUE(r.ok()) << r.error().message;
+  EXPECT_FALSE(tokenizer) << "no \"tokenizer\": token ids only";
   EXPECT_EQ(r->head_dim, 8);
   EXPECT_EQ(r->n_kv_heads, 2);
   EXPECT_EQ(r->rope_theta, 500000.0f);
   EXPECT_EQ(r->latent_bits, 0);
-  EXPECT_TRUE(r->alphabet.empty());
   j.erase("rope_parameters");
   auto r2 = config_from_json(j, "c.json");
   ASSERT_TRUE(r2.ok());
@@ -652,8 +691,8 @@ TEST_F(CheckpointConfig, RangesAndUnsupportedFeatures) {
   j["tokenizer"] = {{"type", "bpe"}};
   expect_bad(j, {"tokenizer.type"});
   j = base_;
-  j["tokenizer"]["alphabet"] = "abc";  // 3 characters, vocab 29
-  expect_bad(j, {"alphabet"});
+  j["tokenizer"]["alphabet"] = std::string(kSyntheticAlphabet) + "a";  // 30 characters, vocab 29
+  expect_bad(j, {"the tokenizer has 30 tokens, more than vocab_size 29"});
   j = base_;
   j["rope_parameters"] = {{"rope_theta", 5.0}};  // conflicts with the top-level 10000
   expect_bad(j, {"rope_theta", "conflicts"});

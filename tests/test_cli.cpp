@@ -27,7 +27,9 @@
 
 #include "core/io/config_json.h"
 #include "core/model/config.h"
+#include "core/text/char_tokenizer.h"
 #include "core/store/run_store.h"
+#include "datasets/synthetic.h"
 #include "tests/test_util.h"
 
 namespace ftx {
@@ -163,18 +165,17 @@ TEST_F(CliTrainArgs, RunRowsHoldTheShapedModelAndTheTrainKeysOfEveryRunSoFar) {
   const json coin_row = row("coin"), custom_row = row("custom");
   EXPECT_EQ(coin_row["train"].dump(), kRowBeforeFieldLists);
 
+  const CharTokenizer coin_tokens(">01"), synthetic_tokens(kSyntheticAlphabet);
   ShapeOverrides tiny;
   tiny.preset = "tiny", tiny.latent_bits = 2;
   auto coin_model = shape_model_config(tiny, 3, 33);  // the coin flip: ">01", 32 bits after '>'
   ASSERT_TRUE(coin_model.ok()) << coin_model.error().message;
-  coin_model->alphabet = ">01";
-  EXPECT_EQ(coin_row["model"], config_to_json(*coin_model));
+  EXPECT_EQ(coin_row["model"], config_to_json(*coin_model, &coin_tokens));
   ShapeOverrides reshaped;
   reshaped.layers = 3, reshaped.dim = 96, reshaped.heads = 3, reshaped.latent_bits = 4;
   auto custom_model = shape_model_config(reshaped, 29, 66);
   ASSERT_TRUE(custom_model.ok()) << custom_model.error().message;
-  custom_model->alphabet = kSyntheticAlphabet;
-  EXPECT_EQ(custom_row["model"], config_to_json(*custom_model));
+  EXPECT_EQ(custom_row["model"], config_to_json(*custom_model, &synthetic_tokens));
   EXPECT_EQ(custom_row["train"]["coinflip_len"], 32) << "every registered dataset's options are in the row";
 }
 

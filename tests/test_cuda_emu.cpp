@@ -892,10 +892,10 @@ std::vector<double> tiny_losses(Backend& be, int steps) {
   auto mc = model_preset("tiny");
   EXPECT_TRUE(data && mc.ok());
   if (!data || !mc) return {};
-  mc->latent_bits = 8, mc->inject_after = mc->n_layers / 2, mc->alphabet = data->alphabet();
-  mc->vocab_size = static_cast<int>(data->alphabet().size());
+  mc->latent_bits = 8, mc->inject_after = mc->n_layers / 2;
+  mc->vocab_size = data->tokenizer().vocab_size();
   mc->max_seq_len = std::max(mc->max_seq_len, data->seq_len());
-  auto trainer = Trainer::start(be, *mc, tc, data->seq_len(), ":memory:", "emu");
+  auto trainer = Trainer::start(be, *mc, data->tokenizer().clone(), tc, data->seq_len(), ":memory:", "emu");
   EXPECT_TRUE(trainer.ok()) << (trainer ? "" : trainer.error().message);
   if (!trainer) return {};
   std::vector<double> losses;
@@ -969,7 +969,7 @@ TEST(CudaEmu, TooLittleGpuMemoryIsAnErrorNotACrash) {
   ftx_emu::device_memory = size_t(2) << 20;
   auto model = Model::create(*emu, *mc);
   TrainConfig tc;
-  auto trainer = Trainer::start(*emu, *mc, tc, 66, db, "too_big");
+  auto trainer = Trainer::start(*emu, *mc, nullptr, tc, 66, db, "too_big");
   ftx_emu::device_memory = SIZE_MAX;
   ASSERT_FALSE(model.ok());
   EXPECT_NE(model.error().message.find("not enough memory for the model's weights"), std::string::npos)

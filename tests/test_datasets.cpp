@@ -1,19 +1,19 @@
 // Datasets: the synthetic task's exact format and statistics, determinism and seek, a validation
-// stream disjoint from training; the coin flip's statistics and its exact posterior; the chars
-// tokenizer; the registry: datasets by name with the options each declares, read from
-// TrainConfig::dataset_options.
+// stream disjoint from training; the coin flip's statistics and its exact posterior; each
+// dataset's tokenizer (the Tokenizer interface itself: test_tokenizer); the registry: datasets by
+// name with the options each declares, read from TrainConfig::dataset_options.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <set>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "core/model/config.h"
-#include "core/io/chars.h"
+#include "core/text/char_tokenizer.h"
 #include "datasets/coinflip.h"
 #include "datasets/registry.h"
 #include "datasets/synthetic.h"
@@ -47,8 +47,8 @@ TEST(SyntheticDataset, InterfaceBasics) {
   SyntheticDataset d(kSeed);
   EXPECT_EQ(d.name(), "synthetic");
   EXPECT_EQ(d.seq_len(), 66);
-  EXPECT_EQ(d.alphabet(), kSyntheticAlphabet);
-  EXPECT_EQ(d.alphabet(), "_!>ABCDEFGHIJKLMNOPQRSTUVWXYZ");
+  EXPECT_EQ(d.tokenizer().fingerprint(), CharTokenizer("_!>ABCDEFGHIJKLMNOPQRSTUVWXYZ").fingerprint());
+  EXPECT_EQ(d.tokenizer().vocab_size(), 29);
   EXPECT_EQ(d.position(), 0);
 }
 
@@ -61,7 +61,7 @@ TEST(SyntheticDataset, EverySequenceHasTheExactFormat) {
     for (int b = 0; b < kB; ++b) {
       const int64_t index = int64_t{batch} * kB + b;
       const SyntheticSpec spec = d.training_spec(index);
-      const std::string text = decode_chars(tokens.data() + b * 66, 66, d.alphabet());
+      const std::string text = d.tokenizer().decode(std::span(tokens).subspan(b * 66, 66));
       ASSERT_EQ(text, SyntheticDataset::make_text(spec)) << index;
       ASSERT_EQ(text.size(), 66u);
       ASSERT_GE(spec.letter, 'A');
@@ -134,7 +134,7 @@ TEST(SyntheticDataset, DeterministicAndSeekable) {
   far.seek(int64_t{1} << 40);
   std::vector<int32_t> one(66);
   far.next(one.data(), 1);
-  EXPECT_EQ(decode_chars(one, far.alphabet()), training_text(far, int64_t{1} << 40));
+  EXPECT_EQ(far.tokenizer().decode(one), training_text(far, int64_t{1} << 40));
 }
 
 TEST(SyntheticDataset, ValidationIsDisjointFromTraining) {
@@ -145,7 +145,7 @@ TEST(SyntheticDataset, ValidationIsDisjointFromTraining) {
   d.next(scratch.data(), 500);  // training position does not move validation
   d.validation(v2.data(), 100, 10);
   EXPECT_EQ(v1, v2);
-  EXPECT_EQ(decode_chars(v1.data(), 66, d.alphabet()), SyntheticDataset::make_text(d.validation_spec(100)));
+  EXPECT_EQ(d.tokenizer().decode(std::span(v1).first(66)), SyntheticDataset::make_text(d.validation_spec(100)));
 
   // Same index, different sequence (identical only by chance: about 2e-7 per pair).
   int same_index = 0;
@@ -163,30 +163,23 @@ TEST(SyntheticDataset, ValidationIsDisjointFromTraining) {
   EXPECT_EQ(aligned_runs, 0);
 }
 
-TEST(CharsDataset, EncodeDecodeAndErrors) {
-  const std::string alphabet = kSyntheticAlphabet;
-  auto ok = encode_chars("K>__!", alphabet);
-  ASSERT_TRUE(ok.ok());
-  EXPECT_EQ(*ok, (std::vector<int32_t>{3 + 10, 2, 0, 0, 1}));
-  EXPECT_EQ(decode_chars(*ok, alphabet), "K>__!");
-  auto bad = encode_chars("a>", alphabet, "prompt");
-  ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().message, "prompt 'a>': character 'a' at position 0 is not in the vocabulary _!>A..Z");
-  auto bad2 = encode_chars(">012", ">01", "sequence");
-  ASSERT_FALSE(bad2.ok());
-  EXPECT_EQ(bad2.error().message, "sequence '>012': character '2' at position 3 is not in the vocabulary >01");
-  EXPECT_EQ(decode_chars(std::vector<int32_t>{0, 28, 29, -1}, alphabet), "_Z??");
-  EXPECT_EQ(describe_alphabet("abXYZ"), "abX..Z");
-  auto empty = encode_chars("", alphabet);
-  ASSERT_TRUE(empty.ok());
-  EXPECT_TRUE(empty->empty());
+TEST(SyntheticDataset, TokenizerEncodesItsTextToItsTokens) {
+  SyntheticDataset d(kSeed);
+  for (int64_t i = 0; i < 20; ++i) {
+    const SyntheticSpec spec = d.training_spec(i);
+    std::vector<int32_t> tokens(66);
+    SyntheticDataset::make_tokens(spec, tokens.data());
+    auto encoded = d.tokenizer().encode(SyntheticDataset::make_text(spec));
+    ASSERT_TRUE(encoded.ok()) << encoded.error().message;
+    EXPECT_EQ(*encoded, tokens) << i;
+  }
 }
 
 TEST(CoinflipDataset, FormatAndArguments) {
   CoinflipDataset d(16, 0.1, kSeed);
   EXPECT_EQ(d.name(), "coinflip");
   EXPECT_EQ(d.seq_len(), 17);
-  EXPECT_EQ(d.alphabet(), ">01");
+  EXPECT_EQ(d.tokenizer().fingerprint(), CharTokenizer(">01").fingerprint());
   std::vector<int32_t> tokens(3 * 17);
   d.next(tokens.data(), 3);
   EXPECT_EQ(d.position(), 3);

@@ -9,7 +9,6 @@
 
 #include "core/eval/synth_metrics.h"
 #include "core/explore/explorer.h"
-#include "core/io/chars.h"
 #include "core/sample/sampler.h"
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
@@ -30,9 +29,9 @@ void train_run(const std::string& db, const std::string& run, const std::string&
   tc.dataset_options["coinflip_len"] = 16;
   auto data = make_dataset(tc);
   ModelConfig m = *model_preset("tiny");
-  m.latent_bits = H, m.alphabet = data->alphabet(), m.vocab_size = static_cast<int>(m.alphabet.size());
+  m.latent_bits = H, m.vocab_size = data->tokenizer().vocab_size();
   m.max_seq_len = std::max(m.max_seq_len, data->seq_len());
-  auto t = Trainer::start(*be, m, tc, data->seq_len(), db, run);
+  auto t = Trainer::start(*be, m, data->tokenizer().clone(), tc, data->seq_len(), db, run);
   ASSERT_TRUE(t.ok()) << t.error().message;
   std::atomic<bool> stop{false};
   ASSERT_TRUE((*t)->run(*data, stop, {}).ok());
@@ -75,6 +74,8 @@ TEST_F(ExplorerTest, Figure4GroupsAreDeterministicWithSharedCodesInFixedGroups) 
       EXPECT_EQ(r.text, (*b)[g].rows[i].text) << "same request, same text";
       EXPECT_EQ(r.text.size(), 66u);
       EXPECT_EQ(r.text.substr(0, 2), "K>");
+      ASSERT_EQ(r.tokens.size(), 66u) << "one entry per token, for the views to draw";
+      for (size_t k = 0; k < r.tokens.size(); ++k) EXPECT_EQ(r.tokens[k], r.text.substr(k, 1)) << k;
       EXPECT_EQ(r.codes.size(), 65u);
       SynthAnalysis an = analyze_body(r.text.substr(2), 'K');
       EXPECT_EQ(r.valid, an.valid);
@@ -145,8 +146,8 @@ TEST_F(ExplorerTest, EditedRegenerationEqualsFixedCodesFlippedByHand) {
   for (auto [t, h] : flips) codes[t] ^= 1u << h;
   SampleConfig sc;
   sc.max_new_tokens = 64;
-  auto gens = generate(*free_.model, *encode_chars("C>", free_.alphabet), {{LatentPolicy::fixed(codes), li->sample_seed}}, sc);
-  EXPECT_EQ(*edited, decode_chars(gens[0].tokens, free_.alphabet));
+  auto gens = generate(*free_.model, *free_.tokenizer->encode("C>"), {{LatentPolicy::fixed(codes), li->sample_seed}}, sc);
+  EXPECT_EQ(*edited, free_.tokenizer->decode(gens[0].tokens));
   EXPECT_FALSE(regenerate_edited(free_, *li, 2, {{65, 0}}).ok());
   EXPECT_FALSE(regenerate_edited(free_, *li, 2, {{0, 4}}).ok());
 }
@@ -156,7 +157,7 @@ TEST_F(ExplorerTest, BadInputIsAOneLineError) {
   req.prompt = "k>";
   auto r = explore_figure4(free_, req);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.error().message.find("'k'"), std::string::npos) << r.error().message;
+  EXPECT_EQ(r.error().message, "prompt 'k>': character 'k' at position 0 is not in the vocabulary _!>A..Z");
   req.prompt = "";
   EXPECT_FALSE(explore_figure4(free_, req).ok());
   EXPECT_FALSE(inspect_latent(free_, "K>abc", 2, 1).ok());

@@ -27,6 +27,8 @@
 #include "core/model/config.h"
 #include "core/model/model.h"
 #include "core/model/params.h"
+#include "core/text/char_tokenizer.h"
+#include "datasets/synthetic.h"
 #include "kernels/backend.h"
 
 namespace ftx {
@@ -70,7 +72,6 @@ ModelConfig expected_config(bool free) {
   c.tie_embeddings = false;
   c.latent_bits = free ? kH : 0;
   c.inject_after = 1;
-  c.alphabet = kSyntheticAlphabet;
   return c;
 }
 
@@ -141,6 +142,7 @@ void expect_scalar(const std::string& what, double got, double want, double rel_
 
 struct Loaded {
   ModelConfig config;
+  std::shared_ptr<const Tokenizer> tokenizer;
   std::vector<float> params;
 };
 
@@ -150,7 +152,7 @@ Loaded load(const std::string& which) {
     ADD_FAILURE() << "load_checkpoint(" << which << "): " << r.error().message;
     return {};
   }
-  return Loaded{r.value().config, r.value().params};
+  return Loaded{r.value().config, r.value().tokenizer, r.value().params};
 }
 
 // One model with the golden inputs, run forward (and backward) on demand.
@@ -243,7 +245,10 @@ TEST(Golden, CheckpointsLoadWithTheExpectedShape) {
     EXPECT_EQ(c.latent_bits, want.latent_bits);
     if (free) EXPECT_EQ(c.inject_after, want.inject_after);
     EXPECT_EQ(c.readout_bias, false);
-    EXPECT_EQ(c.alphabet, want.alphabet);
+    // config.json's "tokenizer" in the form written since the first checkpoints.
+    ASSERT_TRUE(l.tokenizer);
+    EXPECT_EQ(l.tokenizer->type(), "chars");
+    EXPECT_EQ(l.tokenizer->fingerprint(), CharTokenizer(kSyntheticAlphabet).fingerprint());
     EXPECT_EQ(static_cast<int64_t>(l.params.size()), param_count(param_specs(want)));
   }
 }

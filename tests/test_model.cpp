@@ -57,7 +57,7 @@ Backend& cpu() {
 
 ModelConfig small_config(int latent_bits, int n_heads, int n_kv_heads) {
   ModelConfig c;
-  c.vocab_size = 29, c.alphabet = kSyntheticAlphabet;
+  c.vocab_size = 29;
   c.dim = 32, c.n_layers = 3, c.n_heads = n_heads, c.n_kv_heads = n_kv_heads, c.head_dim = 32 / n_heads;
   c.ffn_hidden = 40, c.max_seq_len = 24, c.latent_bits = latent_bits, c.inject_after = 1;
   return c;
@@ -66,7 +66,7 @@ ModelConfig small_config(int latent_bits, int n_heads, int n_kv_heads) {
 // The finite-difference config: vocab 29, dim 8, 2 layers, 2 heads, 1 kv head, ffn 12.
 ModelConfig fd_config(int latent_bits, bool readout_bias) {
   ModelConfig c;
-  c.vocab_size = 29, c.alphabet = kSyntheticAlphabet;
+  c.vocab_size = 29;
   c.dim = 8, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 4, c.ffn_hidden = 12;
   c.max_seq_len = 8, c.latent_bits = latent_bits, c.inject_after = 1, c.readout_bias = readout_bias;
   return c;

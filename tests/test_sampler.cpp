@@ -28,7 +28,7 @@ class SamplerTest : public ::testing::Test {
   static void SetUpTestSuite() {
     backend_ = make_cpu_backend().release();
     ModelConfig c;
-    c.vocab_size = 29, c.alphabet = kSyntheticAlphabet;
+    c.vocab_size = 29;
     c.dim = 16, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 8, c.ffn_hidden = 24;
     c.max_seq_len = 40, c.latent_bits = kBits, c.inject_after = 1;
     model_ = new Model(*backend_, c);

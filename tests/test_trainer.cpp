@@ -26,6 +26,7 @@
 #include "core/eval/evaluator.h"
 #include "core/io/checkpoint.h"
 #include "core/store/run_store.h"
+#include "core/text/char_tokenizer.h"
 #include "core/train/trainer.h"
 #include "datasets/synthetic.h"
 #include "tests/test_util.h"
@@ -57,10 +58,11 @@ ModelConfig tiny_free(int latent_bits) {
   ModelConfig c = *model_preset("tiny");
   c.latent_bits = latent_bits;
   c.inject_after = c.n_layers / 2;
-  c.alphabet = kSyntheticAlphabet;
   c.vocab_size = 29;
   return c;
 }
+
+std::shared_ptr<const Tokenizer> synthetic_tokenizer() { return SyntheticDataset(0).tokenizer().clone(); }
 
 TrainConfig short_run(int steps) {
   TrainConfig t;
@@ -124,7 +126,7 @@ TEST(TrainerResume, StoppedAndResumedRunContinuesTheSameCurve) {
   const std::atomic<bool> never{false};
   std::vector<float> pa;
   {
-    auto a = must(Trainer::start(*backend(), mc, tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
+    auto a = must(Trainer::start(*backend(), mc, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
     ASSERT_TRUE(a);
     SyntheticDataset data(tc.seed);
     Status st = a->run(data, never, {});
@@ -132,7 +134,7 @@ TEST(TrainerResume, StoppedAndResumedRunContinuesTheSameCurve) {
     pa = params_of(*a);
   }
   {
-    auto b = must(Trainer::start(*backend(), mc, tc, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
+    auto b = must(Trainer::start(*backend(), mc, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
     ASSERT_TRUE(b);
     SyntheticDataset data(tc.seed);
     std::atomic<bool> stop{false};
@@ -168,7 +170,7 @@ TEST(TrainerResume, ResumeWithMoreStepsContinuesTheSameCurve) {
   const std::atomic<bool> never{false};
   std::vector<float> pa;
   {
-    auto a = must(Trainer::start(*backend(), mc, tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
+    auto a = must(Trainer::start(*backend(), mc, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
     ASSERT_TRUE(a);
     SyntheticDataset data(tc.seed);
     ASSERT_TRUE(a->run(data, never, {}).ok());
@@ -177,7 +179,7 @@ TEST(TrainerResume, ResumeWithMoreStepsContinuesTheSameCurve) {
   {
     TrainConfig six = tc;
     six.steps = 6;
-    auto b = must(Trainer::start(*backend(), mc, six, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
+    auto b = must(Trainer::start(*backend(), mc, synthetic_tokenizer(), six, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
     ASSERT_TRUE(b);
     SyntheticDataset data(tc.seed);
     ASSERT_TRUE(b->run(data, never, {}).ok());
@@ -201,12 +203,37 @@ TEST(TrainerResume, ResumeWithMoreStepsContinuesTheSameCurve) {
   EXPECT_EQ(std::memcmp(pa.data(), pb.data(), pa.size() * sizeof(float)), 0) << "final parameters differ";
 }
 
+// The tokenizer a run starts with is the only one it trains on: more tokens than the model's
+// vocabulary, or another dataset's tokenizer, are refused before a step is taken.
+TEST(TrainerTokenizer, RefusesATokenizerTheModelCannotTrainOn) {
+  TempDir dir;
+  const TrainConfig tc = short_run(2);
+  ModelConfig narrow = tiny_free(3);
+  narrow.vocab_size = 28;  // one fewer than the synthetic task's 29 characters
+  auto too_big = Trainer::start(*backend(), narrow, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen,
+                                dir / "n.db", "n");
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_NE(too_big.error().message.find("29 tokens, more than the model's vocab_size 28"), std::string::npos)
+      << too_big.error().message;
+
+  auto coin = must(Trainer::start(*backend(), tiny_free(3), std::make_shared<CharTokenizer>(">01"), tc,
+                                  SyntheticDataset::kSeqLen, dir / "c.db", "c"));
+  ASSERT_TRUE(coin);
+  SyntheticDataset data(tc.seed);
+  const std::atomic<bool> never{false};
+  Status st = coin->run(data, never, {});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find("is not the one run 'c' was trained with"), std::string::npos)
+      << st.error().message;
+  EXPECT_EQ(coin->step(), 0);
+}
+
 // Ctrl-C in the library: the stop flag makes run() checkpoint and return, status "stopped".
 TEST(TrainerStop, StopFlagCheckpointsAndReturnsStopped) {
   TempDir dir;
   TrainConfig tc = short_run(50);
   tc.checkpoint_every = 0;  // only the final (here: the stop) checkpoint
-  auto t = must(Trainer::start(*backend(), tiny_free(3), tc, SyntheticDataset::kSeqLen, dir / "s.db", "s"));
+  auto t = must(Trainer::start(*backend(), tiny_free(3), synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "s.db", "s"));
   ASSERT_TRUE(t);
   SyntheticDataset data(tc.seed);
   std::atomic<bool> stop{false};
@@ -235,6 +262,8 @@ TEST(TrainerStop, StopFlagCheckpointsAndReturnsStopped) {
   auto ck = load_checkpoint(resolve_checkpoint_path(dir / "s.db", (*rows)[0].path), true);
   ASSERT_TRUE(ck.ok()) << ck.error().message;
   EXPECT_EQ(ck->trainer.value("step", -1), 3);
+  ASSERT_TRUE(ck->tokenizer) << "the run's tokenizer is stored with its checkpoints";
+  EXPECT_EQ(ck->tokenizer->fingerprint(), synthetic_tokenizer()->fingerprint());
   auto events = store->events(info->id);
   ASSERT_TRUE(events.ok());
   bool stopped_event = false;
@@ -252,7 +281,7 @@ TEST(TrainerResume, DamagedTrainerJsonIsRefusedWithItsPath) {
   TempDir dir;
   TrainConfig tc = short_run(3);
   tc.checkpoint_every = 0;
-  auto t = must(Trainer::start(*backend(), tiny_free(3), tc, SyntheticDataset::kSeqLen, dir / "d.db", "d"));
+  auto t = must(Trainer::start(*backend(), tiny_free(3), synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "d.db", "d"));
   ASSERT_TRUE(t);
   SyntheticDataset data(tc.seed);
   std::atomic<bool> stop{false};
@@ -285,7 +314,7 @@ TEST(TrainerEndToEnd, SyntheticTaskValidationCeFallsFarBelowUniform) {
   tc.steps = 60, tc.batch = 8, tc.lr = 3e-3f, tc.warmup = 10;
   tc.eval_every = 0, tc.checkpoint_every = 0, tc.seed = 11;
   tc.kappa_nats = static_cast<float>(bits_to_nats(0.5));
-  auto t = must(Trainer::start(*backend(), tiny_free(4), tc, SyntheticDataset::kSeqLen, dir / "e.db", "e"));
+  auto t = must(Trainer::start(*backend(), tiny_free(4), synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "e.db", "e"));
   ASSERT_TRUE(t);
   SyntheticDataset data(tc.seed);
   const std::atomic<bool> never{false};

@@ -9,9 +9,10 @@
 // - TrainView: parse_kappa_bits / parse_kappa_list, Start refusing a bad kappa (named in the
 //   message line), a valid Start and a kappa sweep as start_requested, the run controls by state;
 //   a custom size shaped by the session into the model `ftx train` makes with the same flags.
-// - GenerationsView: a prompt outside the runs' alphabet refused with a message naming the
-//   character and no request, a valid prompt's figure4_requested, set_alphabet re-checking the
-//   prompt, the empty prompt, select_run with its latest step, the kappa comparison without runs.
+// - GenerationsView: a prompt the runs' tokenizer cannot encode refused with the tokenizer's
+//   message (character and position) and no request, a valid prompt's figure4_requested,
+//   set_tokenizer re-checking the prompt, the empty prompt, select_run with its latest step, the
+//   kappa comparison without runs.
 // Signals are recorded by lambdas (Qt6::Test is not linked); buttons are found by their text.
 #include <gtest/gtest.h>
 
@@ -32,6 +33,7 @@
 
 #include "core/io/config_json.h"
 #include "core/model/config.h"
+#include "core/text/char_tokenizer.h"
 #include "core/train/train_config.h"
 #include "views/generations_view.h"
 #include "views/metric_cache.h"
@@ -42,6 +44,7 @@
 #include "datasets/registry.h"
 #include "core/store/run_store.h"
 #include "test_util.h"
+#include "datasets/synthetic.h"
 
 // Readable QString (and QStringList) values in failure messages; found by argument-dependent lookup.
 void PrintTo(const QString& s, std::ostream* os) { *os << '"' << s.toStdString() << '"'; }
@@ -55,7 +58,9 @@ constexpr int kNewestOverlaid = 4;  // RunListModel overlays this many newest ru
 const QString kDefaultKappa = "1/8";               // TrainView's kappa field at start
 const QString kDefaultSweep = "1/64, 1/8, 1, 8";   // TrainView's sweep field at start
 const QString kDefaultPrompt = "K>";               // GenerationsView's prompt at start
-const QString kAlphabet = QString::fromLatin1(ftx::kSyntheticAlphabet);  // "_!>A..Z"
+std::shared_ptr<const ftx::Tokenizer> synthetic_tokenizer() {
+  return std::make_shared<ftx::CharTokenizer>(ftx::kSyntheticAlphabet);  // "_!>A..Z"
+}
 constexpr int kDefaultFixedGroups = 3, kDefaultGroupSize = 8;  // GenerationsView's spin boxes
 
 RunSummary make_run(int64_t id, const std::string& name, const QString& dataset = "synthetic",
@@ -131,7 +136,7 @@ struct TrainHarness {
   }
 };
 
-// GenerationsView with one run listed, the synthetic alphabet, and its requests recorded.
+// GenerationsView with one run listed, the synthetic task's tokenizer, and its requests recorded.
 struct GenerationsHarness {
   struct Figure4 {
     QString run;
@@ -147,7 +152,7 @@ struct GenerationsHarness {
     });
     QObject::connect(&view, &GenerationsView::comparison_requested, [this](QStringList, ftx::Figure4Request) { ++comparisons; });
     view.set_runs({"run-a", "run-b"});
-    view.set_alphabet(kAlphabet);
+    view.set_tokenizer(synthetic_tokenizer());
   }
   QLineEdit* prompt() {
     return line_edit(&view, [](QLineEdit* e) { return e->toolTip().contains("prompt"); }, "prompt");
@@ -700,19 +705,19 @@ TEST(TrainView, RunControlsFollowTheSessionState) {
 // ---------------------------------------------------------------------------------------------
 // GenerationsView
 
-TEST(GenerationsView, PromptOutsideTheAlphabetIsRefusedWithTheCharacterNamed) {
+TEST(GenerationsView, PromptOutsideTheVocabularyIsRefusedWithTheCharacterNamed) {
   GenerationsHarness h;
   QLineEdit* prompt = h.prompt();
   ASSERT_TRUE(prompt);
   ASSERT_EQ(prompt->text(), kDefaultPrompt);
   type_over(prompt, "Kx>");
-  EXPECT_TRUE(label_texts(&h.view).contains("'x' is not in the runs' alphabet"))
+  EXPECT_TRUE(label_texts(&h.view).contains("Prompt: character 'x' at position 1 is not in the vocabulary _!>A..Z"))
       << "named as it is typed: " << label_texts(&h.view).toStdString();
   EXPECT_FALSE(prompt->styleSheet().isEmpty()) << "the prompt is marked";
   h.resample();
   emit prompt->returnPressed();
   EXPECT_TRUE(h.figure4.empty()) << "no request for a prompt the model cannot tokenize";
-  EXPECT_TRUE(label_texts(&h.view).contains("'x' is not in the runs' alphabet")) << label_texts(&h.view).toStdString();
+  EXPECT_TRUE(label_texts(&h.view).contains("'x' at position 1")) << label_texts(&h.view).toStdString();
 }
 
 TEST(GenerationsView, ValidPromptRequestsFigure4) {
@@ -739,20 +744,21 @@ TEST(GenerationsView, FixingTheRefusedPromptClearsTheMessage) {
   type_over(prompt, "K?");
   ASSERT_TRUE(label_texts(&h.view).contains("'?'"));
   type_over(prompt, kDefaultPrompt);
-  EXPECT_FALSE(label_texts(&h.view).contains("alphabet"));
+  EXPECT_FALSE(label_texts(&h.view).contains("vocabulary"));
   EXPECT_TRUE(prompt->styleSheet().isEmpty());
   h.resample();
   EXPECT_EQ(h.figure4.size(), 1u);
 }
 
-TEST(GenerationsView, NarrowerAlphabetRefusesTheCurrentPromptAtOnce) {
+TEST(GenerationsView, NarrowerTokenizerRefusesTheCurrentPromptAtOnce) {
   GenerationsHarness h;
-  h.view.set_alphabet("AB>");  // no K
-  EXPECT_TRUE(label_texts(&h.view).contains("'K' is not in the runs' alphabet")) << label_texts(&h.view).toStdString();
+  h.view.set_tokenizer(std::make_shared<ftx::CharTokenizer>("AB>"));  // no K
+  EXPECT_TRUE(label_texts(&h.view).contains("'K' at position 0 is not in the vocabulary AB>"))
+      << label_texts(&h.view).toStdString();
   h.resample();
   EXPECT_TRUE(h.figure4.empty());
-  h.view.set_alphabet(kAlphabet);
-  EXPECT_FALSE(label_texts(&h.view).contains("alphabet")) << "a valid prompt again: the message goes";
+  h.view.set_tokenizer(synthetic_tokenizer());
+  EXPECT_FALSE(label_texts(&h.view).contains("vocabulary")) << "a valid prompt again: the message goes";
 }
 
 TEST(GenerationsView, EmptyPromptIsRefused) {

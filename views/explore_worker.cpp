@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "core/io/chars.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "kernels/philox.h"
@@ -83,7 +82,7 @@ void ExploreWorker::inspect(QString run, int step, QString text, quint64 seed) {
     auto data = datasets_((*m)->train);
     std::vector<int32_t> tok(static_cast<size_t>(data->seq_len()));
     data->validation(tok.data(), static_cast<int64_t>(seed % 100000), 1);
-    seq = ftx::decode_chars(tok, data->alphabet());
+    seq = data->tokenizer().decode(tok);
   }
   const int prompt_len = (*m)->train.dataset == "synthetic" ? 2 : 1;
   auto li = ftx::inspect_latent(**m, seq, prompt_len, seed);

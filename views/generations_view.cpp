@@ -217,8 +217,8 @@ void GenerationsView::fill_steps(const QString& run) {
   step_box_->setCurrentIndex(steps.isEmpty() ? -1 : std::max(0, kept));
 }
 
-void GenerationsView::set_alphabet(const QString& alphabet) {
-  alphabet_ = alphabet;
+void GenerationsView::set_tokenizer(std::shared_ptr<const ftx::Tokenizer> tokenizer) {
+  tokenizer_ = std::move(tokenizer);
   on_prompt_edited();
 }
 
@@ -246,14 +246,10 @@ bool GenerationsView::prompt_ok(QString* problem) const {
     *problem = tr("Type a prompt first, e.g. K>");
     return false;
   }
-  if (alphabet_.isEmpty()) return true;
-  for (QChar ch : prompt) {
-    if (!alphabet_.contains(ch)) {
-      *problem = tr("Prompt: '%1' is not in the runs' alphabet (allowed: %2)").arg(ch).arg(alphabet_);
-      return false;
-    }
-  }
-  return true;
+  if (!tokenizer_) return true;
+  auto tokens = tokenizer_->encode(prompt.toStdString());
+  if (!tokens) *problem = tr("Prompt: %1").arg(QString::fromStdString(tokens.error().message));
+  return tokens.ok();
 }
 
 bool GenerationsView::check_prompt() {
@@ -328,9 +324,9 @@ void GenerationsView::on_freeze() {
 
 void GenerationsView::on_new_prompt() {
   if (busy_) return;
-  QString letters;
+  QString letters;  // synthetic-task prompts "<letter>>" the tokenizer can encode
   for (char c = 'A'; c <= 'Z'; ++c)
-    if (alphabet_.isEmpty() || alphabet_.contains(QLatin1Char(c))) letters += QLatin1Char(c);
+    if (!tokenizer_ || tokenizer_->encode(std::string{c, '>'}).ok()) letters += QLatin1Char(c);
   const QString current = prompt_edit_->text().left(1);
   if (letters.size() > 1) letters.remove(current);
   if (letters.isEmpty()) return;

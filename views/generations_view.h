@@ -14,10 +14,12 @@
 #include <QWidget>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <utility>
 #include <vector>
 
 #include "core/explore/explorer.h"
+#include "core/text/tokenizer.h"
 #include "views/meta_types.h"
 
 class QComboBox;
@@ -37,8 +39,9 @@ class GenerationsView : public QWidget {
   void set_runs(const QStringList& runs);
   // The checkpoint steps of `run`; the latest is selected unless the user picked another one.
   void set_steps(const QString& run, const QList<int>& steps);
-  // The runs' alphabet (token id = index): the prompt may only use these characters.
-  void set_alphabet(const QString& alphabet);
+  // The runs' tokenizer: a prompt it cannot encode is refused with its reason. Immutable and
+  // shared, like the GroupViews this view draws; null accepts any prompt.
+  void set_tokenizer(std::shared_ptr<const ftx::Tokenizer> tokenizer);
   // The runs shown side by side by "Kappa comparison" (their latest checkpoints).
   void set_sweep_runs(const QStringList& runs);
   // Selects `run` (when listed) and generates its groups, as Resample Z does.
@@ -101,7 +104,7 @@ class GenerationsView : public QWidget {
   SequenceGrid* grid_ = nullptr;
 
   std::map<QString, QList<int>> steps_;  // per run, ascending
-  QString alphabet_;
+  std::shared_ptr<const ftx::Tokenizer> tokenizer_;
   QStringList sweep_runs_;
   uint64_t next_seed_ = 1;  // bumped by every request: new latent and sample seeds
   bool busy_ = false;

@@ -54,13 +54,13 @@ void MainWindow::connect_explorer() {
   connect(generations_, &GenerationsView::figure4_requested, explorer_, &ExploreWorker::figure4);
   connect(generations_, &GenerationsView::freeze_requested, explorer_, &ExploreWorker::freeze);
   connect(generations_, &GenerationsView::comparison_requested, explorer_, &ExploreWorker::comparison);
-  // The prompt is checked against the chosen run's alphabet while it is typed.
+  // The prompt is checked with the chosen run's tokenizer while it is typed.
   connect(generations_, &GenerationsView::run_changed, this, [this](const QString& run) {
     for (const RunSummary& r : runs_model_->runs()) {
       if (QString::fromStdString(r.info.name) != run) continue;
       ftx::TrainConfig t;
       t.dataset = r.dataset.toStdString();
-      if (auto data = opts_.datasets(t)) generations_->set_alphabet(QString::fromStdString(data->alphabet()));
+      if (auto data = opts_.datasets(t)) generations_->set_tokenizer(data->tokenizer().clone());
       return;
     }
   });

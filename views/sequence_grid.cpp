@@ -18,7 +18,7 @@ constexpr double kMargin = 10;  // around the whole grid
 constexpr double kGap = 16;     // between blocks side by side, and between stacked groups
 constexpr double kPad = 8;      // inside a group's frame
 constexpr double kMarker = 8;   // left of each row's text: room for the invalid marker
-constexpr int kMinColumns = 66; // a synthetic sequence: 2 prompt + 64 body characters
+constexpr int kMinColumns = 66; // a synthetic sequence: 2 prompt + 64 body tokens
 const QColor kIndependentAccent(28, 126, 214);  // blue, like the paper's independent group
 const QColor kFixedAccent(47, 158, 68);         // green, like the paper's fixed-Z groups
 const QColor kInvalid(224, 49, 49);
@@ -40,10 +40,10 @@ QColor readable_on(const QColor& bg) {
   return luma > 0.6 ? QColor(20, 20, 20) : QColor(250, 250, 250);
 }
 
-// The prompt is "<letter>>": everything up to the first '>' near the start.
-int prompt_length(const std::string& text) {
-  const auto gt = text.find('>');
-  return gt != std::string::npos && gt < 8 ? static_cast<int>(gt) + 1 : 0;
+// The prompt is "<letter>>": the tokens up to the first '>' token near the start.
+int prompt_length(const std::vector<std::string>& tokens) {
+  const auto gt = std::find(tokens.begin(), tokens.end(), ">") - tokens.begin();
+  return gt < static_cast<std::ptrdiff_t>(tokens.size()) && gt < 8 ? static_cast<int>(gt) + 1 : 0;
 }
 
 QString fraction_text(double v) { return std::isnan(v) ? QStringLiteral("–") : QString::number(v, 'f', 2); }
@@ -69,8 +69,11 @@ QString validity_text(const ftx::GroupRow& row) {
   return SequenceGrid::tr("valid, target may start at body position %1").arg(starts.join(QStringLiteral(" or ")));
 }
 
-void paint_cell(QPainter& p, const QRectF& cell, char ch, bool in_prompt, const QPalette& pal) {
+// One token's cell: the synthetic task's letters, noise and blanks (one-character tokens) styled,
+// any other token drawn as its text.
+void paint_cell(QPainter& p, const QRectF& cell, const std::string& token, bool in_prompt, const QPalette& pal) {
   const QColor ink = pal.color(QPalette::Text);
+  const char ch = token.size() == 1 ? token[0] : '\0';
   QColor pen = ink;
   if (in_prompt) {
     pen = pal.color(QPalette::PlaceholderText);
@@ -84,7 +87,7 @@ void paint_cell(QPainter& p, const QRectF& cell, char ch, bool in_prompt, const 
     pen = with_alpha(ink, 60);
   }
   p.setPen(pen);
-  p.drawText(cell, Qt::AlignCenter, QString(QChar::fromLatin1(ch)));
+  p.drawText(cell, Qt::AlignCenter, QString::fromUtf8(token.data(), static_cast<qsizetype>(token.size())));
 }
 
 }  // namespace
@@ -197,7 +200,7 @@ void SequenceGrid::relayout() {
   for (const Block& block : blocks_)
     for (const ftx::GroupView& g : block.groups)
       for (const ftx::GroupRow& row : g.rows)
-        text_columns_ = std::max(text_columns_, static_cast<int>(row.text.size()));
+        text_columns_ = std::max(text_columns_, static_cast<int>(row.tokens.size()));
   layout_ = layout_for_width(width());
   hovered_ = -1;
   updateGeometry();
@@ -287,15 +290,15 @@ void SequenceGrid::paint_group(QPainter& p, const PlacedGroup& pg, const Metrics
 void SequenceGrid::paint_row(QPainter& p, const PlacedRow& r, const Metrics& m, bool hovered) const {
   const QPalette& pal = palette();
   if (hovered) p.fillRect(r.rect, with_alpha(pal.color(QPalette::Highlight), 60));
-  const std::string& text = r.row->text;
-  const int prompt_len = prompt_length(text);
+  const std::vector<std::string>& tokens = r.row->tokens;
+  const int prompt_len = prompt_length(tokens);
   QFont prompt_font = cell_font_;
   prompt_font.setBold(true);
-  for (int i = 0; i < static_cast<int>(text.size()); ++i) {
+  for (int i = 0; i < static_cast<int>(tokens.size()); ++i) {
     // Cell edges snapped to whole pixels so that the fills of neighbouring letters touch.
     const double left = std::round(r.text_x + i * m.cell_w), right = std::round(r.text_x + (i + 1) * m.cell_w);
     p.setFont(i < prompt_len ? prompt_font : cell_font_);
-    paint_cell(p, QRectF(left, r.rect.top(), right - left, m.cell_h), text[i], i < prompt_len, pal);
+    paint_cell(p, QRectF(left, r.rect.top(), right - left, m.cell_h), tokens[i], i < prompt_len, pal);
   }
   if (prompt_len > 0) {  // a hairline between the prompt and the body
     const double x = r.text_x + prompt_len * m.cell_w;
@@ -306,7 +309,7 @@ void SequenceGrid::paint_row(QPainter& p, const PlacedRow& r, const Metrics& m, 
     p.fillRect(QRectF(r.text_x - kMarker + 1, r.rect.top() + 2, 4, m.cell_h - 4), kInvalid);
     const double mid = r.rect.center().y();
     p.setPen(QPen(with_alpha(kInvalid, 190), 1.5));
-    p.drawLine(QPointF(r.text_x + prompt_len * m.cell_w, mid), QPointF(r.text_x + text.size() * m.cell_w, mid));
+    p.drawLine(QPointF(r.text_x + prompt_len * m.cell_w, mid), QPointF(r.text_x + tokens.size() * m.cell_w, mid));
   }
 }
 
@@ -326,9 +329,9 @@ QString SequenceGrid::tooltip_at(const QPointF& pos, QRect* area) const {
   const double cell_w = metrics().cell_w;
   const int i = static_cast<int>(std::floor((pos.x() - r->text_x) / cell_w));
   *area = r->rect.toAlignedRect();
-  if (i >= 0 && i < static_cast<int>(row.text.size())) {
+  if (i >= 0 && i < static_cast<int>(row.tokens.size())) {
     *area = QRectF(r->text_x + i * cell_w, r->rect.top(), cell_w, r->rect.height()).toAlignedRect();
-    QString at = tr("position %1 '%2'").arg(i).arg(QChar::fromLatin1(row.text[static_cast<size_t>(i)]));
+    QString at = tr("position %1 '%2'").arg(i).arg(QString::fromStdString(row.tokens[static_cast<size_t>(i)]));
     if (i < static_cast<int>(row.codes.size()))
       at += tr("   code Z_%1 = 0x%2").arg(i).arg(QString::number(row.codes[static_cast<size_t>(i)], 16).toUpper());
     lines << at;

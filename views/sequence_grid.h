@@ -86,6 +86,6 @@ class SequenceGrid : public QWidget {
   QString placeholder_;
   QFont cell_font_;
   Layout layout_;
-  int text_columns_ = 66;  // the longest row, in characters
+  int text_columns_ = 66;  // the longest row, in tokens
   int hovered_ = -1;       // index in layout_.rows
 };

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include "core/text/tokenizer.h"
 
 namespace ftx {
 
@@ -17,7 +18,8 @@ class BatchSource {
   virtual std::string name() const = 0;
   // Every sequence has exactly seq_len() tokens (inputs are [0, T), targets [1, T+1): T = seq_len-1).
   virtual int seq_len() const = 0;
-  virtual const std::string& alphabet() const = 0;  // token id = index into this string
+  // Text <-> the ids of next()/validation(); lives as long as the source.
+  virtual const Tokenizer& tokenizer() const = 0;
   // Fills tokens (B, seq_len) row-major with the next B training sequences and advances.
   virtual void next(int32_t* tokens, int B) = 0;
   // Validation sequence i of a held-out stream disjoint from training (independent of position).

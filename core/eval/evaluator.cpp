@@ -8,14 +8,6 @@
 namespace ftx {
 namespace {
 
-std::string tokens_to_text(const std::vector<int32_t>& toks, const std::string& alphabet) {
-  std::string s;
-  for (int32_t t : toks) s += (t >= 0 && t < static_cast<int>(alphabet.size())) ? alphabet[t] : '?';
-  return s;
-}
-
-
-
 // Validation CE with the given codes (nullptr: sampled from the encoder) over held-out data.
 struct ValStats {
   double ce = 0, kl = 0;
@@ -48,11 +40,11 @@ ValStats validation_pass(Model& model, ModelState& state, const BatchSource& dat
 
 }  // namespace
 
-void score_group(GroupResult& g, const std::string& alphabet) {
+void score_group(GroupResult& g, const Tokenizer& tokenizer) {
   std::vector<std::string> bodies;
   char letter = 0;
   for (const Generation& gen : g.gens) {
-    auto split = split_generation(tokens_to_text(gen.tokens, alphabet));
+    auto split = split_generation(tokenizer.decode(gen.tokens));
     if (!split) continue;  // not a synthetic-task prompt: no group metrics
     letter = split->letter;
     bodies.push_back(split->body);
@@ -67,7 +59,7 @@ void score_group(GroupResult& g, const std::string& alphabet) {
 
 std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>& prompt, int independent,
                                         int fixed_groups, int group_size, uint64_t seed, const SampleConfig& cfg,
-                                        const std::string& alphabet) {
+                                        const Tokenizer& tokenizer) {
   const int H = model.config().latent_bits;
   const int n_in = static_cast<int>(prompt.size()) + cfg.max_new_tokens - 1;
   std::vector<SequenceSpec> specs;
@@ -92,7 +84,7 @@ std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>
     groups[g].group = g;
     const int n = g == 0 ? independent : group_size;
     for (int i = 0; i < n; ++i) groups[g].gens.push_back(std::move(gens[k++]));
-    score_group(groups[g], alphabet);
+    score_group(groups[g], tokenizer);
   }
   return groups;
 }
@@ -115,17 +107,18 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
   if (!cfg.synthetic) return out;
 
   // Figure 4 as numbers: per prompt one independent group and one fixed-Z group.
-  const std::string& alphabet = data.alphabet();
+  const Tokenizer& tokenizer = data.tokenizer();
   SampleConfig sc;
   sc.temperature = cfg.temperature;
   sc.max_new_tokens = data.seq_len() - 2;
   std::vector<double> valid, agree_fixed, agree_indep, noise_fixed, noise_indep;
   for (int p = 0; p < cfg.prompts; ++p) {
     const char letter = static_cast<char>('A' + derive_seed(cfg.seed, 20, uint64_t(p)) % 26);
-    const std::vector<int32_t> prompt = {static_cast<int32_t>(alphabet.find(letter)),
-                                         static_cast<int32_t>(alphabet.find('>'))};
-    auto groups = figure4_groups(model, prompt, cfg.group_size, 1, cfg.group_size, derive_seed(cfg.seed, 21, uint64_t(p)),
-                                 sc, alphabet);
+    auto prompt = tokenizer.encode(std::string{letter, '>'});
+    FT_ASSERT(prompt.ok(), "synthetic-task metrics on dataset %s: %s", data.name().c_str(),
+              prompt.error().message.c_str());
+    auto groups = figure4_groups(model, *prompt, cfg.group_size, 1, cfg.group_size, derive_seed(cfg.seed, 21, uint64_t(p)),
+                                 sc, tokenizer);
     if (p == 0 && samples) *samples = groups;
     for (const auto& g : groups) {
       valid.push_back(g.valid);

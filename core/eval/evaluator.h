@@ -13,6 +13,7 @@
 #include "core/data/batch_source.h"
 #include "core/model/model.h"
 #include "core/sample/sampler.h"
+#include "core/text/tokenizer.h"
 
 namespace ftx {
 
@@ -37,11 +38,11 @@ struct GroupResult {
   double valid = 0, agreement = 0, noise_agreement = 0;
 };
 // Fills g.valid / agreement / noise_agreement from its generations (NaN when the prompt is not a
-// synthetic-task prompt).
-void score_group(GroupResult& g, const std::string& alphabet);
+// synthetic-task prompt). The metrics read the generations as text decoded by `tokenizer`.
+void score_group(GroupResult& g, const Tokenizer& tokenizer);
 std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>& prompt, int independent,
                                         int fixed_groups, int group_size, uint64_t seed, const SampleConfig& cfg,
-                                        const std::string& alphabet);
+                                        const Tokenizer& tokenizer);
 
 // When `samples` is given, it receives the groups of the first prompt (for the run store).
 Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, float kappa,

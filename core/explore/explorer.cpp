@@ -5,7 +5,6 @@
 #include "core/eval/coinflip_exact.h"
 #include "core/eval/synth_metrics.h"
 #include "core/io/checkpoint.h"
-#include "core/io/chars.h"
 #include "core/sample/sampler.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -26,13 +25,14 @@ Result<TrainConfig> stored_train_config(RunStore& store, const std::string& run)
 }
 
 // Rows of a generated group with the synthetic task's per-row validity and the group metrics.
-GroupView to_group_view(const GroupResult& g, const std::string& alphabet, bool synthetic) {
+GroupView to_group_view(const GroupResult& g, const Tokenizer& tokenizer, bool synthetic) {
   GroupView v;
   v.group = g.group, v.fixed = g.fixed;
   v.valid = g.valid, v.agreement = g.agreement, v.noise_agreement = g.noise_agreement;
   for (size_t i = 0; i < g.gens.size(); ++i) {
     GroupRow row;
-    row.text = decode_chars(g.gens[i].tokens, alphabet);
+    row.text = tokenizer.decode(g.gens[i].tokens);
+    for (int32_t id : g.gens[i].tokens) row.tokens.emplace_back(tokenizer.token_bytes(id));
     row.codes = g.gens[i].codes;
     row.latent_seed = i < g.latent_seeds.size() ? g.latent_seeds[i] : 0;
     row.sample_seed = g.gens[i].sample_seed;
@@ -47,12 +47,24 @@ GroupView to_group_view(const GroupResult& g, const std::string& alphabet, bool 
   return v;
 }
 
-Result<std::vector<int32_t>> encode_prompt(const ExplorerModel& m, const std::string& prompt) {
-  if (prompt.empty()) return make_error("the prompt is empty");
-  if (static_cast<int>(prompt.size()) >= m.seq_len)
-    return make_error("the prompt has " + std::to_string(prompt.size()) + " characters; this run's sequences have " +
+// `text` in the run's tokens; errors "<what> '<text>': <the tokenizer's reason>".
+Result<std::vector<int32_t>> encode_text(const ExplorerModel& m, const std::string& text, const std::string& what) {
+  auto tokens = m.tokenizer->encode(text);
+  if (!tokens) return make_error(what + " '" + text + "': " + tokens.error().message);
+  return tokens;
+}
+
+Result<std::vector<int32_t>> check_prompt(const ExplorerModel& m, Result<std::vector<int32_t>> prompt) {
+  if (!prompt) return prompt;
+  if (prompt->empty()) return make_error("the prompt is empty");
+  if (static_cast<int>(prompt->size()) >= m.seq_len)
+    return make_error("the prompt has " + std::to_string(prompt->size()) + " tokens; this run's sequences have " +
                       std::to_string(m.seq_len));
-  return encode_chars(prompt, m.alphabet, "prompt");
+  return prompt;
+}
+
+Result<std::vector<int32_t>> encode_prompt(const ExplorerModel& m, const std::string& prompt) {
+  return check_prompt(m, encode_text(m, prompt, "prompt"));
 }
 
 SampleConfig sample_config(const ExplorerModel& m, size_t prompt_len, float temperature) {
@@ -78,7 +90,14 @@ Result<ExplorerModel> load_explorer_model(Backend& be, const DatasetFactory& dat
   if (!ck) return ck.error();
   ExplorerModel m;
   m.run = run, m.step = ref->step, m.train = *train;
-  m.alphabet = data->alphabet(), m.seq_len = data->seq_len();
+  m.seq_len = data->seq_len();
+  m.tokenizer = ck->tokenizer ? ck->tokenizer : std::shared_ptr<const Tokenizer>(data->tokenizer().clone());
+  if (m.tokenizer->fingerprint() != data->tokenizer().fingerprint())
+    return make_error(ref->dir + ": the checkpoint's tokenizer is not dataset " + data->name() + "'s");
+  if (m.tokenizer->vocab_size() > ck->config.vocab_size)
+    return make_error(ref->dir + ": dataset " + data->name() + "'s tokenizer has " +
+                      std::to_string(m.tokenizer->vocab_size()) + " tokens, more than the model's vocab_size " +
+                      std::to_string(ck->config.vocab_size));
   if (m.seq_len - 1 > ck->config.max_seq_len)
     return make_error(ref->dir + ": the model's context " + std::to_string(ck->config.max_seq_len) +
                       " is shorter than the run's sequences");
@@ -96,9 +115,10 @@ Result<std::vector<GroupView>> explore_figure4(ExplorerModel& m, const Figure4Re
     return make_error("groups: 0..16 fixed groups of 1..64 sequences");
   const SampleConfig sc = sample_config(m, prompt->size(), req.temperature);
   FTX_TRY(sc.validate());
-  auto groups = figure4_groups(*m.model, *prompt, req.group_size, req.fixed_groups, req.group_size, req.seed, sc, m.alphabet);
+  auto groups = figure4_groups(*m.model, *prompt, req.group_size, req.fixed_groups, req.group_size, req.seed, sc,
+                               *m.tokenizer);
   std::vector<GroupView> out;
-  for (const GroupResult& g : groups) out.push_back(to_group_view(g, m.alphabet, m.train.dataset == "synthetic"));
+  for (const GroupResult& g : groups) out.push_back(to_group_view(g, *m.tokenizer, m.train.dataset == "synthetic"));
   return out;
 }
 
@@ -123,8 +143,8 @@ Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::strin
       r.gens.push_back(std::move(gens[k++]));
       r.latent_seeds.push_back(row.latent_seed);
     }
-    score_group(r, m.alphabet);
-    out.push_back(to_group_view(r, m.alphabet, m.train.dataset == "synthetic"));
+    score_group(r, *m.tokenizer);
+    out.push_back(to_group_view(r, *m.tokenizer, m.train.dataset == "synthetic"));
   }
   return out;
 }
@@ -132,14 +152,14 @@ Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::strin
 Result<LatentInspection> inspect_latent(ExplorerModel& m, const std::string& text, int prompt_len, uint64_t seed) {
   const ModelConfig& cfg = m.model->config();
   if (!cfg.is_free()) return make_error("run '" + m.run + "' has no latent (H = 0): pick a Free Transformer run");
-  if (text.size() < 2 || static_cast<int>(text.size()) > m.seq_len)
-    return make_error("the sequence must have 2.." + std::to_string(m.seq_len) + " characters, got " +
-                      std::to_string(text.size()));
-  if (prompt_len < 1 || prompt_len >= static_cast<int>(text.size())) return make_error("bad prompt length");
-  auto tokens = encode_chars(text, m.alphabet, "sequence");
+  auto tokens = encode_text(m, text, "sequence");
   if (!tokens) return tokens.error();
+  const int n = static_cast<int>(tokens->size());
+  if (n < 2 || n > m.seq_len)
+    return make_error("the sequence must have 2.." + std::to_string(m.seq_len) + " tokens, got " + std::to_string(n));
+  if (prompt_len < 1 || prompt_len >= n) return make_error("bad prompt length");
   LatentInspection li;
-  li.text = text, li.T = static_cast<int>(text.size()) - 1, li.H = cfg.latent_bits;
+  li.text = text, li.T = n - 1, li.H = cfg.latent_bits;
   li.kappa_nats = m.train.kappa_at(m.step);
   auto state = m.model->make_state(1, li.T);
   (void)m.model->forward(*state, tokens->data(), tokens->data() + 1, nullptr, seed, kStreamEval, float(li.kappa_nats));
@@ -156,7 +176,9 @@ Result<LatentInspection> inspect_latent(ExplorerModel& m, const std::string& tex
 
 Result<std::string> regenerate_edited(ExplorerModel& m, const LatentInspection& base, int prompt_len,
                                       const std::vector<std::pair<int, int>>& flips) {
-  auto prompt = encode_prompt(m, base.text.substr(0, static_cast<size_t>(prompt_len)));
+  auto prompt = encode_text(m, base.text, "sequence");
+  if (prompt && prompt_len >= 0 && prompt_len < static_cast<int>(prompt->size())) prompt->resize(prompt_len);
+  prompt = check_prompt(m, std::move(prompt));
   if (!prompt) return prompt.error();
   for (auto [t, h] : flips)
     if (t < 0 || t >= base.T || h < 0 || h >= base.H)
@@ -168,7 +190,7 @@ Result<std::string> regenerate_edited(ExplorerModel& m, const LatentInspection& 
   std::copy(base.codes.begin(), base.codes.begin() + std::min<size_t>(base.codes.size(), n_in), codes.begin());
   std::vector<SequenceSpec> specs{{LatentPolicy::edited(std::move(codes), flips), base.sample_seed}};
   FTX_TRY(check_generation_request(m.model->config(), static_cast<int>(prompt->size()), sc, specs));
-  return decode_chars(generate(*m.model, *prompt, specs, sc)[0].tokens, m.alphabet);
+  return m.tokenizer->decode(generate(*m.model, *prompt, specs, sc)[0].tokens);
 }
 
 CoinflipLesson coinflip_example(uint64_t seed, int T, double eps) {
@@ -191,12 +213,14 @@ Result<std::vector<double>> coinflip_predictions(ExplorerModel& m, const std::ve
   if (m.train.dataset != "coinflip") return make_error("run '" + m.run + "' was not trained on the coin-flip task");
   const int T = static_cast<int>(bits.size());
   if (T + 1 > m.seq_len) return make_error("run '" + m.run + "' has sequences of " + std::to_string(m.seq_len - 1) + " bits");
-  std::string text = m.alphabet.substr(0, 1);
+  std::string text = ">";
   for (int b : bits) text += b ? '1' : '0';
-  auto tok = encode_chars(text, m.alphabet, "coin-flip sequence");
+  auto tok = encode_text(m, text, "coin-flip sequence");
   if (!tok) return tok.error();
   const int V = m.model->config().vocab_size;
-  const int one = static_cast<int>(m.alphabet.find('1'));
+  auto one_id = encode_text(m, "1", "coin-flip bit");
+  if (!one_id) return one_id.error();
+  const int one = (*one_id)[0];
   auto state = m.model->make_state(1, T);
   (void)m.model->forward(*state, tok->data(), tok->data() + 1, nullptr, seed, kStreamEval, 0.0f);
   std::vector<float> logits(size_t(T) * V);

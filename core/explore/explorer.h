@@ -15,6 +15,7 @@
 
 #include "core/data/batch_source.h"
 #include "core/model/model.h"
+#include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
 #include "core/util/result.h"
 
@@ -24,20 +25,22 @@ namespace ftx {
 struct ExplorerModel {
   std::string run;
   int step = 0;
-  TrainConfig train;     // the run's stored training config (dataset, kappa, ...)
-  std::string alphabet;  // token id = index
-  int seq_len = 0;       // the dataset's tokens per sequence (prompt + body)
+  TrainConfig train;  // the run's stored training config (dataset, kappa, ...)
+  std::shared_ptr<const Tokenizer> tokenizer;  // the checkpoint's (else the dataset's); never null
+  int seq_len = 0;    // the dataset's tokens per sequence (prompt + body)
   std::unique_ptr<Model> model;
 };
 // Loads `run` from the store at `db_path` at checkpoint `step` (the latest when absent); the
-// run's dataset (through `datasets`) gives the alphabet and sequence length. One-line errors
-// naming the file for a missing database, run or checkpoint, or a damaged checkpoint.
+// run's dataset (through `datasets`) gives the sequence length, and the tokenizer when the
+// checkpoint has none. One-line errors naming the file for a missing database, run or
+// checkpoint, a damaged checkpoint, or a checkpoint whose tokenizer is not its dataset's.
 Result<ExplorerModel> load_explorer_model(Backend& be, const DatasetFactory& datasets, const std::string& db_path,
                                           const std::string& run, std::optional<int> step);
 
 // ---- Generations (Figure 4) ----
 struct GroupRow {
   std::string text;             // prompt + generated
+  std::vector<std::string> tokens;  // (S) each token's bytes: views draw one cell per token
   std::vector<uint32_t> codes;  // (T,) one code per input position
   uint64_t latent_seed = 0, sample_seed = 0;
   bool valid = false;           // synthetic task: a valid sequence
@@ -50,7 +53,7 @@ struct GroupView {
   double valid = 0, agreement = 0, noise_agreement = 0;  // NaN when undefined
 };
 struct Figure4Request {
-  std::string prompt;     // e.g. "K>"; every character must be in the alphabet
+  std::string prompt;     // e.g. "K>"; must encode with the run's tokenizer
   int fixed_groups = 3;
   int group_size = 8;
   uint64_t seed = 1;      // latent and sample seeds derive from it
@@ -66,7 +69,7 @@ Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::strin
 // ---- Latent ----
 struct LatentInspection {
   std::string text;              // the inspected sequence (prompt + body)
-  int T = 0, H = 0;              // positions (text.size() - 1), latent bits
+  int T = 0, H = 0;              // positions (tokens - 1), latent bits
   std::vector<float> bit_probs;  // (T, H) encoder's P(bit h of Z_t = 1)
   std::vector<float> kl;         // (T) nats
   std::vector<uint32_t> codes;   // (T) sampled from the encoder (seed)
@@ -74,9 +77,9 @@ struct LatentInspection {
   std::string regenerated;       // generated from the prompt with these codes (sample seed)
   uint64_t sample_seed = 0;
 };
-// Runs the encoder on `text` (prompt + at most seq_len-1 more characters; every character in the
-// alphabet), samples codes with `seed`, and regenerates from the first `prompt_len` characters
-// with those codes. Error for a model without a latent (H = 0), or a text outside the vocabulary.
+// Runs the encoder on `text` (prompt + at most seq_len-1 more tokens), samples codes with `seed`,
+// and regenerates from the first `prompt_len` tokens with those codes. Error for a model without
+// a latent (H = 0), or a text the run's tokenizer cannot encode.
 Result<LatentInspection> inspect_latent(ExplorerModel& m, const std::string& text, int prompt_len, uint64_t seed);
 // The generation from the same prompt and the same token seed with some bits flipped:
 // flips = (position, bit) pairs (the Edited policy).

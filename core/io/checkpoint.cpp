@@ -252,9 +252,9 @@ Status load_training_state(const std::string& dir, const std::vector<ParamSpec>&
 }
 
 Result<CheckpointData> load_impl(const std::string& dir, bool with_training_state) {
-  auto cfg = load_checkpoint_config(dir);
-  if (!cfg) return cfg.error();
   CheckpointData ck;
+  auto cfg = load_checkpoint_config(dir, &ck.tokenizer);
+  if (!cfg) return cfg.error();
   ck.config = *cfg;
   auto set = open_model_tensors(dir);
   if (!set) return set.error();
@@ -291,7 +291,7 @@ std::vector<NamedTensor> named(const std::vector<ParamSpec>& specs, const std::s
 // Writes every file of the checkpoint into `tmp` (each one fsynced) and fsyncs `tmp`.
 Status write_contents(const std::string& tmp, const CheckpointData& ck, const std::vector<ParamSpec>& specs) {
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
-  FTX_TRY(write_file_durable(join(tmp, kConfigFileName), config_to_json(ck.config).dump(2) + "\n"));
+  FTX_TRY(write_file_durable(join(tmp, kConfigFileName), config_to_json(ck.config, ck.tokenizer.get()).dump(2) + "\n"));
   FTX_TRY(write_safetensors(join(tmp, kModelFileName), named(specs, "", ck.params), meta));
   if (ck.has_training_state) {
     auto tensors = named(specs, "adam_m.", ck.adam_m);
@@ -342,6 +342,9 @@ Status save_impl(std::string dir, const CheckpointData& ck) {
   if (dir.empty() || dir == "/" || dir == "." || dir == "..")
     return make_error("save_checkpoint: invalid directory '" + dir + "'");
   if (auto v = ck.config.validate(); !v) return make_error(dir + ": cannot save: " + v.error().message);
+  if (ck.tokenizer && ck.tokenizer->vocab_size() > ck.config.vocab_size)
+    return make_error(dir + ": cannot save: the tokenizer has " + std::to_string(ck.tokenizer->vocab_size()) +
+                      " tokens, more than vocab_size " + std::to_string(ck.config.vocab_size));
   const std::vector<ParamSpec> specs = param_specs(ck.config);
   FTX_TRY(check_arena(dir, "params", ck.params, specs));
   if (ck.has_training_state) {
@@ -366,14 +369,14 @@ Status save_impl(std::string dir, const CheckpointData& ck) {
 
 }  // namespace
 
-Result<ModelConfig> load_checkpoint_config(const std::string& dir) {
+Result<ModelConfig> load_checkpoint_config(const std::string& dir, std::shared_ptr<const Tokenizer>* tokenizer) {
   try {
     const std::string path = join(dir, kConfigFileName);
     auto text = read_small_file(path, kMaxJsonFile);
     if (!text) return text.error();
     auto j = parse_json_strict(*text, path);
     if (!j) return j.error();
-    return config_from_json(*j, path);
+    return config_from_json(*j, path, tokenizer);
   } catch (const std::exception& e) {
     return make_error(dir + ": cannot read config: " + e.what());
   }

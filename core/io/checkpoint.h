@@ -18,15 +18,17 @@
 // free.* tensors the checkpoint is the plain decoder; free.* tensors without that key, or that key
 // without the free.* tensors, are errors.
 //
-// Deliberately not here: tokenizer.json (core/io tokenizers), writing shards, dtype conversion
+// Deliberately not here: tokenizer.json (core/text), writing shards, dtype conversion
 // on save (always F32), mmap of weights for inference (kernels/).
 #pragma once
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "core/model/config.h"
+#include "core/text/tokenizer.h"
 #include "core/util/result.h"
 
 namespace ftx {
@@ -39,6 +41,7 @@ inline constexpr const char* kTrainerFileName = "trainer.json";
 
 struct CheckpointData {
   ModelConfig config;
+  std::shared_ptr<const Tokenizer> tokenizer;  // config.json's "tokenizer"; null: token ids only
   std::vector<float> params;            // arena order of param_specs(config)
   bool has_training_state = false;
   std::vector<float> adam_m, adam_v;    // AdamW moments, same layout as params
@@ -46,15 +49,18 @@ struct CheckpointData {
 };
 
 // Writes `ck` as the checkpoint directory `dir` (atomic, see above). Parent directories are
-// created. Refuses params or moments whose size does not match param_specs(ck.config), and
-// non-finite values (a checkpoint that cannot be loaded back is never written).
+// created. Refuses params or moments whose size does not match param_specs(ck.config),
+// non-finite values, and a tokenizer with more tokens than vocab_size (a checkpoint that cannot be
+// loaded back is never written).
 Status save_checkpoint(const std::string& dir, const CheckpointData& ck);
 
 // Reads the checkpoint at `dir`. With with_training_state, training_state.safetensors and
 // trainer.json must exist and are loaded; otherwise they are not read at all.
 Result<CheckpointData> load_checkpoint(const std::string& dir, bool with_training_state);
 
-// Reads and validates only <dir>/config.json (readout_bias is not known from it: false).
-Result<ModelConfig> load_checkpoint_config(const std::string& dir);
+// Reads and validates only <dir>/config.json (readout_bias is not known from it: false); its
+// tokenizer goes to *tokenizer when given (null when the file has none).
+Result<ModelConfig> load_checkpoint_config(const std::string& dir,
+                                           std::shared_ptr<const Tokenizer>* tokenizer = nullptr);
 
 }  // namespace ftx

@@ -9,6 +9,8 @@
 #include <set>
 #include <vector>
 
+#include "core/text/tokenizer_json.h"
+
 namespace ftx {
 namespace {
 
@@ -203,19 +205,19 @@ Status read_free(const KeyReader& r, ModelConfig* c) {
   return {};
 }
 
-Status read_tokenizer(const KeyReader& r, ModelConfig* c) {
+// The "tokenizer" object, when present: its form is core/text's; here only how it meets the
+// config (a tokenizer may use fewer ids than the embedding has rows, never more).
+Status read_tokenizer(const KeyReader& r, const ModelConfig& c, std::shared_ptr<const Tokenizer>* out) {
   const json* tk = nullptr;
   FTX_TRY(r.get_object("tokenizer", &tk));
-  c->alphabet.clear();
+  if (out) out->reset();
   if (!tk) return {};
-  KeyReader tr(*tk, r.path(), "tokenizer.");
-  const json* type = tr.find("type");
-  if (!type || !type->is_string()) return tr.err("type", "missing or not a string (expected \"chars\")");
-  FTX_TRY(tr.expect_string("type", "chars", "only the chars tokenizer is stored in config.json"));
-  const json* alpha = tr.find("alphabet");
-  if (!alpha || !alpha->is_string() || alpha->get<std::string>().empty())
-    return tr.err("alphabet", "missing, empty or not a string");
-  c->alphabet = alpha->get<std::string>();
+  auto t = tokenizer_from_json(*tk, r.path());
+  if (!t) return t.error();
+  if ((*t)->vocab_size() > c.vocab_size)
+    return make_error(r.path() + ": the tokenizer has " + std::to_string((*t)->vocab_size()) +
+                      " tokens, more than vocab_size " + std::to_string(c.vocab_size));
+  if (out) *out = std::move(*t);
   return {};
 }
 
@@ -248,7 +250,7 @@ Result<json> parse_json_strict(std::string_view text, const std::string& path) {
   }
 }
 
-json config_to_json(const ModelConfig& c) {
+json config_to_json(const ModelConfig& c, const Tokenizer* tokenizer) {
   json j = json::object();
   j["architectures"] = json::array({"LlamaForCausalLM"});
   j["model_type"] = "llama";
@@ -269,11 +271,12 @@ json config_to_json(const ModelConfig& c) {
   j["torch_dtype"] = "float32";
   if (c.latent_bits > 0)
     j["free_transformer"] = {{"latent_bits", c.latent_bits}, {"inject_after_layer", c.inject_after}};
-  if (!c.alphabet.empty()) j["tokenizer"] = {{"type", "chars"}, {"alphabet", c.alphabet}};
+  if (tokenizer) j["tokenizer"] = tokenizer_to_json(*tokenizer);
   return j;
 }
 
-Result<ModelConfig> config_from_json(const json& j, const std::string& path) {
+Result<ModelConfig> config_from_json(const json& j, const std::string& path,
+                                     std::shared_ptr<const Tokenizer>* tokenizer) {
   try {
     if (!j.is_object()) return make_error(path + ": config must be a JSON object, got " + j.type_name());
     KeyReader r(j, path, "");
@@ -281,9 +284,9 @@ Result<ModelConfig> config_from_json(const json& j, const std::string& path) {
     FTX_TRY(read_shape(r, &c));
     FTX_TRY(read_numerics(r, &c));
     FTX_TRY(read_free(r, &c));
-    FTX_TRY(read_tokenizer(r, &c));
     c.readout_bias = false;
     if (auto v = c.validate(); !v) return make_error(path + ": " + v.error().message);
+    FTX_TRY(read_tokenizer(r, c, tokenizer));
     return c;
   } catch (const std::exception& e) {
     return make_error(path + ": cannot read config: " + one_line(e.what()));

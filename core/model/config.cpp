@@ -25,9 +25,6 @@ Status ModelConfig::validate() const {
   if (is_free() && (inject_after < 1 || inject_after >= n_layers))
     return bad("inject_after must be in 1.." + std::to_string(n_layers - 1) + ", got " +
                std::to_string(inject_after));
-  if (!alphabet.empty() && static_cast<int>(alphabet.size()) != vocab_size)
-    return bad("alphabet has " + std::to_string(alphabet.size()) + " characters but vocab_size is " +
-               std::to_string(vocab_size));
   return {};
 }
 
@@ -76,7 +73,6 @@ Result<ModelConfig> shape_model_config(const ShapeOverrides& o, int vocab_size, 
     return make_error(field("layers") + " " + std::to_string(cfg->n_layers) +
                       ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
   cfg->inject_after = cfg->n_layers / 2;
-  cfg->alphabet.clear();
   cfg->vocab_size = vocab_size;
   cfg->max_seq_len = std::max(cfg->max_seq_len, seq_len);
   FTX_TRY(cfg->validate());

@@ -12,13 +12,12 @@
 
 namespace ftx {
 
-inline constexpr const char* kSyntheticAlphabet = "_!>ABCDEFGHIJKLMNOPQRSTUVWXYZ";
 inline constexpr int kMaxLatentBits = 20;
 // The recipe's latent size (the default of every shape, the demo's).
 inline constexpr int kDefaultLatentBits = 8;
 
 struct ModelConfig {
-  int vocab_size = 29;
+  int vocab_size = 29;     // V: rows of the embedding; the tokenizer (kept beside) may use fewer
   int dim = 128;          // D (C)
   int n_layers = 4;       // L
   int n_heads = 4;        // NH
@@ -32,7 +31,6 @@ struct ModelConfig {
   int latent_bits = 0;     // H; 0 = plain decoder baseline
   int inject_after = 2;    // Z enters block inject_after+1 (1-based) = index inject_after (0-based)
   bool readout_bias = false;  // free.encoder_readout.bias present (other writers may add it)
-  std::string alphabet = kSyntheticAlphabet;  // chars tokenizer (token id = index); may be empty
 
   bool is_free() const { return latent_bits > 0; }
   int64_t num_codes() const { return int64_t{1} << latent_bits; }
@@ -71,7 +69,7 @@ struct ShapeOverrides {
 // The preset reshaped by the overrides: head_dim = dim / heads, Z injected after the middle
 // block, `vocab_size` tokens and room for at least `seq_len` positions. Errors name the fields
 // through `name` ("dim 30 is not a multiple of heads 4"); the command line passes its flags.
-// The returned config carries no alphabet: the caller's data bring it.
+// The tokenizer is not part of the shape: the caller's data bring it.
 Result<ModelConfig> shape_model_config(const ShapeOverrides& o, int vocab_size, int seq_len,
                                        FieldName name = field_key);
 

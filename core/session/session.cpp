@@ -32,10 +32,9 @@ Status prepare_request(const DatasetFactory& datasets, TrainRequest& req) {
   FTX_TRY(req.train.validate());
   auto data = datasets(req.train);
   if (!data) return make_error("dataset '" + req.train.dataset + "': unknown or bad arguments");
-  auto m = shape_model_config(req.shape, static_cast<int>(data->alphabet().size()), data->seq_len());
+  auto m = shape_model_config(req.shape, data->tokenizer().vocab_size(), data->seq_len());
   if (!m) return m.error();
   req.model = *m;
-  req.model.alphabet = data->alphabet();
   if (req.run.empty()) return make_error("a run needs a name");
   auto store = RunStore::open(req.db_path);
   if (!store) return store.error();
@@ -185,7 +184,8 @@ void Session::run_one(TrainRequest& req) {
   }
   std::unique_ptr<Backend> be = std::move(*made);
   auto data = datasets_(req.train);
-  auto trainer = Trainer::start(*be, req.model, req.train, data->seq_len(), req.db_path, req.run);
+  auto trainer = Trainer::start(*be, req.model, data->tokenizer().clone(), req.train, data->seq_len(), req.db_path,
+                                req.run);
   if (!trainer) {
     s.state = SessionState::Failed, s.message = trainer.error().message;
     return publish(s);

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <limits>
+#include <span>
 
 #include <unistd.h>
 
@@ -12,6 +13,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/config_json.h"
+#include "core/text/tokenizer.h"
 #include "core/util/sha256.h"
 #include "kernels/philox.h"
 
@@ -48,8 +50,8 @@ Result<TrainerPosition> read_position(const json& j, const std::string& where) {
   return p;
 }
 
-std::string run_config_json(const ModelConfig& m, const TrainConfig& t) {
-  return json{{"model", config_to_json(m)}, {"train", train_config_to_json(t)}}.dump();
+std::string run_config_json(const ModelConfig& m, const Tokenizer* tokenizer, const TrainConfig& t) {
+  return json{{"model", config_to_json(m, tokenizer)}, {"train", train_config_to_json(t)}}.dump();
 }
 
 }  // namespace
@@ -109,10 +111,10 @@ Result<CheckpointRef> find_run_checkpoint(RunStore& store, const std::string& ru
   return CheckpointRef{resolve_checkpoint_path(store.path(), pick->path), static_cast<int>(pick->step)};
 }
 
-Trainer::Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, const TrainConfig& tcfg, std::string db,
-                 std::string run)
-    : be_(be), store_(std::move(store)), model_(std::move(model)), tcfg_(tcfg), db_path_(std::move(db)),
-      run_(std::move(run)) {
+Trainer::Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+                 const TrainConfig& tcfg, std::string db, std::string run)
+    : be_(be), store_(std::move(store)), model_(std::move(model)), tokenizer_(std::move(tokenizer)), tcfg_(tcfg),
+      db_path_(std::move(db)), run_(std::move(run)) {
   const size_t bytes = model_->num_params() * sizeof(float);
   // Null when out of memory: make() then reports the whole training footprint.
   adam_m_ = static_cast<float*>(be_.try_alloc(bytes).value_or(nullptr));
@@ -124,10 +126,12 @@ Trainer::Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, cons
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::make(Backend& be, RunStore store, const ModelConfig& mcfg,
-                                               const TrainConfig& tcfg, std::string db, std::string run) {
+                                               std::shared_ptr<const Tokenizer> tokenizer, const TrainConfig& tcfg,
+                                               std::string db, std::string run) {
   auto model = Model::create(be, mcfg);
   if (!model) return model.error();
-  std::unique_ptr<Trainer> t(new Trainer(be, std::move(store), std::move(*model), tcfg, std::move(db), std::move(run)));
+  std::unique_ptr<Trainer> t(new Trainer(be, std::move(store), std::move(*model), std::move(tokenizer), tcfg,
+                                         std::move(db), std::move(run)));
   if (!t->adam_m_ || !t->adam_v_ || !t->grad_norm_ || !t->model_->allocate_grads().ok())
     return make_error(std::string(be.name()) + ": not enough memory to train " +
                       std::to_string(t->model_->num_params()) +
@@ -141,18 +145,22 @@ Trainer::~Trainer() {
   be_.release(grad_norm_);
 }
 
-Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& mcfg, const TrainConfig& tcfg,
+Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& mcfg,
+                                                std::shared_ptr<const Tokenizer> tokenizer, const TrainConfig& tcfg,
                                                 int seq_len, const std::string& db_path, const std::string& run) {
   FTX_TRY(mcfg.validate());
   FTX_TRY(tcfg.validate());
+  if (tokenizer && tokenizer->vocab_size() > mcfg.vocab_size)
+    return make_error("the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
+                      " tokens, more than the model's vocab_size " + std::to_string(mcfg.vocab_size));
   FTX_TRY(check_training_memory(mcfg, tcfg, seq_len));
   auto store = RunStore::open(db_path);
   if (!store) return store.error();
   // Allocate before recording the run: a model too big for the device leaves no run behind.
-  auto made = make(be, std::move(*store), mcfg, tcfg, db_path, run);
+  auto made = make(be, std::move(*store), mcfg, tokenizer, tcfg, db_path, run);
   if (!made) return made.error();
   std::unique_ptr<Trainer> t = std::move(*made);
-  auto id = t->store_.create_run(run, run_config_json(mcfg, tcfg));
+  auto id = t->store_.create_run(run, run_config_json(mcfg, tokenizer.get(), tcfg));
   if (!id) return id.error();
   t->run_id_ = *id;
   t->model_->init_weights(tcfg.seed, tcfg.init);
@@ -178,7 +186,7 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
   if (!tcfg) return tcfg.error();
   if (steps) tcfg->steps = *steps;
   FTX_TRY(tcfg->validate());
-  auto made = make(be, std::move(*store), ck->config, *tcfg, db_path, run);
+  auto made = make(be, std::move(*store), ck->config, ck->tokenizer, *tcfg, db_path, run);
   if (!made) return made.error();
   std::unique_ptr<Trainer> t = std::move(*made);
   t->run_id_ = info->id;
@@ -253,6 +261,7 @@ Status Trainer::save_checkpoint() {
   last_checkpoint_step_ = step_;
   CheckpointData ck;
   ck.config = model_->config();
+  ck.tokenizer = tokenizer_;
   const size_t n = model_->num_params();
   ck.params.resize(n), ck.adam_m.resize(n), ck.adam_v.resize(n);
   model_->save_params(ck.params.data());
@@ -276,7 +285,7 @@ Status Trainer::save_checkpoint() {
 
 // The evaluation's first prompt, one independent and one fixed-Z group, kept with their codes so
 // that a viewer can show how generations change as training goes.
-Status Trainer::record_generations(const std::vector<GroupResult>& groups, const std::string& alphabet) {
+Status Trainer::record_generations(const std::vector<GroupResult>& groups, const Tokenizer& tokenizer) {
   for (const GroupResult& g : groups)
     for (size_t i = 0; i < g.gens.size(); ++i) {
       GenerationRow row;
@@ -284,8 +293,9 @@ Status Trainer::record_generations(const std::vector<GroupResult>& groups, const
       row.policy = g.fixed ? "fixed" : "independent";
       row.seed = g.latent_seeds[i];
       row.codes = g.gens[i].codes;
-      for (int32_t t : g.gens[i].tokens) row.text += alphabet.at(static_cast<size_t>(t));
-      row.prompt = row.text.substr(0, 2);
+      const std::vector<int32_t>& tokens = g.gens[i].tokens;
+      row.text = tokenizer.decode(tokens);
+      row.prompt = tokenizer.decode(std::span(tokens).first(std::min<size_t>(2, tokens.size())));  // "<letter>>"
       FTX_TRY(store_.add_generation(row));
     }
   return {};
@@ -298,16 +308,31 @@ Status Trainer::eval_and_record(BatchSource& data, const TrainerCallbacks& cb) {
   std::vector<GroupResult> samples;
   EvalReport rep{step_, evaluate(*model_, data, ec, tcfg_.kappa_at(step_), &samples)};
   for (const auto& [k, v] : rep.metrics) store_.add_metric(run_id_, step_, k, v);
-  FTX_TRY(record_generations(samples, data.alphabet()));
+  FTX_TRY(record_generations(samples, data.tokenizer()));
   if (cb.on_eval) cb.on_eval(rep);
   return store_.flush();
 }
 
-Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const TrainerCallbacks& cb) {
+Status Trainer::check_data(const BatchSource& data) const {
+  const ModelConfig& m = model_->config();
   const int T = data.seq_len() - 1;
-  if (T > model_->config().max_seq_len)
+  if (T > m.max_seq_len)
     return make_error("dataset " + data.name() + ": sequences of " + std::to_string(T) +
-                      " positions exceed the model's max_seq_len " + std::to_string(model_->config().max_seq_len));
+                      " positions exceed the model's max_seq_len " + std::to_string(m.max_seq_len));
+  const Tokenizer& tok = data.tokenizer();
+  if (tok.vocab_size() > m.vocab_size)
+    return make_error("dataset " + data.name() + ": its tokenizer has " + std::to_string(tok.vocab_size()) +
+                      " tokens, more than the model's vocab_size " + std::to_string(m.vocab_size));
+  if (tokenizer_ && tokenizer_->fingerprint() != tok.fingerprint())
+    return make_error("dataset " + data.name() + ": its tokenizer (" + tok.type() + ", fingerprint " +
+                      tok.fingerprint().substr(0, 12) + ") is not the one run '" + run_ + "' was trained with (" +
+                      tokenizer_->type() + ", fingerprint " + tokenizer_->fingerprint().substr(0, 12) + ")");
+  return {};
+}
+
+Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const TrainerCallbacks& cb) {
+  FTX_TRY(check_data(data));
+  const int T = data.seq_len() - 1;
   ensure_state(data);
   data.seek(data_position_);
   FTX_TRY(store_.set_status(run_id_, "running"));

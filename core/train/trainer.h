@@ -67,16 +67,22 @@ Status check_training_memory(const ModelConfig& m, const TrainConfig& t, int seq
 
 class Trainer {
  public:
-  // A new run: fails when the run name exists, when the configs do not validate, or when the
-  // model and activations for sequences of seq_len tokens would not fit in memory.
-  static Result<std::unique_ptr<Trainer>> start(Backend& be, const ModelConfig& model_cfg, const TrainConfig& train_cfg,
+  // A new run: fails when the run name exists, when the configs do not validate, when the
+  // tokenizer has more tokens than model_cfg.vocab_size, or when the model and activations for
+  // sequences of seq_len tokens would not fit in memory. The tokenizer (null: token ids only) is
+  // stored with the run's configuration and every checkpoint.
+  static Result<std::unique_ptr<Trainer>> start(Backend& be, const ModelConfig& model_cfg,
+                                                std::shared_ptr<const Tokenizer> tokenizer, const TrainConfig& train_cfg,
                                                 int seq_len, const std::string& db_path, const std::string& run);
-  // Continue a run from its latest checkpoint; its stored configs are used (steps may be raised).
+  // Continue a run from its latest checkpoint; its stored configs and tokenizer are used (steps
+  // may be raised).
   static Result<std::unique_ptr<Trainer>> resume(Backend& be, const std::string& db_path, const std::string& run,
                                                  std::optional<int> steps);
   ~Trainer();
 
   // Trains until train_config().steps or until stop becomes true (then checkpoints and returns).
+  // Refuses data whose tokenizer differs from the run's (by fingerprint) or has more tokens than
+  // the model's vocabulary.
   Status run(BatchSource& data, const std::atomic<bool>& stop, const TrainerCallbacks& cb);
   // One optimizer step, nothing recorded (benchmarks, the studio's step-once). Fills stats,
   // grad_norm, lr, kappa and step of the report.
@@ -98,20 +104,23 @@ class Trainer {
   bool thread_count_changed() const { return thread_change_; }
 
  private:
-  Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, const TrainConfig& tcfg, std::string db,
-          std::string run);
+  Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
+          const TrainConfig& tcfg, std::string db, std::string run);
   // The model, its gradients and the optimizer state on the backend, or what did not fit.
   static Result<std::unique_ptr<Trainer>> make(Backend& be, RunStore store, const ModelConfig& mcfg,
-                                               const TrainConfig& tcfg, std::string db, std::string run);
+                                               std::shared_ptr<const Tokenizer> tokenizer, const TrainConfig& tcfg,
+                                               std::string db, std::string run);
   void train_step(BatchSource& data, StepReport& rep);
   void ensure_state(const BatchSource& data);
   Status save_checkpoint();
   Status eval_and_record(BatchSource& data, const TrainerCallbacks& cb);
-  Status record_generations(const std::vector<GroupResult>& groups, const std::string& alphabet);
+  Status check_data(const BatchSource& data) const;
+  Status record_generations(const std::vector<GroupResult>& groups, const Tokenizer& tokenizer);
 
   Backend& be_;
   RunStore store_;
   std::unique_ptr<Model> model_;
+  std::shared_ptr<const Tokenizer> tokenizer_;  // null: the run stores token ids only
   std::unique_ptr<ModelState> state_;
   TrainConfig tcfg_;
   std::string db_path_, run_;
