@@ -1,6 +1,6 @@
 // ftx generate: the paper's Figure 4 in the terminal. One prompt; an independent group (a new Z
 // per sequence) and fixed-Z groups (one Z reused by every sequence of the group), with the
-// group metrics of DESIGN.md section 6. --json prints one object per generated sequence.
+// group metrics of docs/figure4.md. --json prints one object per generated sequence.
 #include <cstdio>
 
 #include <nlohmann/json.hpp>

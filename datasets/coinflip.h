@@ -1,4 +1,4 @@
-// CoinflipDataset: the paper's latent coin flip (PAPER.md section 1). Per sequence Z ~ B(0.5), then
+// CoinflipDataset: the paper's latent coin flip (docs/design.md section 3). Per sequence Z ~ B(0.5), then
 // X_1..X_T each equal to Z, flipped independently with probability eps. Tokens: '>' (start), then
 // the bits as '0'/'1' over the alphabet ">01", so seq_len() = T + 1. Sequence i is a pure function
 // of (seed, stream, i) through Philox, like the synthetic task.

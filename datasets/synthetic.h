@@ -1,4 +1,4 @@
-// SyntheticDataset: the Free Transformer's synthetic task (PAPER.md section 5). A sequence is the
+// SyntheticDataset: the Free Transformer's synthetic task (docs/figure4.md). A sequence is the
 // prompt "<letter>>" followed by a 64-character body of '_' holding the letter 8 times in a row
 // (the target) at a uniform start in [0, 56], after which every body character, target included,
 // independently becomes '!' with probability 1/16. Characters kSyntheticAlphabet, one token each.

@@ -1,4 +1,4 @@
-// The op interface every compute backend implements (STYLE.md section 2). Forward and backward are
+// The op interface every compute backend implements (docs/design.md section 10). Forward and backward are
 // separate ops. Pointers are device pointers of the backend that owns them; shapes in PyTorch order
 // (kernels/shapes.h). fp32 throughout for training; the weight of a matmul or an embedding gather
 // may also be bf16 (WeightRef, kernels/dtype.h), for inference on weights as a checkpoint stores
@@ -145,7 +145,7 @@ class Backend {
   virtual void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N,
                                      int V, float scale) = 0;
 
-  // ---- binary mapper (PAPER.md section 3) ------------------------------------------------------
+  // ---- binary mapper (docs/design.md section 3) ------------------------------------------------------
   // p = sigmoid(logits) (N,H); bit h of row n is set iff philox_uniform(seed, stream, n*H+h) < p;
   // codes[n] = sum_h bit_h << h (bit h is the h-th least significant).
   virtual void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H,

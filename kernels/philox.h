@@ -1,5 +1,5 @@
 // Philox4x32-10 counter-based generator (Salmon et al., SC'11), written once for host and device
-// so that a seed gives the same codes and samples on CPU and CUDA (DESIGN.md section 3).
+// so that a seed gives the same codes and samples on CPU and CUDA (docs/design.md section 7).
 // A draw is addressed by (seed, stream, index): no state to carry, resume is exact.
 #pragma once
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The binary mapper and what surrounds it (PAPER.md section 3, DESIGN.md section 10):
+// The binary mapper and what surrounds it (docs/design.md section 3; invariants: docs/testing.md):
 //   1. the forward samples bits with Philox and packs them into codes; bit and code frequencies
 //      match p and the product distribution; seeds and streams reproduce / change the codes;
 //   2. the backward equals autograd through Y + G - detach(G), i.e. finite differences of

@@ -187,7 +187,7 @@ TEST_F(CliTrainArgs, ResumeOfARunInADatabaseThatDoesNotExist) {
   EXPECT_FALSE(fs::exists(db)) << "a refused --resume created the run store " << db;
 }
 
-// A batch no machine can hold is bad input (STYLE.md section 7: out of memory is a Result), not a
+// A batch no machine can hold is bad input (docs/design.md section 8: out of memory is a Result), not a
 // broken invariant: one line, exit 1, and no run row left behind. (Its ~137 TiB of activations
 // exceed the 128 TiB x86-64 user address space, so no overcommit setting lets it through.)
 TEST_F(CliTrainArgs, AbsurdBatchIsRefusedNotAborted) {

@@ -1,5 +1,5 @@
 // Golden test: the C++ model against an independent PyTorch float64 implementation written from
-// PAPER.md and DESIGN.md section 4 (tests/fixtures/make_golden.py, which documents the fixture).
+// the method and exact math of docs/design.md section 3 (tests/fixtures/make_golden.py, which documents the fixture).
 //
 // Fixtures (FTX_FIXTURE_DIR/golden/): free/ and baseline/ are checkpoints in our format (a
 // 2-layer Free Transformer, D 16, 4 query heads / 2 KV heads, H = 3 latent bits injected after
@@ -10,7 +10,7 @@
 //
 // Checked: free-model logits, p, KL, scalars and every gradient (failure messages name the
 // tensor); baseline logits, CE and every gradient; the invariant that a Free Transformer whose
-// post-sampler is zero computes the baseline's logits (DESIGN.md section 10); gradients
+// post-sampler is zero computes the baseline's logits (docs/testing.md); gradients
 // accumulate across two backward passes; p and KL do not depend on where the codes came from.
 #include <gtest/gtest.h>
 

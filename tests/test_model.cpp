@@ -1,4 +1,4 @@
-// Whole-model invariants of core/model (DESIGN.md section 10) on the CPU backend:
+// Whole-model invariants of core/model (docs/testing.md) on the CPU backend:
 //   * a zero post-sampler makes the Free Transformer's logits those of the baseline;
 //   * Model::backward equals central finite differences of the loss for every tensor, free bits
 //     active on some positions; the pass-through gradient of the binary mapper (a surrogate, not a

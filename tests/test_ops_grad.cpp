@@ -77,7 +77,7 @@ void expect_grad(const std::string& what, Vec& x, const Vec& analytic,
 
 // ---- forward values against the textbook formulas -----------------------------------------------
 // The finite-difference tests below prove that each backward matches its forward; these prove
-// that the forwards compute the documented math (DESIGN.md section 4).
+// that the forwards compute the documented math (docs/design.md section 3).
 
 // Tolerance of a double op against a naive double loop: only summation order differs.
 constexpr double kForwardTol = 1e-13;

@@ -1,6 +1,6 @@
 // Tests of core/io/safetensors: writer/reader round trip, interop with a file laid out byte by
 // byte as the format's README describes (not produced by our writer), F16/BF16 conversion, and
-// the corrupt-file suite (REFERENCE.md section A): every malformed file must give a clean
+// the corrupt-file suite (docs/design.md section 5): every malformed file must give a clean
 // one-line error naming the file and the problem.
 #include <gtest/gtest.h>
 #include <signal.h>

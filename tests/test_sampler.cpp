@@ -1,4 +1,4 @@
-// Tests of core/sample (DESIGN.md section 3): generation is a pure function of the seeds, each
+// Tests of core/sample (docs/design.md section 7): generation is a pure function of the seeds, each
 // latent policy produces the codes it promises (Fixed reproduces, Edited flips exactly the asked
 // bits, Uniform follows its seed, FromEncoder takes the prompt's codes from the encoder and the
 // rest from the prior), temperature 0 and top-k 1 are greedy, and check_generation_request refuses

@@ -1,4 +1,4 @@
-// Tests of core/train (DESIGN.md sections 2, 5 and 10): a resumed run continues the uninterrupted
+// Tests of core/train (docs/design.md sections 2 and 6, docs/testing.md): a resumed run continues the uninterrupted
 // curve bit for bit; a training process killed with SIGKILL leaves a consistent run store whose
 // committed rows survive and from which `ftx train --resume` finishes; Ctrl-C (the stop flag, and
 // SIGINT on the CLI) checkpoints and ends with status "stopped"; a short run on the synthetic task

@@ -3,7 +3,7 @@
 // file size limit) with their exit code, signal and output, uniform random vectors, and central
 // differences.
 // Deliberately not here: expectations about a unit (they stay in its test file) and tolerances
-// (each test file names its own, STYLE.md section 11). Helpers that cannot go on report the
+// (each test file names its own, docs/testing.md). Helpers that cannot go on report the
 // problem as a test failure and return an empty or "failed" value; the caller asserts on it, so a
 // fatal check stays fatal in the test that needs it.
 #pragma once

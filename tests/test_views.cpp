@@ -585,7 +585,8 @@ TEST(TrainView, CustomSizeMakesTheModelThatFtxTrainMakes) {
   ASSERT_TRUE(store.ok()) << store.error().message;
   auto info = store->find_run("cli");
   ASSERT_TRUE(info.ok()) << info.error().message;
-  EXPECT_EQ(nlohmann::json::parse(info->config_json)["model"], ftx::config_to_json(r.model));
+  const auto data = ftx::make_dataset(r.train);
+  EXPECT_EQ(nlohmann::json::parse(info->config_json)["model"], ftx::config_to_json(r.model, &data->tokenizer()));
 }
 
 TEST(TrainView, StartWithAValidFormRequestsOneRun) {

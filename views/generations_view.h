@@ -1,4 +1,4 @@
-// GenerationsView: the studio's Figure 4 page (PAPER.md section 5, DESIGN.md section 6). Controls
+// GenerationsView: the studio's Figure 4 page (the paper's Figure 4; metrics: docs/figure4.md). Controls
 // pick a run, a checkpoint step, a prompt and the group sizes, and ask the owner for generations
 // through signals; the owner computes them on its worker thread and calls back show_groups /
 // show_comparison / show_error. The groups are drawn by a SequenceGrid; "Kappa comparison" shows

@@ -57,7 +57,7 @@ QString kappa_text(double bits) {
   return bits == 1 ? QStringLiteral("1 bit") : QStringLiteral("%1 bits").arg(bits, 0, 'g', 3);
 }
 
-// What the paper leads us to expect at a kappa (PAPER.md section 5), by the same thresholds as its
+// What the paper leads us to expect at a kappa (docs/figure4.md), by the same thresholds as its
 // four runs: 1/64 bit, 1/8 bit, 1 bit, 8 bits.
 QString kappa_note(double bits) {
   if (bits <= 1.0 / 32)

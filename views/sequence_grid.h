@@ -1,5 +1,5 @@
 // SequenceGrid: paints groups of generated sequences the way Figure 4 of the paper shows them
-// (PAPER.md section 5): one block per group with its header ("Independent Z" / "Fixed Z #k") and
+// (docs/figure4.md): one block per group with its header ("Independent Z" / "Fixed Z #k") and
 // metrics, then one monospace row per sequence, target letters on a colour per letter, noise '!'
 // dimmed, '_' faint, invalid rows marked in red. Blocks flow side by side and wrap to the next line
 // when the width runs out (height for width, so it sits in a QScrollArea). Hover tooltips give a

@@ -1,4 +1,4 @@
-// The coin-flip task's exact next-bit probabilities (PAPER.md section 1): given Z (what a Free
+// The coin-flip task's exact next-bit probabilities (docs/design.md section 3): given Z (what a Free
 // Transformer that drew Z may use) and given only the past bits (what a plain decoder must infer).
 // Here in core so that both the dataset and the studio's lesson use the one formula.
 #pragma once

@@ -1,4 +1,4 @@
-// Evaluation during and after training (DESIGN.md sections 5 and 6): validation cross-entropy with
+// Evaluation during and after training (docs/design.md section 6, docs/figure4.md): validation cross-entropy with
 // Z from the posterior (optimistic: the encoder saw the targets) and from the uniform prior (what
 // generation sees), KL, ELBO, and for the synthetic task the Figure 4 group metrics measured on
 // generations: independent groups (a new Z per sequence) and fixed-Z groups (one Z per group).

@@ -1,4 +1,4 @@
-// Synthetic-task metrics (DESIGN.md section 6): is a generated body a valid synthetic sequence,
+// Synthetic-task metrics (docs/figure4.md): is a generated body a valid synthetic sequence,
 // where can its target start, and how much do the generations of one group agree (Figure 4).
 // Choices the design leaves open, made here:
 //  - "'!' outside the target" = '!' positions not covered by ANY possible target window (the union

@@ -1,6 +1,6 @@
 // Explorer: the computations behind the studio's Generations, Latent and Lessons views, on a
 // model loaded from a run's checkpoint. Everything a view shows is computed here and handed over
-// as plain structs (views only draw them: STYLE.md section 8). Deterministic: the same request
+// as plain structs (views only draw them: docs/design.md section 11). Deterministic: the same request
 // (seeds included) gives the same result.
 //
 // Deliberately not here: threads (the studio calls these on its worker), drawing, caching of
@@ -87,7 +87,7 @@ Result<std::string> regenerate_edited(ExplorerModel& m, const LatentInspection& 
                                       const std::vector<std::pair<int, int>>& flips);
 
 // ---- Lessons ----
-// The coin-flip lesson for one sequence of the coin-flip task (PAPER.md section 1): per position t
+// The coin-flip lesson for one sequence of the coin-flip task (docs/design.md section 3): per position t
 // (the prediction of X_{t+1} after t observed bits), the exact posterior P(X_{t+1}=1 | X_1..X_t),
 // the exact conditional given the true Z, and the models' predictions.
 struct CoinflipLesson {

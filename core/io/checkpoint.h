@@ -1,4 +1,4 @@
-// Checkpoint directories (DESIGN.md section 4, the public contract):
+// Checkpoint directories (docs/design.md section 5, the public contract):
 //   config.json                   Hugging Face Llama config + "free_transformer" + "tokenizer"
 //   model.safetensors             parameters, names and shapes of param_specs(config)
 //     (or model-0000i-of-0000N.safetensors + model.safetensors.index.json: read, never written)

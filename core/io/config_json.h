@@ -1,6 +1,6 @@
-// config.json: ModelConfig <-> a Hugging Face Llama config (REFERENCE.md section B) plus our two
+// config.json: ModelConfig <-> a Hugging Face Llama config (docs/design.md section 5) plus our two
 // extensions, "free_transformer": {"latent_bits", "inject_after_layer"} (absent for the plain
-// decoder) and "tokenizer" (DESIGN.md section 4; its form: core/text/tokenizer_json.h). Also the strict
+// decoder) and "tokenizer" (docs/design.md section 5; its form: core/text/tokenizer_json.h). Also the strict
 // JSON parser every io/ reader uses (duplicate keys are an error, never "last one wins").
 //
 // Reading is strict: required keys present, exact types (an integer is not 64.0, a bool is not

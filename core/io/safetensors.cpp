@@ -1,5 +1,5 @@
 // safetensors reader and writer (see safetensors.h for the validation list and the non-goals).
-// Validation order follows STYLE.md section 7: sizes bounded before allocating, then the JSON,
+// Validation order follows docs/design.md section 8: sizes bounded before allocating, then the JSON,
 // then each entry (dtype, exact integers, overflow-checked sizes), then the layout of all
 // entries against each other and against the file size.
 #include "core/io/safetensors.h"

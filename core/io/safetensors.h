@@ -1,4 +1,4 @@
-// safetensors: a strict reader and a simple fp32 writer (REFERENCE.md section A).
+// safetensors: a strict reader and a simple fp32 writer (docs/design.md section 5).
 //
 // Layout: [u64 little-endian N][N bytes of UTF-8 JSON header][data buffer to end of file].
 // SafetensorsFile::open() reads only the 8-byte prefix and the header (never the data buffer, so

@@ -1,5 +1,5 @@
 // ModelConfig: the shape of a Free Transformer (or of the plain decoder when latent_bits == 0).
-// Plain struct, validated once (STYLE.md section 6); written into every checkpoint's config.json
+// Plain struct, validated once (docs/design.md section 9); written into every checkpoint's config.json
 // (core/io/config_json.h) and every run row of the store.
 #pragma once
 #include <cstdint>

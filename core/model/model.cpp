@@ -2,7 +2,7 @@
 // exact reverse order of forward; parameter gradients accumulate (+=) into the grads arena,
 // activation gradients overwrite scratch buffers, the residual stream carries its gradient.
 //
-// Data walk of one forward (PAPER.md Algorithm 2):
+// Data walk of one forward (the paper's Algorithm 2, docs/design.md section 3):
 //   x0 = embed(inputs); x_{l+1} = block_l(x_l) for l < k (k = inject_after)
 //   encoder: y = enc_block(q = zeta, kv = x_k, non-causal); bits = readout(rmsnorm(y))
 //   p = sigmoid(bits); codes ~ Bernoulli(p) (or given); R = W_post[:, codes]

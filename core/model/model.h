@@ -1,5 +1,5 @@
-// The Free Transformer (PAPER.md section 2, DESIGN.md section 4) and, with latent_bits == 0, the
-// plain decoder, as explicit forward and backward passes over Backend ops (STYLE.md section 4).
+// The Free Transformer (docs/design.md sections 3 and 5) and, with latent_bits == 0, the
+// plain decoder, as explicit forward and backward passes over Backend ops (docs/design.md section 2).
 // Parameters and gradients live in one arena each on the backend; activations for one (B, T) live
 // in a ModelState sized once; the KV cache for generation lives in a DecodeState. Every tensor's
 // place is resolved once when the model is made (core/model/weights.h), never by name per step.

@@ -1,5 +1,5 @@
 // Parameter layout: one row per tensor {name, shape, offset} in one flat fp32 arena
-// (STYLE.md section 5). Names are the checkpoint contract (DESIGN.md section 4, Hugging Face
+// (docs/design.md section 2). Names are the checkpoint contract (docs/design.md section 5, Hugging Face
 // Llama names plus free.*); shapes are nn.Linear [out, in]. Gradients and AdamW moments use the
 // same offsets in arenas of their own. An inference-only model (Model::create_inference) keeps
 // the layout's names and shapes but may hold GEMM weights in another dtype, outside the arena.

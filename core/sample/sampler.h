@@ -1,4 +1,4 @@
-// Generation with a KV cache under a latent policy (DESIGN.md section 3). A latent is one code
+// Generation with a KV cache under a latent policy (docs/design.md section 7). A latent is one code
 // z[t] in [0, 2^H) per input position; once drawn it is kept. Same seeds, same output, always:
 // every draw is Philox addressed by (seed, stream, position).
 //

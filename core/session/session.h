@@ -1,5 +1,5 @@
 // Session: training on a worker thread, driven by commands and observed through snapshots
-// (STYLE.md section 8). The studio's Train view sends start / pause / resume / stop / step-once /
+// (docs/design.md section 11). The studio's Train view sends start / pause / resume / stop / step-once /
 // set-kappa; the worker runs one Trainer at a time (a sweep queues several) and publishes an
 // immutable snapshot after every step. Every metric also goes to the run store, which is what the
 // curves read, so a view never needs more than the snapshot.

@@ -1,4 +1,4 @@
-// RunStore: the SQLite run store (DESIGN.md section 5), one database file per workspace.
+// RunStore: the SQLite run store (docs/design.md section 6), one database file per workspace.
 // Tables runs, metrics, events, checkpoints, generations, benchmarks and reference (the paper's
 // tables), versioned by PRAGMA user_version (kSchemaVersion) with forward migrations.
 // WAL journal, synchronous=NORMAL: one writer per run, any number of readers, so the studio can tail
@@ -52,7 +52,7 @@ struct GenerationRow {
   int64_t id = 0;  // assigned by the store; ignored by add_generation
   int64_t run_id = 0;
   int64_t step = 0;
-  std::string prompt, policy;  // policy: "independent", "fixed", ... (DESIGN.md section 3)
+  std::string prompt, policy;  // policy: "independent", "fixed", ... (docs/design.md section 7)
   int64_t group_id = 0;
   uint64_t seed = 0;            // stored bit-for-bit in a signed INTEGER column
   std::vector<uint32_t> codes;  // (T,) latent code per position; BLOB of uint32 little-endian

@@ -1,5 +1,5 @@
 // Trainer: one training run from a fresh start or a checkpoint, writing every metric, event and
-// checkpoint to the run store (DESIGN.md sections 2 and 5). Deterministic: the latent bits of step
+// checkpoint to the run store (docs/design.md sections 2 and 6). Deterministic: the latent bits of step
 // s are Philox(seed, kStreamLatent + s), the data are a pure function of (seed, position), and the
 // CPU ops use static OpenMP schedules, so a resumed run continues the uninterrupted curve exactly
 // when it runs with the same number of threads (OpenBLAS splits its sums by thread, so another

@@ -1,4 +1,4 @@
-// The binary mapper (PAPER.md section 3) and what surrounds it: bit sampling, the pass-through
+// The binary mapper (docs/design.md section 3) and what surrounds it: bit sampling, the pass-through
 // gradient through G, the post-sampler gather / scatter, and the closed-form KL with free bits.
 //
 // binary_mapper_backward is the custom kernel: for every code d, dG[n,d] = <dR[n,:], W[:,d]> and

@@ -1,4 +1,4 @@
-// RMSNorm over the last dimension: out = w * x / sqrt(mean(x^2) + eps) (DESIGN.md section 4),
+// RMSNorm over the last dimension: out = w * x / sqrt(mean(x^2) + eps) (docs/design.md section 3),
 // with rstd = 1 / sqrt(mean(x^2) + eps) saved per row for the backward.
 //
 // Numerics: mean(x^2) accumulates in T (C terms, vectorised); the dw column sums accumulate in

@@ -1,4 +1,4 @@
-// Rotary position embedding, Hugging Face half rotation (DESIGN.md section 4), in place on
+// Rotary position embedding, Hugging Face half rotation (docs/design.md section 3), in place on
 // x (B, T, nh, HS): dim i pairs with i + HS/2, angle = pos * theta^(-2i/HS), pos = pos0 + t.
 // The backward applies the inverse rotation (the transpose of a rotation).
 //

@@ -1,5 +1,5 @@
 """The PyTorch peer of `ftx bench train`: a straightforward eager implementation of the same model
-(ft_reference.py: dense one-hot Z and dense G for the binary mapper, as BASELINE.md describes),
+(ft_reference.py: dense one-hot Z and dense G for the binary mapper, as docs/performance.md describes),
 timed the same way (median step time over timed steps after warm-up, AdamW, gradient clipping)
 and reported with the same JSON fields (tokens_per_s, model_flops_per_token, model_tflops, mfu).
 
