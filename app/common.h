@@ -9,7 +9,7 @@
 #include "core/model/model.h"
 #include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
-#include "core/util/result.h"
+#include "kernels/result.h"
 #include "app/commands.h"
 #include "app/options.h"
 #include "datasets/registry.h"

@@ -13,7 +13,7 @@
 #include "core/data/batch_source.h"
 #include "core/data/dataset_options.h"
 #include "core/eval/coinflip_exact.h"
-#include "core/util/result.h"
+#include "kernels/result.h"
 #include "kernels/philox.h"
 
 namespace ftx {

@@ -244,7 +244,8 @@ TEST_F(Checkpoint, BF16AndF16TensorsLoadConverted) {
                        : uint16_t(bits >> 16);
       data += char(h & 0xff), data += char(h >> 8);
     }
-    header += (header.size() > 1 ? "," : "") + json(s.name).dump() + ":{\"dtype\":\"" + (f16 ? "F16" : "BF16") +
+    if (header.size() > 1) header += ",";
+    header += json(s.name).dump() + ":{\"dtype\":\"" + (f16 ? "F16" : "BF16") +
               "\",\"shape\":" + json(s.shape).dump() + ",\"data_offsets\":[" + std::to_string(begin) + "," +
               std::to_string(data.size()) + "]}";
   }

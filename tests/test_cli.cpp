@@ -411,8 +411,12 @@ TEST_F(CliWithRun, GenerateJsonPrintsOneObjectPerSequence) {
     ASSERT_TRUE(g >= 0 && g <= 2) << g;
     EXPECT_EQ(j["policy"], g == 0 ? "independent" : "fixed");
     const auto codes = j["codes"].get<std::vector<uint32_t>>();
-    if (g > 0 && !group_codes[g].empty()) EXPECT_EQ(codes, group_codes[g]) << "a fixed group shares its Z";
-    if (g == 0 && !group_codes[0].empty()) EXPECT_NE(codes, group_codes[0]) << "independent Z per sequence";
+    if (g > 0 && !group_codes[g].empty()) {
+      EXPECT_EQ(codes, group_codes[g]) << "a fixed group shares its Z";
+    }
+    if (g == 0 && !group_codes[0].empty()) {
+      EXPECT_NE(codes, group_codes[0]) << "independent Z per sequence";
+    }
     group_codes[g] = codes;
   }
   EXPECT_NE(group_codes[1], group_codes[2]);

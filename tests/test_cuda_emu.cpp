@@ -416,7 +416,7 @@ TEST(CudaEmu, StepGraphTurnsItselfOffWhenEveryStepDiffers) {
 // An op's key holds every argument of its launch: changing any one of them (or the launcher) gives
 // another key, while a Dyn is keyed by its slot, so a new value in the same slot replays.
 TEST(CudaEmu, StepGraphKeyHoldsEveryArgumentOfTheLaunch) {
-  float y[4], y2[4], x[4], x2[4], slot[2];
+  float y[4] = {}, y2[4] = {}, x[4] = {}, x2[4] = {}, slot[2] = {};
   const float t[1] = {0.0f}, t2[1] = {0.0f};
   const cuda::Dyn<float> a{&slot[0], 1.0f}, a_new_value{&slot[0], 5.0f}, a_other_slot{&slot[1], 1.0f};
   const auto key = [](float* yy, const float* xx, cuda::Dyn<float> aa, const float* tt, int nt, int n) {
@@ -852,8 +852,11 @@ TEST(CudaEmu, InferenceOnBf16WeightsFollowsTheCpu) {
   auto on_cpu = Model::create_inference(*cpu, *mc, source), on_emu = Model::create_inference(*emu, *mc, source);
   ASSERT_TRUE(on_cpu.ok()) << on_cpu.error().message;
   ASSERT_TRUE(on_emu.ok()) << on_emu.error().message;
-  for (size_t i = 0; i < bf.size(); ++i)
-    if (!bf[i].empty()) EXPECT_NE((*on_emu)->tensors()[i].ptr, bf[i].data()) << "host memory handed to the GPU";
+  for (size_t i = 0; i < bf.size(); ++i) {
+    if (!bf[i].empty()) {
+      EXPECT_NE((*on_emu)->tensors()[i].ptr, bf[i].data()) << "host memory handed to the GPU";
+    }
+  }
 
   const int B = 2, T = 9, V = mc->vocab_size;
   std::vector<int32_t> tokens(size_t(B) * T);

@@ -83,7 +83,9 @@ TEST_F(ExplorerTest, Figure4GroupsAreDeterministicWithSharedCodesInFixedGroups) 
       // Past the prompt, a fixed group shares one Z and the independent group does not (the two
       // prompt positions come from the encoder and may differ either way).
       std::vector<uint32_t> tail(r.codes.begin() + 2, r.codes.end()), first(v.rows[0].codes.begin() + 2, v.rows[0].codes.end());
-      if (i > 0) EXPECT_EQ(tail == first, v.fixed) << "group " << g << " row " << i;
+      if (i > 0) {
+        EXPECT_EQ(tail == first, v.fixed) << "group " << g << " row " << i;
+      }
     }
   }
   req.seed = 8;

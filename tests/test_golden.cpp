@@ -243,7 +243,9 @@ TEST(Golden, CheckpointsLoadWithTheExpectedShape) {
     EXPECT_EQ(c.rope_theta, want.rope_theta);
     EXPECT_EQ(c.tie_embeddings, want.tie_embeddings);
     EXPECT_EQ(c.latent_bits, want.latent_bits);
-    if (free) EXPECT_EQ(c.inject_after, want.inject_after);
+    if (free) {
+      EXPECT_EQ(c.inject_after, want.inject_after);
+    }
     EXPECT_EQ(c.readout_bias, false);
     // config.json's "tokenizer" in the form written since the first checkpoints.
     ASSERT_TRUE(l.tokenizer);

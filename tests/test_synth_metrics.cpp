@@ -93,7 +93,9 @@ TEST(SynthMetrics, InvalidBodies) {
   EXPECT_FALSE(wrong_letter.valid);
   EXPECT_NE(wrong_letter.reason.find("'Q' at position 5"), std::string::npos) << wrong_letter.reason;
 
-  SynthAnalysis mixed = analyze_body(body("KKKKKKKK", 5, {}).replace(40, 1, "Q"), 'K');
+  std::string mixed_body = body("KKKKKKKK", 5, {});
+  mixed_body[40] = 'Q';
+  SynthAnalysis mixed = analyze_body(mixed_body, 'K');
   EXPECT_FALSE(mixed.valid);
 
   EXPECT_FALSE(analyze_body(body("kkkkkkkk", 5), 'K').valid);

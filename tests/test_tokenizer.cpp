@@ -172,8 +172,10 @@ TEST(Tokenizer, FingerprintsTellTokenizersApart) {
   // The same bytes under another type, or other special ids, encode differently.
   const std::vector<std::string> letters = {"a", "b"};
   EXPECT_NE(PiecesTokenizer(letters).fingerprint(), CharTokenizer("ab").fingerprint());
-  EXPECT_NE(PiecesTokenizer(letters, {.eos = 1}).fingerprint(), PiecesTokenizer(letters).fingerprint());
-  EXPECT_NE(PiecesTokenizer(letters, {.eos = 1}).fingerprint(), PiecesTokenizer(letters, {.bos = 1}).fingerprint());
+  SpecialTokens eos1, bos1;
+  eos1.eos = 1, bos1.bos = 1;
+  EXPECT_NE(PiecesTokenizer(letters, eos1).fingerprint(), PiecesTokenizer(letters).fingerprint());
+  EXPECT_NE(PiecesTokenizer(letters, eos1).fingerprint(), PiecesTokenizer(letters, bos1).fingerprint());
   // Token boundaries count: "ab" + "c" is not "a" + "bc".
   EXPECT_NE(PiecesTokenizer({"ab", "c"}).fingerprint(), PiecesTokenizer({"a", "bc"}).fingerprint());
 }

@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/util/fields.h"
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

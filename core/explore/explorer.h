@@ -17,7 +17,7 @@
 #include "core/model/model.h"
 #include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

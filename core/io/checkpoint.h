@@ -29,7 +29,7 @@
 
 #include "core/model/config.h"
 #include "core/text/tokenizer.h"
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

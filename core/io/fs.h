@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

@@ -184,7 +184,8 @@ Status check_layout(const std::string& path, std::vector<TensorInfo>* tensors, u
   uint64_t pos = 0;
   const TensorInfo* prev = nullptr;
   for (const auto& t : *tensors) {
-    const std::string range = "[" + std::to_string(t.begin) + ", " + std::to_string(t.end) + "]";
+    std::string range = "[";  // appended, not "[" + std::string: GCC 12 -Wrestrict false positive
+    range += std::to_string(t.begin) + ", " + std::to_string(t.end) + "]";
     const std::string after = prev ? "the previous tensor " + quote_name(prev->name) : "the start of the data buffer";
     if (t.begin < pos)
       return make_error(path + ": tensor " + quote_name(t.name) + ": data_offsets " + range + " overlap " + after +

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "core/io/fs.h"
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 struct sqlite3;
 

@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 struct sqlite3;
 

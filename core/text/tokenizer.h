@@ -24,7 +24,7 @@
 #include <string_view>
 #include <vector>
 
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

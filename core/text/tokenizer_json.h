@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/text/tokenizer.h"
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

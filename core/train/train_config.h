@@ -15,7 +15,7 @@
 
 #include "core/model/model.h"
 #include "core/util/fields.h"
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

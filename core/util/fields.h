@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

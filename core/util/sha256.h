@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "core/util/result.h"
+#include "kernels/result.h"
 
 namespace ftx {
 

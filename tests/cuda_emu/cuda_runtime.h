@@ -269,6 +269,19 @@ void launch(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args) {
   enqueue([=] { run_blocks(grid, threads, smem_bytes, kernel, args...); });
 }
 
+// Thread t of block b, ready to run fiber_main from the top. Out of line: getcontext returns twice
+// as far as the compiler knows, which would make run_blocks' loop counters look clobbered.
+[[gnu::noinline]] inline void start_fiber(Block& b, unsigned t, dim3 threads) {
+  Fiber& f = b.fibers[t];
+  f.idx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
+  f.done = false;
+  getcontext(&f.ctx);
+  f.ctx.uc_stack.ss_sp = f.stack.get();
+  f.ctx.uc_stack.ss_size = kStackBytes;
+  f.ctx.uc_link = &b.scheduler;
+  makecontext(&f.ctx, fiber_main, 0);
+}
+
 template <class K, class... A>
 void run_blocks(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args) {
   const unsigned n = threads.x * threads.y * threads.z;
@@ -297,16 +310,7 @@ void run_blocks(dim3 grid, dim3 threads, size_t smem_bytes, K kernel, A... args)
     std::fill(b.smem.get(), b.smem.get() + words, std::numeric_limits<double>::quiet_NaN());
     blockIdx = {i % grid.x, i / grid.x % grid.y, i / (grid.x * grid.y)};
     blockDim = threads, gridDim = grid;
-    for (unsigned t = 0; t < n; ++t) {
-      Fiber& f = b.fibers[t];
-      f.idx = {t % threads.x, t / threads.x % threads.y, t / (threads.x * threads.y)};
-      f.done = false;
-      getcontext(&f.ctx);
-      f.ctx.uc_stack.ss_sp = f.stack.get();
-      f.ctx.uc_stack.ss_size = kStackBytes;
-      f.ctx.uc_link = &b.scheduler;
-      makecontext(&f.ctx, fiber_main, 0);
-    }
+    for (unsigned t = 0; t < n; ++t) start_fiber(b, t, threads);
     for (unsigned left = n; left > 0;) {
       const uint64_t before = b.events;
       for (unsigned k = 0; k < n; ++k) {
@@ -363,5 +367,6 @@ inline float atomicAdd(float* p, float v) {  // fibers never run at once: a plai
 }
 [[noreturn]] inline void __trap() { std::abort(); }
 
-#define FTX_LAUNCH(kernel, grid, block, smem, stream, ...) ::ftx_emu::launch(grid, block, smem, kernel, __VA_ARGS__)
+#define FTX_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  ((void)(stream), ::ftx_emu::launch(grid, block, smem, kernel, __VA_ARGS__))
 #define FTX_DYNAMIC_SHARED(T, name) T* name = ::ftx_emu::shared<T>()
