@@ -17,8 +17,8 @@
 #include <cstdio>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <omp.h>
+#include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "app/common.h"
@@ -110,11 +110,8 @@ struct PeakRow {
   double fp32, tf32, bf16;  // fp32: CUDA cores, no tensor cores
 };
 constexpr PeakRow kPeaks[] = {
-    {"H100 PCIe", 51.2, 378.0, 756.0},
-    {"H100 80GB HBM3", 66.9, 494.7, 989.4},  // SXM5
-    {"H100 SXM", 66.9, 494.7, 989.4},
-    {"H200", 66.9, 494.7, 989.4},
-    {"A100", 19.5, 156.0, 312.0},
+    {"H100 PCIe", 51.2, 378.0, 756.0}, {"H100 80GB HBM3", 66.9, 494.7, 989.4},  // SXM5
+    {"H100 SXM", 66.9, 494.7, 989.4},  {"H200", 66.9, 494.7, 989.4},           {"A100", 19.5, 156.0, 312.0},
 };
 
 json peak_tflops(const Backend& be, MatmulPrecision p) {
@@ -428,7 +425,6 @@ int run_bench_generate(const BenchArgs& a) {
   std::printf("%s\n", generate_report(a, *backend, model, ms).dump(2).c_str());
   return 0;
 }
-
 
 }  // namespace
 

@@ -57,9 +57,10 @@ void show_live_groups(Model& model, const Tokenizer& tokenizer, const EvalReport
     return std::nan("");
   };
   std::printf("\r\033[K%s\n", style("-- " + std::string(r.label) + ", step " + std::to_string(e.step), "1;36").c_str());
-  std::printf("   val CE (Z from prior) %.3f   KL %.3f nats/token   valid %.2f   agreement fixed %.2f / independent %.2f\n",
-              metric("val/ce_prior"), metric("val/kl"), metric("synth/valid"), metric("synth/agree_fixed"),
-              metric("synth/agree_indep"));
+  std::printf(
+      "   val CE (Z from prior) %.3f   KL %.3f nats/token   valid %.2f   agreement fixed %.2f / independent %.2f\n",
+      metric("val/ce_prior"), metric("val/kl"), metric("synth/valid"), metric("synth/agree_fixed"),
+      metric("synth/agree_indep"));
   for (const auto& g : groups)
     for (const auto& gen : g.gens)
       std::printf("   %-8s %s\n", g.fixed ? ("fixed " + std::to_string(g.group)).c_str() : "indep",
@@ -93,15 +94,16 @@ Status train_demo_run(const std::string& db, const DemoRun& r, int steps) {
     trainer = std::move(*t);
   }
   std::printf("\n%s\n", style("training the small Free Transformer at kappa = " + std::string(r.label) + " (" +
-                                  std::to_string(trainer->train_config().steps) + " steps)", "1").c_str());
+                                  std::to_string(trainer->train_config().steps) + " steps)",
+                              "1")
+                            .c_str());
   auto data = make_dataset(trainer->train_config());
   TrainerCallbacks cb;
   const bool tty = isatty(STDOUT_FILENO);
   cb.on_step = [tty](const StepReport& s) {
     if (!tty && s.step % 100 != 0) return;
-    std::printf("%sstep %5d/%d  ce %.4f  kl %.4f  %6.0f tok/s  ETA %s%s", tty ? "\r\033[K" : "", s.step,
-                s.total_steps, s.stats.ce, s.stats.kl, s.tokens_per_s, format_duration(s.eta_s).c_str(),
-                tty ? "" : "\n");
+    std::printf("%sstep %5d/%d  ce %.4f  kl %.4f  %6.0f tok/s  ETA %s%s", tty ? "\r\033[K" : "", s.step, s.total_steps,
+                s.stats.ce, s.stats.kl, s.tokens_per_s, format_duration(s.eta_s).c_str(), tty ? "" : "\n");
     std::fflush(stdout);
   };
   Trainer* tp = trainer.get();
@@ -123,8 +125,9 @@ Status show_result(const std::string& db, const DemoRun& r) {
   SampleConfig sc;
   sc.max_new_tokens = 64;
   auto groups = figure4_groups(*lm->model, demo_prompt(tokenizer), 8, 2, 8, 1, sc, tokenizer);
-  std::printf("\n%s\n", style("==== kappa = " + std::string(r.label) + "  (step " + std::to_string(lm->step) + ")",
-                              "1;35").c_str());
+  std::printf(
+      "\n%s\n",
+      style("==== kappa = " + std::string(r.label) + "  (step " + std::to_string(lm->step) + ")", "1;35").c_str());
   for (const auto& g : groups) print_group(g, tokenizer);
   return {};
 }
@@ -132,7 +135,8 @@ Status show_result(const std::string& db, const DemoRun& r) {
 void print_summary(const std::string& db) {
   auto store = RunStore::open_readonly(db);
   if (!store) return;
-  std::printf("\n%s\n", style("Figure 4 as numbers (evaluation at the last step: 16 prompts, groups of 8)", "1").c_str());
+  std::printf("\n%s\n",
+              style("Figure 4 as numbers (evaluation at the last step: 16 prompts, groups of 8)", "1").c_str());
   std::printf("  %-9s %8s %8s %7s %12s %12s %12s %12s\n", "kappa", "val CE", "KL", "valid", "agree fixed",
               "agree indep", "noise fixed", "noise indep");
   for (const DemoRun& r : kDemoRuns) {
@@ -145,8 +149,9 @@ void print_summary(const std::string& db) {
                 final_metric(*store, id, "synth/agree_indep"), final_metric(*store, id, "synth/noise_agree_fixed"),
                 final_metric(*store, id, "synth/noise_agree_indep"));
   }
-  std::printf("\nThe paper (Figure 4): at 1/64 bit Z is ignored; at 1/8 bit a fixed Z pins the target position\n"
-              "while the noise stays random; at 1 bit a fixed Z pins the noise pattern too.\n");
+  std::printf(
+      "\nThe paper (Figure 4): at 1/64 bit Z is ignored; at 1/8 bit a fixed Z pins the target position\n"
+      "while the noise stays random; at 1 bit a fixed Z pins the noise pattern too.\n");
 }
 
 }  // namespace
@@ -170,9 +175,11 @@ int run_demo(const DemoArgs& a) {
     std::filesystem::remove_all(std::filesystem::path(a.workspace) / "demo.checkpoints", ec);
   }
   std::printf("%s\n", style("Free Transformer Studio: the paper's Figure 4 on the synthetic task", "1").c_str());
-  std::printf("Each sequence is 'K>' then 64 characters: underscores, one 8-letter target at a random place,\n"
-              "and '!' noise. The latent Z can carry where the target goes; kappa sets how much it may carry.\n"
-              "Workspace: %s (delete it, or pass --fresh, to retrain)\n", db.c_str());
+  std::printf(
+      "Each sequence is 'K>' then 64 characters: underscores, one 8-letter target at a random place,\n"
+      "and '!' noise. The latent Z can carry where the target goes; kappa sets how much it may carry.\n"
+      "Workspace: %s (delete it, or pass --fresh, to retrain)\n",
+      db.c_str());
   std::signal(SIGINT, on_demo_sigint);
   for (const DemoRun& r : kDemoRuns) {
     if (Status s = train_demo_run(db, r, a.steps); !s) return fail(s.error());

@@ -53,7 +53,8 @@ Result<int> training_seq_len(const std::string& db, const std::string& run) {
   auto info = store->find_run(run);
   if (!info) return info.error();
   auto cfg = nlohmann::json::parse(info->config_json, nullptr, false);
-  if (cfg.is_discarded() || !cfg.is_object()) return make_error(db + ": run '" + run + "' has no readable configuration");
+  if (cfg.is_discarded() || !cfg.is_object())
+    return make_error(db + ": run '" + run + "' has no readable configuration");
   auto t = train_config_from_json(cfg.value("train", nlohmann::json::object()), db + ": run '" + run + "'");
   if (!t) return t.error();
   auto data = open_dataset(*t);
@@ -72,7 +73,9 @@ void add_generate_options(CLI::App& app, GenerateArgs& a) {
   c->add_option("--independent", a.independent, "Sequences in the independent group")->capture_default_str();
   c->add_option("--fixed-groups", a.fixed_groups, "Number of fixed-Z groups")->capture_default_str();
   c->add_option("--group-size", a.group_size, "Sequences per fixed-Z group")->capture_default_str();
-  c->add_option("--seed", a.seed, "Seed of the latents and the samples")->capture_default_str()->check(CLI::NonNegativeNumber);
+  c->add_option("--seed", a.seed, "Seed of the latents and the samples")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   add_field_options(c, a.sample);
   add_device_options(c, a.device, a.precision);
   c->add_flag("--json", a.json, "One JSON object per generated sequence");

@@ -97,9 +97,7 @@ int run_score(const ScoreArgs& a) {
     logprobs.push_back(std::move(row));
     ce_sum += st.ce * T, kl_sum += st.kl * T, n_pred += T;
   }
-  json out{{"logprobs", logprobs},
-           {"ce", n_pred ? ce_sum / n_pred : 0.0},
-           {"kl", n_pred ? kl_sum / n_pred : 0.0}};
+  json out{{"logprobs", logprobs}, {"ce", n_pred ? ce_sum / n_pred : 0.0}, {"kl", n_pred ? kl_sum / n_pred : 0.0}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

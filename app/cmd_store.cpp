@@ -72,8 +72,10 @@ int run_metrics(const StoreArgs& a) {
   if (rows->empty() && !a.key.empty()) return fail("run '" + a.run + "' has no metric '" + a.key + "'");
   if (a.csv) std::printf("step,key,value,wall_time\n");
   for (const MetricRow& m : *rows) {
-    if (a.csv) std::printf("%lld,%s,%.9g,%.3f\n", static_cast<long long>(m.step), m.key.c_str(), m.value, m.wall_time);
-    else std::printf("%7lld  %-24s %.6g\n", static_cast<long long>(m.step), m.key.c_str(), m.value);
+    if (a.csv)
+      std::printf("%lld,%s,%.9g,%.3f\n", static_cast<long long>(m.step), m.key.c_str(), m.value, m.wall_time);
+    else
+      std::printf("%7lld  %-24s %.6g\n", static_cast<long long>(m.step), m.key.c_str(), m.value);
   }
   return 0;
 }

@@ -76,7 +76,8 @@ int run_train(TrainArgs& a) {
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
-  if (a.kappa_bits && !(*a.kappa_bits >= 0)) return fail("--kappa-bits must be >= 0, got " + std::to_string(*a.kappa_bits));
+  if (a.kappa_bits && !(*a.kappa_bits >= 0))
+    return fail("--kappa-bits must be >= 0, got " + std::to_string(*a.kappa_bits));
   if (a.kappa_start_bits && !(*a.kappa_start_bits >= 0))
     return fail("--kappa-start-bits must be >= 0, got " + std::to_string(*a.kappa_start_bits));
   if (a.kappa_bits) a.train.kappa_nats = static_cast<float>(bits_to_nats(*a.kappa_bits));
@@ -90,7 +91,8 @@ int run_train(TrainArgs& a) {
     if (!t) return fail(t.error());
     trainer = std::move(*t);
     if (trainer->thread_count_changed())
-      std::fprintf(stderr, "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
+      std::fprintf(stderr,
+                   "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
   } else {
     auto t = start_run(*backend, a);
     if (!t) return fail(t.error());

@@ -81,9 +81,12 @@ std::string format_duration(double s) {
   if (!(s >= 0) || s > 1e7) return "--";
   char buf[32];
   const int t = static_cast<int>(s + 0.5);
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", t / 3600, t / 60 % 60);
-  else if (t >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", t / 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%ds", t);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%dh%02dm", t / 3600, t / 60 % 60);
+  else if (t >= 60)
+    std::snprintf(buf, sizeof buf, "%dm%02ds", t / 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%ds", t);
   return buf;
 }
 

@@ -5,14 +5,14 @@
 #include <optional>
 #include <string>
 
+#include "app/commands.h"
+#include "app/options.h"
 #include "core/data/batch_source.h"
 #include "core/model/model.h"
 #include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
-#include "kernels/result.h"
-#include "app/commands.h"
-#include "app/options.h"
 #include "datasets/registry.h"
+#include "kernels/result.h"
 
 namespace CLI {
 class App;
@@ -20,7 +20,7 @@ class App;
 
 namespace ftx::app {
 
-int fail(const Error& e);                 // prints the error, returns 1
+int fail(const Error& e);  // prints the error, returns 1
 int fail(const std::string& message);
 
 // --device and --precision, for every command that computes.

@@ -14,17 +14,22 @@ std::string render(const std::string& text) {
   if (!split) return text;
   std::string out = style(text.substr(0, 2), "1");
   for (char ch : split->body) {
-    if (ch == split->letter) out += style(std::string(1, ch), "1;33");
-    else if (ch == '!') out += style("!", "2");
-    else out += ch;
+    if (ch == split->letter)
+      out += style(std::string(1, ch), "1;33");
+    else if (ch == '!')
+      out += style("!", "2");
+    else
+      out += ch;
   }
   return out;
 }
 
 std::string group_title(const GroupResult& g, int size) {
   char buf[160];
-  if (!g.fixed) std::snprintf(buf, sizeof buf, "independent Z (a new Z for each of %d sequences)", size);
-  else std::snprintf(buf, sizeof buf, "fixed Z, group %d (one Z for all %d sequences)", g.group, size);
+  if (!g.fixed)
+    std::snprintf(buf, sizeof buf, "independent Z (a new Z for each of %d sequences)", size);
+  else
+    std::snprintf(buf, sizeof buf, "fixed Z, group %d (one Z for all %d sequences)", g.group, size);
   return buf;
 }
 

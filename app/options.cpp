@@ -18,9 +18,9 @@ void add_dataset_options(CLI::App* c, TrainConfig& t) {
     for (const DatasetOption& o : d.options) {
       const std::string help = o.field.help + " (dataset " + d.name + ")";
       auto set = [&t, o](double v) { t.dataset_options[o.field.key] = dataset_option_json(o, v); };
-      CLI::Option* opt = o.integer
-                             ? c->add_option_function<int>(option_name(o.field), [set](const int& v) { set(v); }, help)
-                             : c->add_option_function<double>(option_name(o.field), set, help);
+      CLI::Option* opt = o.integer ? c->add_option_function<int>(
+                                         option_name(o.field), [set](const int& v) { set(v); }, help)
+                                   : c->add_option_function<double>(option_name(o.field), set, help);
       opt->default_str(field_value_text(o.default_value));
     }
 }

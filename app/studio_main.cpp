@@ -41,7 +41,8 @@ int main(int argc, char** argv) {
   QCommandLineParser p;
   p.setApplicationDescription("Free Transformer Studio: train, watch and explore Free Transformers.");
   p.addHelpOption();
-  QCommandLineOption db({"d", "db"}, "Run store (SQLite).", "PATH", QSettings().value("store/path", "workspace/runs.db").toString());
+  QCommandLineOption db({"d", "db"}, "Run store (SQLite).", "PATH",
+                        QSettings().value("store/path", "workspace/runs.db").toString());
   QCommandLineOption view("view", "Open on this view: runs, train, curves, generations, latent, lessons.", "VIEW");
   QCommandLineOption shot("screenshot", "Save a screenshot of the window to PNG, then exit.", "PNG");
   QCommandLineOption after("after", "Seconds before the screenshot (default 3).", "SECONDS", "3");
@@ -53,7 +54,8 @@ int main(int argc, char** argv) {
 
   bool ok = false;
   const double after_s = p.value(after).toDouble(&ok);
-  if (!ok || after_s < 0 || after_s > 3600) return fail("--after '" + p.value(after) + "': expected seconds in 0..3600");
+  if (!ok || after_s < 0 || after_s > 3600)
+    return fail("--after '" + p.value(after) + "': expected seconds in 0..3600");
   const int n_steps = p.value(steps).toInt(&ok);
   if (!ok || n_steps < 1) return fail("--steps '" + p.value(steps) + "': expected a positive integer");
   const QString view_name = p.value(view);

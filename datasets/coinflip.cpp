@@ -19,7 +19,8 @@ const DatasetOption& CoinflipDataset::eps_option() {
 
 const DatasetOption& CoinflipDataset::len_option() {
   static const DatasetOption o{
-      Field{.key = "coinflip_len", .help = "Bits per coin-flip sequence (T)", .bounds = closed_range(1, kMaxT)}, 32, true};
+      Field{.key = "coinflip_len", .help = "Bits per coin-flip sequence (T)", .bounds = closed_range(1, kMaxT)}, 32,
+      true};
   return o;
 }
 
@@ -64,7 +65,7 @@ CoinflipSample CoinflipDataset::draw(uint64_t stream, int64_t index) const {
 }
 
 void CoinflipDataset::write_tokens(const CoinflipSample& s, int32_t* tokens) const {
-  tokens[0] = 0;  // '>'
+  tokens[0] = 0;                                               // '>'
   for (int t = 0; t < T_; ++t) tokens[1 + t] = 1 + s.bits[t];  // '0' -> 1, '1' -> 2
 }
 

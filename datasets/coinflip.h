@@ -13,8 +13,8 @@
 #include "core/data/batch_source.h"
 #include "core/data/dataset_options.h"
 #include "core/eval/coinflip_exact.h"
-#include "kernels/result.h"
 #include "kernels/philox.h"
+#include "kernels/result.h"
 
 namespace ftx {
 
@@ -39,11 +39,11 @@ class CoinflipDataset final : public BatchSource {
 
   std::string name() const override { return "coinflip"; }
   int seq_len() const override { return T_ + 1; }
-  const Tokenizer& tokenizer() const override;  // chars ">01"
-  void next(int32_t* tokens, int B) override;                               // tokens (B, T+1)
+  const Tokenizer& tokenizer() const override;                            // chars ">01"
+  void next(int32_t* tokens, int B) override;                             // tokens (B, T+1)
   void validation(int32_t* tokens, int64_t first, int B) const override;  // tokens (B, T+1)
   int64_t position() const override { return position_; }
-  void seek(int64_t position) override;  // position >= 0
+  void seek(int64_t position) override;     // position >= 0
   nlohmann::json options() const override;  // {"coinflip_eps": eps, "coinflip_len": T}
 
   CoinflipSample training_sample(int64_t index) const { return draw(kStreamCoinflipTrain, index); }

@@ -10,7 +10,9 @@ namespace {
 
 using Opened = Result<std::unique_ptr<BatchSource>>;
 
-Opened open_synthetic(const TrainConfig& t, FieldName) { return std::unique_ptr<BatchSource>(std::make_unique<SyntheticDataset>(t.seed)); }
+Opened open_synthetic(const TrainConfig& t, FieldName) {
+  return std::unique_ptr<BatchSource>(std::make_unique<SyntheticDataset>(t.seed));
+}
 
 Opened open_coinflip(const TrainConfig& t, FieldName name) {
   auto eps = read_dataset_option(t.dataset_options, CoinflipDataset::eps_option(), name);
@@ -25,8 +27,10 @@ Opened open_coinflip(const TrainConfig& t, FieldName name) {
 const std::vector<DatasetInfo>& registered_datasets() {
   static const std::vector<DatasetInfo> list = {
       {"synthetic", "Letter targets in underscores with '!' noise (the paper's section 5)", {}, open_synthetic},
-      {"coinflip", "A latent coin flip, then noisy copies of it (the paper's section 1)",
-       {CoinflipDataset::eps_option(), CoinflipDataset::len_option()}, open_coinflip},
+      {"coinflip",
+       "A latent coin flip, then noisy copies of it (the paper's section 1)",
+       {CoinflipDataset::eps_option(), CoinflipDataset::len_option()},
+       open_coinflip},
   };
   return list;
 }

@@ -15,8 +15,8 @@
 namespace ftx {
 
 struct DatasetInfo {
-  std::string name;     // TrainConfig::dataset
-  std::string help;     // one line
+  std::string name;                    // TrainConfig::dataset
+  std::string help;                    // one line
   std::vector<DatasetOption> options;  // read from TrainConfig::dataset_options
   // Makes the source, reading its options (errors name them through the FieldName).
   Result<std::unique_ptr<BatchSource>> (*open)(const TrainConfig&, FieldName);

@@ -40,20 +40,18 @@ class SyntheticDataset final : public BatchSource {
   std::string name() const override { return "synthetic"; }
   int seq_len() const override { return kSeqLen; }
   const Tokenizer& tokenizer() const override;
-  void next(int32_t* tokens, int B) override;                               // tokens (B, 66)
+  void next(int32_t* tokens, int B) override;                             // tokens (B, 66)
   void validation(int32_t* tokens, int64_t first, int B) const override;  // tokens (B, 66)
   int64_t position() const override { return position_; }
   void seek(int64_t position) override;  // position >= 0 (the caller validates checkpoint input)
 
   SyntheticSpec training_spec(int64_t index) const { return draw_spec(seed_, kStreamSyntheticTrain, index); }
-  SyntheticSpec validation_spec(int64_t index) const {
-    return draw_spec(seed_, kStreamSyntheticValidation, index);
-  }
+  SyntheticSpec validation_spec(int64_t index) const { return draw_spec(seed_, kStreamSyntheticValidation, index); }
 
   // Philox blocks 4i, 4i+1, 4i+2 of `stream`: letter and start by multiply-shift of a uint32
   // (bias below 2^-26), noise bit p iff 4-bit nibble p is 0 (exactly 1/16).
   static SyntheticSpec draw_spec(uint64_t seed, uint64_t stream, int64_t index);
-  static std::string make_text(const SyntheticSpec& spec);               // 66 characters
+  static std::string make_text(const SyntheticSpec& spec);              // 66 characters
   static void make_tokens(const SyntheticSpec& spec, int32_t* tokens);  // tokens (66,)
 
  private:

@@ -9,9 +9,12 @@ namespace ftx {
 
 const char* matmul_precision_name(MatmulPrecision p) {
   switch (p) {
-    case MatmulPrecision::Fp32: return "fp32";
-    case MatmulPrecision::Tf32: return "tf32";
-    case MatmulPrecision::Bf16: return "bf16";
+    case MatmulPrecision::Fp32:
+      return "fp32";
+    case MatmulPrecision::Tf32:
+      return "tf32";
+    case MatmulPrecision::Bf16:
+      return "bf16";
   }
   return "?";
 }

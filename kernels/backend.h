@@ -88,7 +88,7 @@ class Backend {
   virtual void add(float* out, const float* a, const float* b, size_t n) = 0;  // out = a + b
   virtual void add_inplace(float* acc, const float* x, size_t n) = 0;          // acc += x
   virtual void scale(float* x, float s, size_t n) = 0;                         // x *= s
-  virtual double sum_squares(const float* x, size_t n) = 0;                     // sum x^2 (double acc)
+  virtual double sum_squares(const float* x, size_t n) = 0;                    // sum x^2 (double acc)
   virtual void broadcast_rows(float* out, const float* v, int N, int C) = 0;   // out[n,:] = v  (N,C)
   virtual void sum_rows(float* dv, const float* dout, int N, int C) = 0;       // dv += sum_n dout[n,:]
 
@@ -98,8 +98,7 @@ class Backend {
   virtual void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) = 0;
 
   // ---- RMSNorm: out = w * x / sqrt(mean(x^2) + eps); rstd (N) saved for backward ------------
-  virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
-                               float eps) = 0;
+  virtual void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) = 0;
   // dx += ..., dw += ...
   virtual void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
                                 const float* rstd, int N, int C) = 0;
@@ -107,13 +106,12 @@ class Backend {
   // ---- matmul: out (N,OC) = inp (N,IC) @ w^T, w (OC,IC). accumulate: out += instead of = ------
   // w is fp32 or bf16; products of a bf16 weight accumulate in fp32 (on CUDA the input is rounded
   // to bf16 too, at any MatmulPrecision; the CPU keeps it fp32).
-  virtual void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC,
-                              bool accumulate) = 0;
+  virtual void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC, bool accumulate) = 0;
   // dinp (N,IC) = dout @ w (or += when accumulate_dinp; skipped when dinp is null);
   // dw (OC,IC) += dout^T @ inp (skipped when dw is null). A bf16 weight is frozen (inference, or a
   // layer that is not trained): dw must be null, only dinp is computed.
-  virtual void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp,
-                               WeightRef w, int N, int IC, int OC, bool accumulate_dinp) = 0;
+  virtual void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, WeightRef w, int N, int IC,
+                               int OC, bool accumulate_dinp) = 0;
 
   // ---- RoPE, Hugging Face half rotation, in place on x (B, T, nh, HS), positions pos0..pos0+T-1.
   // Dim i pairs with i + HS/2, inv_freq[i] = theta^(-2i/HS). Backward applies the inverse rotation.
@@ -135,38 +133,34 @@ class Backend {
 
   // ---- SwiGLU: out (N,F) = silu(gate) * up -----------------------------------------------------
   virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
-  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                               const float* up, size_t n) = 0;
+  virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                               size_t n) = 0;
 
   // ---- cross-entropy over V classes: losses[n] = -log softmax(logits[n])[targets[n]] ---------
-  virtual void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
-                                    int V) = 0;
+  virtual void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) = 0;
   // dlogits (N,V) = scale * (softmax(logits) - onehot(target)); may alias logits (in place).
-  virtual void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N,
-                                     int V, float scale) = 0;
+  virtual void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V,
+                                     float scale) = 0;
 
   // ---- binary mapper (docs/design.md section 3) ------------------------------------------------------
   // p = sigmoid(logits) (N,H); bit h of row n is set iff philox_uniform(seed, stream, n*H+h) < p;
   // codes[n] = sum_h bit_h << h (bit h is the h-th least significant).
-  virtual void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H,
-                                     uint64_t seed, uint64_t stream) = 0;
+  virtual void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, uint64_t seed,
+                                     uint64_t stream) = 0;
   // Pass-through gradient through G (probability of every code d), never only the sampled code:
   //   dG[n,d] = <dR[n,:], W[:,d]>, a[n,d] = dG[n,d] * G[n,d],
   //   dlogits[n,h] += sum_d a[n,d] * (U_h(d) - p[n,h])      (chain through p = sigmoid(logits))
   // W is the post-sampler (C, 2^H) in nn.Linear layout. Tiled over codes: never holds N x 2^H.
-  virtual void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p,
-                                      int N, int C, int H) = 0;
+  virtual void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
+                                      int H) = 0;
   // Post-sampler: R[n,:] = W[:, codes[n]] (a gather). Backward: dW[:, codes[n]] += dR[n,:].
-  virtual void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C,
-                                    int H) = 0;
-  virtual void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C,
-                                     int H) = 0;
+  virtual void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H) = 0;
+  virtual void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H) = 0;
   // KL_n = sum_h (log 2 - Hb(p[n,h])) in nats (closed form of KL(Q(Z_n) || uniform)).
   virtual void kl_forward(float* kl, const float* p, int N, int H) = 0;
   // Token-wise free bits: loss += scale * sum_n max(0, KL_n - kappa); for rows with KL_n > kappa,
   // dlogits[n,h] += scale * dKL/dlogit = scale * p(1-p) * log(p/(1-p)).
-  virtual void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa,
-                           float scale) = 0;
+  virtual void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale) = 0;
 
   // ---- optimizer -----------------------------------------------------------------------------
   // Gradient clipping without a host round trip: *norm (one float in backend memory) = ||g||_2

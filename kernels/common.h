@@ -4,12 +4,12 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define FT_ASSERT(cond, ...)                                                         \
-  do {                                                                               \
-    if (!(cond)) {                                                                   \
+#define FT_ASSERT(cond, ...)                                                            \
+  do {                                                                                  \
+    if (!(cond)) {                                                                      \
       std::fprintf(stderr, "%s:%d: assertion failed: %s: ", __FILE__, __LINE__, #cond); \
-      std::fprintf(stderr, __VA_ARGS__);                                             \
-      std::fprintf(stderr, "\n");                                                    \
-      std::abort();                                                                  \
-    }                                                                                \
+      std::fprintf(stderr, __VA_ARGS__);                                                \
+      std::fprintf(stderr, "\n");                                                       \
+      std::abort();                                                                     \
+    }                                                                                   \
   } while (0)

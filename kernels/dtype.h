@@ -24,8 +24,10 @@ enum class DType : uint8_t { F32, BF16 };
 
 inline const char* dtype_name(DType t) {
   switch (t) {
-    case DType::F32: return "f32";
-    case DType::BF16: return "bf16";
+    case DType::F32:
+      return "f32";
+    case DType::BF16:
+      return "bf16";
   }
   return "?";
 }
@@ -33,8 +35,10 @@ inline const char* dtype_name(DType t) {
 // Bytes per element.
 inline size_t dtype_size(DType t) {
   switch (t) {
-    case DType::F32: return 4;
-    case DType::BF16: return 2;
+    case DType::F32:
+      return 4;
+    case DType::BF16:
+      return 2;
   }
   FT_ASSERT(false, "dtype_size: unknown dtype %d", int(t));
   return 0;

@@ -38,8 +38,8 @@ FTX_HD Philox4 philox4x32_10(Philox4 ctr, uint32_t k0, uint32_t k1) {
 
 // Four uint32 draws for block `index` of `stream` under `seed`.
 FTX_HD Philox4 philox_block(uint64_t seed, uint64_t stream, uint64_t index) {
-  Philox4 ctr{{static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32),
-               static_cast<uint32_t>(stream), static_cast<uint32_t>(stream >> 32)}};
+  Philox4 ctr{{static_cast<uint32_t>(index), static_cast<uint32_t>(index >> 32), static_cast<uint32_t>(stream),
+               static_cast<uint32_t>(stream >> 32)}};
   return philox4x32_10(ctr, static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
@@ -51,11 +51,11 @@ FTX_HD float philox_uniform(uint64_t seed, uint64_t stream, uint64_t index) {
 
 // Streams: one per use, so draws never collide.
 enum PhiloxStream : uint64_t {
-  kStreamInit = 1ull << 40,      // + parameter tensor index
-  kStreamData = 2ull << 40,      // + sequence index (datasets)
-  kStreamLatent = 3ull << 40,    // + step (binary mapper bits during training)
-  kStreamPrior = 4ull << 40,     // + seed-local counter (uniform codes)
-  kStreamSample = 5ull << 40,    // + position (token sampling)
+  kStreamInit = 1ull << 40,    // + parameter tensor index
+  kStreamData = 2ull << 40,    // + sequence index (datasets)
+  kStreamLatent = 3ull << 40,  // + step (binary mapper bits during training)
+  kStreamPrior = 4ull << 40,   // + seed-local counter (uniform codes)
+  kStreamSample = 5ull << 40,  // + position (token sampling)
   kStreamEval = 6ull << 40,
 };
 

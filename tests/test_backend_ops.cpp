@@ -2,9 +2,9 @@
 // uploaded to both, every output is downloaded and compared by relative L2 error with a limit per
 // op. Covers every Backend op: memory (alloc, try_alloc, upload, download, copy, fill), add,
 // add_inplace, scale, sum_squares, broadcast_rows, sum_rows, embedding (fp32 and bf16 tables),
-// RMSNorm, matmul (all the accumulate / null-pointer variants, fp32 and bf16 weights), RoPE, attention (causal, non-causal, decode with a KV cache,
-// GQA, T = 1 with odd HS, T = 1024), SwiGLU, cross-entropy (in place, V = 29 and 50257), the binary
-// mapper (codes identical for the same Philox seed and stream), the post-sampler, the KL with free
+// RMSNorm, matmul (all the accumulate / null-pointer variants, fp32 and bf16 weights), RoPE, attention (causal,
+// non-causal, decode with a KV cache, GQA, T = 1 with odd HS, T = 1024), SwiGLU, cross-entropy (in place, V = 29 and
+// 50257), the binary mapper (codes identical for the same Philox seed and stream), the post-sampler, the KL with free
 // bits and AdamW, on awkward shapes (T = 1, odd widths, H = 1 and H = 16). Every output buffer
 // carries guard words after its last element: an op that writes past its output fails. NaN and Inf
 // in the inputs of a few elementwise ops must come out at exactly the same places on both. Last,
@@ -17,10 +17,10 @@
 // Without a GPU (or in a build without kernels/cuda) make_cuda_backend returns an error and every test
 // is skipped with its reason. test_backend_ops_emu compiles this file against the CPU emulation of
 // the CUDA backend (tests/cuda_emu), where every test runs, with a shorter training curve and
-// without the T = 1024 attention: what it checks there is the CudaBackend class and these tests. The CPU backend is the reference: test_cpu_backend.cpp checks it
-// against the double templates, test_ops_grad.cpp those by finite differences.
-// Not here: the saved attention buffers (probabilities on the CPU, log-sum-exp on CUDA: they
-// differ by design and are only checked for writes past their end), speed (ftx bench).
+// without the T = 1024 attention: what it checks there is the CudaBackend class and these tests. The CPU backend is the
+// reference: test_cpu_backend.cpp checks it against the double templates, test_ops_grad.cpp those by finite
+// differences. Not here: the saved attention buffers (probabilities on the CPU, log-sum-exp on CUDA: they differ by
+// design and are only checked for writes past their end), speed (ftx bench).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -119,8 +119,8 @@ constexpr double kFirstLossRel = 1e-3;
 // two learning curves and not of two flat lines (the first steps learn the character frequencies).
 constexpr double kMinLossDrop = 1.0;  // nats (the CPU goes from 3.44 to about 1.0)
 
-constexpr size_t kGuard = 16;               // guard words after every buffer
-constexpr uint32_t kGuardWord = 0xDEADBEEFu;  // a finite float no op writes by chance
+constexpr size_t kGuard = 16;                                    // guard words after every buffer
+constexpr uint32_t kGuardWord = 0xDEADBEEFu;                     // a finite float no op writes by chance
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();  // outputs that must be written
 constexpr float kInf = std::numeric_limits<float>::infinity();
 
@@ -141,8 +141,10 @@ const CudaHandle& cuda_handle() {
   static const CudaHandle h = [] {
     CudaHandle c;
     auto made = make_cuda_backend(0);
-    if (made) c.be = std::move(*made);
-    else c.why = made.error().message;
+    if (made)
+      c.be = std::move(*made);
+    else
+      c.why = made.error().message;
     return c;
   }();
   return h;
@@ -200,8 +202,8 @@ class DevBuf {
 // The buffer's contents, after checking that nothing was written past its end.
 template <class T>
 std::vector<T> take(const DevBuf<T>& b, const std::string& what) {
-  EXPECT_TRUE(b.guard_intact()) << what << " on " << b.backend().name() << ": written past its "
-                                << b.size() << " elements";
+  EXPECT_TRUE(b.guard_intact()) << what << " on " << b.backend().name() << ": written past its " << b.size()
+                                << " elements";
   return b.to_host();
 }
 
@@ -473,10 +475,8 @@ TEST_F(BackendOps, RmsnormForwardBackward) {
       DevBuf<float> d(be, dout), dx(be, dx0), dw(be, dw0);
       be.rmsnorm_forward(out.get(), rstd.get(), dx_.get(), dw_.get(), N, C, 1e-6f);
       be.rmsnorm_backward(dx.get(), dw.get(), d.get(), dx_.get(), dw_.get(), rstd.get(), N, C);  // +=
-      return Outs{{"out", take(out, "out")},
-                  {"rstd", take(rstd, "rstd")},
-                  {"dx", take(dx, "dx")},
-                  {"dw", take(dw, "dw")}};
+      return Outs{
+          {"out", take(out, "out")}, {"rstd", take(rstd, "rstd")}, {"dx", take(dx, "dx")}, {"dw", take(dw, "dw")}};
     });
     expect_close(c, g, "out", kReduction);
     expect_close(c, g, "rstd", kReduction);
@@ -517,9 +517,9 @@ TEST_F(BackendOps, MatmulForward) {
 TEST_F(BackendOps, MatmulBackward) {
   enum class Variant { Both, AccumulateDinp, NoDinp, NoDw };
   const std::pair<Variant, const char*> variants[] = {{Variant::Both, "dinp = ..., dw += ..."},
-                                                       {Variant::AccumulateDinp, "dinp += ..., dw += ..."},
-                                                       {Variant::NoDinp, "dinp null"},
-                                                       {Variant::NoDw, "dw null"}};
+                                                      {Variant::AccumulateDinp, "dinp += ..., dw += ..."},
+                                                      {Variant::NoDinp, "dinp null"},
+                                                      {Variant::NoDw, "dw null"}};
   for (const MatmulShape& s : kMatmulShapes) {
     SCOPED_TRACE(matmul_label(s));
     const std::vector<float> inp = rnd(size_t(s.N) * s.IC, 80), w = rnd(size_t(s.OC) * s.IC, 81);
@@ -529,12 +529,12 @@ TEST_F(BackendOps, MatmulBackward) {
       SCOPED_TRACE(label);
       auto [c, g] = on_both(gpu(), [&](Backend& be) {
         DevBuf<float> i(be, inp), ww(be, w), d(be, dout);
-        DevBuf<float> dinp = variant == Variant::AccumulateDinp ? DevBuf<float>(be, dinp0)
-                                                                : DevBuf<float>(be, inp.size(), kNaN);
+        DevBuf<float> dinp =
+            variant == Variant::AccumulateDinp ? DevBuf<float>(be, dinp0) : DevBuf<float>(be, inp.size(), kNaN);
         DevBuf<float> dw(be, dw0);
         be.matmul_backward(variant == Variant::NoDinp ? nullptr : dinp.get(),
-                           variant == Variant::NoDw ? nullptr : dw.get(), d.get(), i.get(), f32_weight(ww.get()),
-                           s.N, s.IC, s.OC, variant == Variant::AccumulateDinp);
+                           variant == Variant::NoDw ? nullptr : dw.get(), d.get(), i.get(), f32_weight(ww.get()), s.N,
+                           s.IC, s.OC, variant == Variant::AccumulateDinp);
         Outs o{{"dinp", take(dinp, "dinp")}, {"dw", take(dw, "dw")}};
         return o;
       });
@@ -618,8 +618,8 @@ TEST_F(BackendOps, RopeForwardBackward) {
     int B, T, nh, HS, pos0;
     float theta;
   };
-  const Shape shapes[] = {{2, 65, 3, 32, 37, 10000.0f},  // odd head count, pos0 > 0
-                          {1, 1, 1, 2, 5, 10000.0f},     // T = 1, the smallest head
+  const Shape shapes[] = {{2, 65, 3, 32, 37, 10000.0f},   // odd head count, pos0 > 0
+                          {1, 1, 1, 2, 5, 10000.0f},      // T = 1, the smallest head
                           {3, 5, 5, 66, 100, 500000.0f},  // HS / 2 odd
                           {4, 66, 4, 16, 0, 10000.0f}};   // the tiny preset's shape
   for (const Shape& s : shapes) {
@@ -654,8 +654,8 @@ void compare_attention(Backend& gpu, const AttnShape& s, uint64_t seed, double l
     take(saved, "saved");  // contents differ by design; only the guard is checked
     if (backward) {
       DevBuf<float> dq(be, nq, kNaN), dk(be, nk, kNaN), dv(be, nk, kNaN);
-      be.attention_backward(dq.get(), dk.get(), dv.get(), d.get(), out.get(), saved.get(), dq_in.get(),
-                            dk_in.get(), dv_in.get(), s);
+      be.attention_backward(dq.get(), dk.get(), dv.get(), d.get(), out.get(), saved.get(), dq_in.get(), dk_in.get(),
+                            dv_in.get(), s);
       o["dq"] = take(dq, "dq");
       o["dk"] = take(dk, "dk");
       o["dv"] = take(dv, "dv");
@@ -670,13 +670,9 @@ void compare_attention(Backend& gpu, const AttnShape& s, uint64_t seed, double l
   }
 }
 
-TEST_F(BackendOps, AttentionCausalGqa) {
-  compare_attention(gpu(), attn_shape(3, 4, 2, 32, 65, 65, 65, 0, true), 100);
-}
+TEST_F(BackendOps, AttentionCausalGqa) { compare_attention(gpu(), attn_shape(3, 4, 2, 32, 65, 65, 65, 0, true), 100); }
 
-TEST_F(BackendOps, AttentionNonCausal) {
-  compare_attention(gpu(), attn_shape(3, 4, 2, 32, 65, 65, 65, 0, false), 110);
-}
+TEST_F(BackendOps, AttentionNonCausal) { compare_attention(gpu(), attn_shape(3, 4, 2, 32, 65, 65, 65, 0, false), 110); }
 
 // One new query against a KV cache of 70 rows in a buffer of 80 (the last 10 rows hold values that
 // must be ignored), GQA 4:1. Forward only: the backward takes Tk_cap == Tk.
@@ -806,8 +802,8 @@ TEST_F(BackendOps, BinaryMapperForwardSameCodesAsCpu) {
           ++ties;
         } else if (++unexplained <= 5) {
           ADD_FAILURE() << "row " << n << " bit " << h << ": cpu " << ((codes_c[n] >> h) & 1) << ", cuda "
-                        << ((codes_g[n] >> h) & 1) << " (u = " << u << ", p cpu " << c["p"][i] << ", cuda "
-                        << g["p"][i] << ")";
+                        << ((codes_g[n] >> h) & 1) << " (u = " << u << ", p cpu " << c["p"][i] << ", cuda " << g["p"][i]
+                        << ")";
         }
       }
     }
@@ -824,8 +820,8 @@ TEST_F(BackendOps, BinaryMapperBackward) {
     const auto [N, C, H] = sh;
     SCOPED_TRACE("N = " + std::to_string(N) + ", C = " + std::to_string(C) + ", H = " + std::to_string(H));
     const std::vector<float> p = rnd(size_t(N) * H, 180, 0.02, 0.98);  // (N, H)
-    const std::vector<float> dR = rnd(size_t(N) * C, 181);              // (N, C)
-    const std::vector<float> W = rnd(size_t(C) << H, 182);              // (C, 2^H)
+    const std::vector<float> dR = rnd(size_t(N) * C, 181);             // (N, C)
+    const std::vector<float> W = rnd(size_t(C) << H, 182);             // (C, 2^H)
     const std::vector<float> dl0 = rnd(p.size(), 183);
     auto [c, g] = on_both(gpu(), [&](Backend& be) {
       DevBuf<float> pp(be, p), r(be, dR), w(be, W), dl(be, dl0);
@@ -952,9 +948,9 @@ TEST_F(BackendOps, NanAndInfPropagateLikeTheCpu) {
     be.swiglu_forward(sw.get(), dg.get(), du.get(), n);
     DevBuf<float> dx(be, x), dw(be, w), out(be, x.size(), kNaN), rstd(be, N, kNaN);
     be.rmsnorm_forward(out.get(), rstd.get(), dx.get(), dw.get(), N, C, 1e-6f);
-    return Outs{{"add", take(sum, "add")},         {"add_inplace", take(acc, "add_inplace")},
-                {"scale", take(sc, "scale")},      {"scale0", take(sc0, "scale by 0")},
-                {"swiglu", take(sw, "swiglu")},    {"rmsnorm", take(out, "rmsnorm out")},
+    return Outs{{"add", take(sum, "add")},           {"add_inplace", take(acc, "add_inplace")},
+                {"scale", take(sc, "scale")},        {"scale0", take(sc0, "scale by 0")},
+                {"swiglu", take(sw, "swiglu")},      {"rmsnorm", take(out, "rmsnorm out")},
                 {"rstd", take(rstd, "rmsnorm rstd")}};
   });
   expect_same_nonfinite(c["add"], g["add"], "add", kExact);
@@ -968,8 +964,8 @@ TEST_F(BackendOps, NanAndInfPropagateLikeTheCpu) {
                       std::vector<float>(g["rstd"].begin() + 1, g["rstd"].end())),
             kReduction)
       << "rstd of the rows without NaN";
-  EXPECT_TRUE(std::isnan(c["rstd"][0]) == std::isnan(g["rstd"][0])) << "rstd of the NaN row: cpu " << c["rstd"][0]
-                                                                     << ", cuda " << g["rstd"][0];
+  EXPECT_TRUE(std::isnan(c["rstd"][0]) == std::isnan(g["rstd"][0]))
+      << "rstd of the NaN row: cpu " << c["rstd"][0] << ", cuda " << g["rstd"][0];
 }
 
 // ---- end to end -----------------------------------------------------------------------------------
@@ -1051,11 +1047,10 @@ TEST_F(BackendOps, TrainingCurveMatchesTheCpu) {
   EXPECT_LE(worst, kTrainLossRel) << "worst at step " << worst_step + 1 << ": cpu " << lc[worst_step] << ", cuda "
                                   << lg[worst_step];
   if constexpr (kTrainSteps == 50) {
-    EXPECT_GE(lc.front() - lc.back(), kMinLossDrop) << "the CPU curve did not fall: " << lc.front() << " -> "
-                                                    << lc.back();
+    EXPECT_GE(lc.front() - lc.back(), kMinLossDrop)
+        << "the CPU curve did not fall: " << lc.front() << " -> " << lc.back();
   }
 }
-
 
 // ---- precision: fp32 and bf16 GEMMs ---------------------------------------------------------------
 
@@ -1187,7 +1182,6 @@ TEST_F(BackendOps, StepGraphReplaysWithNewScalars) {
   EXPECT_EQ(after.captures - before.captures, 3);
   EXPECT_EQ(after.replays - before.replays, 3);
 }
-
 
 // The training step as one CUDA graph (recorded at step 1, replayed after) against the same
 // backend running op by op (FTX_CUDA_GRAPHS=0): the same kernels on the same data, so the curves

@@ -94,8 +94,7 @@ struct ForwardRun {
   std::vector<float> p;         // (N, H)
 };
 
-ForwardRun run_forward(Backend& be, const std::vector<float>& logits, int N, int H, uint64_t seed,
-                       uint64_t stream) {
+ForwardRun run_forward(Backend& be, const std::vector<float>& logits, int N, int H, uint64_t seed, uint64_t stream) {
   ForwardRun r{std::vector<uint32_t>(N), std::vector<float>(size_t(N) * H)};
   be.binary_mapper_forward(r.codes.data(), r.p.data(), logits.data(), N, H, seed, stream);
   return r;
@@ -141,8 +140,8 @@ TEST(BinaryMapper, ForwardSeedAndStreamDecideTheCodes) {
   auto be = make_cpu_backend();
   const auto base = run_forward(*be, logits, N, H, 42, kStreamLatent);
   EXPECT_EQ(run_forward(*be, logits, N, H, 42, kStreamLatent).codes, base.codes);
-  for (const auto& other : {run_forward(*be, logits, N, H, 43, kStreamLatent),
-                            run_forward(*be, logits, N, H, 42, kStreamLatent + 1)}) {
+  for (const auto& other :
+       {run_forward(*be, logits, N, H, 43, kStreamLatent), run_forward(*be, logits, N, H, 42, kStreamLatent + 1)}) {
     int differ = 0;
     for (int n = 0; n < N; ++n) differ += other.codes[n] != base.codes[n];
     EXPECT_GT(differ, N / 2);  // 8 bits per code: almost every code changes
@@ -167,8 +166,7 @@ void check_backward_against_fd(int H, cpu::MapperTiles tiles) {
         test::central_difference(logits[i], kStep, [&] { return mapper_functional(logits, dR, W, N, C, H); });
     EXPECT_NEAR(analytic, fd, kGradTol * std::max(1.0, std::abs(fd)))
         << "H " << H << " tiles " << tiles.rows << "x2^" << tiles.codes_log2 << " element " << i;
-    EXPECT_NEAR(brute[i], fd, kGradTol * std::max(1.0, std::abs(fd)))
-        << "brute force, element " << i;
+    EXPECT_NEAR(brute[i], fd, kGradTol * std::max(1.0, std::abs(fd))) << "brute force, element " << i;
   }
 }
 
@@ -191,11 +189,9 @@ double float_backend_vs_brute(int N, int C, int H, uint64_t seed) {
     p[i] = pf[i];
   }
   // The double reference sees the float-rounded inputs, so only the float arithmetic differs.
-  const Vec brute =
-      brute_dlogits(p, Vec(dRf.begin(), dRf.end()), Vec(Wf.begin(), Wf.end()), N, C, H);
+  const Vec brute = brute_dlogits(p, Vec(dRf.begin(), dRf.end()), Vec(Wf.begin(), Wf.end()), N, C, H);
   std::vector<float> dlogits(p.size(), 0.5f);
-  make_cpu_backend()->binary_mapper_backward(dlogits.data(), dRf.data(), Wf.data(), pf.data(), N, C,
-                                             H);
+  make_cpu_backend()->binary_mapper_backward(dlogits.data(), dRf.data(), Wf.data(), pf.data(), N, C, H);
   double max_ref = 0.0, max_err = 0.0;
   for (size_t i = 0; i < brute.size(); ++i) {
     max_ref = std::max(max_ref, std::abs(brute[i]));

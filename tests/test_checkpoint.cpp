@@ -134,7 +134,6 @@ class Checkpoint : public test::TempDirTest {
     }
     return out;
   }
-
 };
 
 // ---- round trips ------------------------------------------------------------------------------
@@ -239,15 +238,15 @@ TEST_F(Checkpoint, BF16AndF16TensorsLoadConverted) {
       expect[size_t(s.offset + i)] = v;
       uint32_t bits;
       std::memcpy(&bits, &v, 4);
-      uint16_t h = f16 ? uint16_t(v == 0 ? 0 : ((bits >> 16) & 0x8000) | ((((bits >> 23) & 0xff) - 112) << 10) |
-                                                    ((bits >> 13) & 0x3ff))
+      uint16_t h = f16 ? uint16_t(v == 0 ? 0
+                                         : ((bits >> 16) & 0x8000) | ((((bits >> 23) & 0xff) - 112) << 10) |
+                                               ((bits >> 13) & 0x3ff))
                        : uint16_t(bits >> 16);
       data += char(h & 0xff), data += char(h >> 8);
     }
     if (header.size() > 1) header += ",";
-    header += json(s.name).dump() + ":{\"dtype\":\"" + (f16 ? "F16" : "BF16") +
-              "\",\"shape\":" + json(s.shape).dump() + ",\"data_offsets\":[" + std::to_string(begin) + "," +
-              std::to_string(data.size()) + "]}";
+    header += json(s.name).dump() + ":{\"dtype\":\"" + (f16 ? "F16" : "BF16") + "\",\"shape\":" + json(s.shape).dump() +
+              ",\"data_offsets\":[" + std::to_string(begin) + "," + std::to_string(data.size()) + "]}";
   }
   header += "}";
   std::string bytes(8, '\0');
@@ -270,8 +269,8 @@ TEST_F(Checkpoint, ShapeMismatchNamesFileTensorAndShapes) {
   for (auto& t : tensors)
     if (t.name == "model.norm.weight") t.shape = {17}, t.data = wrong.data();
   const std::string dir = manual_checkpoint("shape", config_to_json(ck.config), tensors);
-  expect_load_error(dir, {dir + "/model.safetensors", "tensor 'model.norm.weight'",
-                          "shape [17] does not match config [16]"});
+  expect_load_error(
+      dir, {dir + "/model.safetensors", "tensor 'model.norm.weight'", "shape [17] does not match config [16]"});
 }
 
 TEST_F(Checkpoint, TransposedMatrixRejected) {

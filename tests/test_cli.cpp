@@ -5,8 +5,8 @@
 // have the documented shape. One tiny checkpoint, trained for 3 steps, serves every test that
 // needs a model; the corrupt-checkpoint tests edit copies of it.
 #include <fcntl.h>
-#include <signal.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -27,8 +27,8 @@
 
 #include "core/io/config_json.h"
 #include "core/model/config.h"
-#include "core/text/char_tokenizer.h"
 #include "core/store/run_store.h"
+#include "core/text/char_tokenizer.h"
 #include "datasets/synthetic.h"
 #include "tests/test_util.h"
 
@@ -96,7 +96,9 @@ class CliTrainArgs : public test::TempDirTest {
   }
 };
 
-TEST_F(CliTrainArgs, UnknownDataset) { expect_refused({"--dataset", "imagenet"}, {"--dataset", "imagenet", "unknown"}); }
+TEST_F(CliTrainArgs, UnknownDataset) {
+  expect_refused({"--dataset", "imagenet"}, {"--dataset", "imagenet", "unknown"});
+}
 
 TEST_F(CliTrainArgs, PrecisionUnknownOrNotOnTheCpu) {
   expect_refused({"--precision", "fp8"}, {"--precision fp8", "fp32, tf32 or bf16"});
@@ -144,16 +146,44 @@ TEST_F(CliTrainArgs, RunRowsHoldTheShapedModelAndTheTrainKeysOfEveryRunSoFar) {
       R"("min_lr_frac":0.10000000149011612,"preset":"tiny","seed":7,"steps":1,"warmup":100,)"
       R"("weight_decay":0.10000000149011612})";
   const std::string db = dir_ + "/rows.db";
-  const Outcome coin = ftx({"train", "--db", db, "--run", "coin", "--dataset", "coinflip", "--coinflip-eps", "0.25",
-                            "--preset", "tiny", "--latent-bits", "2", "--steps", "1", "--batch", "2", "--eval-every",
-                            "0", "--checkpoint-every", "0", "--kappa-bits", "0.015625", "--lr", "0.003", "--seed", "7",
-                            "--no-bitlinear-init", "--post-sampler-std", "0.04", "--quiet"},
+  const Outcome coin = ftx({"train",
+                            "--db",
+                            db,
+                            "--run",
+                            "coin",
+                            "--dataset",
+                            "coinflip",
+                            "--coinflip-eps",
+                            "0.25",
+                            "--preset",
+                            "tiny",
+                            "--latent-bits",
+                            "2",
+                            "--steps",
+                            "1",
+                            "--batch",
+                            "2",
+                            "--eval-every",
+                            "0",
+                            "--checkpoint-every",
+                            "0",
+                            "--kappa-bits",
+                            "0.015625",
+                            "--lr",
+                            "0.003",
+                            "--seed",
+                            "7",
+                            "--no-bitlinear-init",
+                            "--post-sampler-std",
+                            "0.04",
+                            "--quiet"},
                            dir_);
   ASSERT_EQ(coin.code, 0) << describe(coin);
-  const Outcome custom = ftx({"train", "--db", db, "--run", "custom", "--layers", "3", "--dim", "96", "--heads", "3",
-                              "--latent-bits", "4", "--steps", "1", "--batch", "2", "--eval-every", "0",
-                              "--checkpoint-every", "0", "--quiet"},
-                             dir_);
+  const Outcome custom = ftx(
+      {"train", "--db",          db,  "--run",   "custom", "--layers", "3", "--dim",        "96", "--heads",
+       "3",     "--latent-bits", "4", "--steps", "1",      "--batch",  "2", "--eval-every", "0",  "--checkpoint-every",
+       "0",     "--quiet"},
+      dir_);
   ASSERT_EQ(custom.code, 0) << describe(custom);
   auto store = RunStore::open_readonly(db);
   ASSERT_TRUE(store.ok()) << store.error().message;
@@ -192,9 +222,8 @@ TEST_F(CliTrainArgs, ResumeOfARunInADatabaseThatDoesNotExist) {
 // exceed the 128 TiB x86-64 user address space, so no overcommit setting lets it through.)
 TEST_F(CliTrainArgs, AbsurdBatchIsRefusedNotAborted) {
   const std::string db = dir_ + "/big.db";
-  const Outcome r =
-      ftx({"train", "--db", db, "--run", "r", "--preset", "tiny", "--steps", "1", "--batch", "100000000", "--quiet"},
-          dir_);
+  const Outcome r = ftx(
+      {"train", "--db", db, "--run", "r", "--preset", "tiny", "--steps", "1", "--batch", "100000000", "--quiet"}, dir_);
   EXPECT_NE(r.signal, SIGABRT) << r.err;
   expect_one_line_error(r, {"--batch", "memory"});
   if (fs::exists(db)) {
@@ -480,9 +509,9 @@ TEST_F(CliWithRun, ExistingRunNameWithoutResumeIsRefusedAndLeftUntouched) {
   };
   const auto before = snapshot();
   const std::string weights = read_file(ckpt_ + "/model.safetensors");
-  const Outcome r = ftx({"train", "--db", db_, "--run", "base", "--preset", "tiny", "--latent-bits", "2", "--steps",
-                         "2", "--quiet"},
-                        dir_);
+  const Outcome r =
+      ftx({"train", "--db", db_, "--run", "base", "--preset", "tiny", "--latent-bits", "2", "--steps", "2", "--quiet"},
+          dir_);
   expect_one_line_error(r, {"base", "already exists"});
   EXPECT_EQ(snapshot(), before);
   EXPECT_EQ(read_file(ckpt_ + "/model.safetensors"), weights);
@@ -578,9 +607,9 @@ TEST_F(CliBench, TrainOnTheSyntheticTaskReportsThroughputAndModelFlops) {
 //          6 x (3 x 1920 + 160 + 48) + 12 x 3 x 8 x 16 + mapper 2 x 2^3 x (16 + 3)
 //        = 35808 + 4608 + 304 = 40720
 TEST_F(CliBench, TrainFlopsPerTokenMatchAHandCount) {
-  const std::vector<std::string> shape = {"train", "--preset", "tiny", "--layers", "2", "--dim", "16",
-                                          "--heads", "2", "--kv-heads", "1", "--ffn", "24", "--vocab", "10",
-                                          "--seq-len", "8", "--batch", "2", "--warmup", "0", "--steps", "1"};
+  const std::vector<std::string> shape = {"train", "--preset",   "tiny", "--layers", "2",  "--dim",   "16", "--heads",
+                                          "2",     "--kv-heads", "1",    "--ffn",    "24", "--vocab", "10", "--seq-len",
+                                          "8",     "--batch",    "2",    "--warmup", "0",  "--steps", "1"};
   for (const auto& [bits, flops] : std::vector<std::pair<std::string, double>>{{"0", 27072}, {"3", 40720}}) {
     SCOPED_TRACE("--latent-bits " + bits);
     std::vector<std::string> args = shape;
@@ -618,8 +647,8 @@ TEST_F(CliBench, TrainAtFp32RunsOnTheCpu) {
 }
 
 TEST_F(CliBench, MapperAgainstTheGemmOfTheSameShape) {
-  const json j = bench_json({"mapper", "--tokens", "256", "--dim", "64", "--latent-bits", "8", "--warmup", "1",
-                             "--steps", "3"});
+  const json j =
+      bench_json({"mapper", "--tokens", "256", "--dim", "64", "--latent-bits", "8", "--warmup", "1", "--steps", "3"});
   ASSERT_TRUE(j.is_object()) << j;
   EXPECT_EQ(j["tokens"], 256);
   EXPECT_EQ(j["dim"], 64);
@@ -663,8 +692,8 @@ TEST_F(CliBench, GenerateOnTheCpuReportsTokensPerSecond) {
 
 // The preset's max_seq_len (128) only sizes the cache: a longer --len raises it.
 TEST_F(CliBench, GenerateLongerThanThePresetsContext) {
-  const json j = bench_json({"generate", "--preset", "tiny", "--batch", "1", "--len", "130", "--warmup", "0",
-                             "--steps", "1"});
+  const json j =
+      bench_json({"generate", "--preset", "tiny", "--batch", "1", "--len", "130", "--warmup", "0", "--steps", "1"});
   ASSERT_TRUE(j.is_object()) << j;
   EXPECT_EQ(j["len"], 130);
   EXPECT_EQ(j["max_seq_len"], 130);

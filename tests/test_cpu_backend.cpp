@@ -53,9 +53,7 @@ Vec random_vec(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.0) {
 // A float buffer with guard values after its n elements.
 class Out {
  public:
-  explicit Out(size_t n, float init = 0.0f) : n_(n), buf_(n, init) {
-    buf_.resize(n + kGuard, kGuardValue);
-  }
+  explicit Out(size_t n, float init = 0.0f) : n_(n), buf_(n, init) { buf_.resize(n + kGuard, kGuardValue); }
   explicit Out(const Vec& init) : Out(init.size()) {
     for (size_t i = 0; i < n_; ++i) buf_[i] = static_cast<float>(init[i]);
   }
@@ -118,11 +116,10 @@ TEST_F(CpuBackendTest, MatmulMatchesDouble) {
     EXPECT_CLOSE(outf, out, kNmseReduction);
 
     Vec dinp = dinp0, dw = dw0;
-    cpu::matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC,
-                         accumulate);
+    cpu::matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC, accumulate);
     Out dinpf = accumulate ? Out(dinp0) : Out(dinp0.size(), kNaN), dwf(dw0);
-    be_->matmul_backward(dinpf.data(), dwf.data(), doutf.data(), inpf.data(), f32_weight(wf.data()), N,
-                         IC, OC, accumulate);
+    be_->matmul_backward(dinpf.data(), dwf.data(), doutf.data(), inpf.data(), f32_weight(wf.data()), N, IC, OC,
+                         accumulate);
     EXPECT_CLOSE(dinpf, dinp, kNmseReduction);
     EXPECT_CLOSE(dwf, dw, kNmseReduction);
   }
@@ -149,7 +146,7 @@ TEST(Bf16Conversion, RoundsToNearestEvenAndKeepsNaNAndInf) {
   EXPECT_EQ(fp32_to_bf16(-std::numeric_limits<float>::infinity()), 0xFF80);
   EXPECT_TRUE(std::isnan(bf16_to_fp32(fp32_to_bf16(kNaN))));
   EXPECT_TRUE(std::isnan(bf16_to_fp32(fp32_to_bf16(from(0x7F800001u)))));  // a NaN whose payload rounds away
-  EXPECT_EQ(bits(bf16_to_fp32(0xC049)), 0xC0490000u);  // widening appends 16 zero bits
+  EXPECT_EQ(bits(bf16_to_fp32(0xC049)), 0xC0490000u);                      // widening appends 16 zero bits
   // Exactly representable (the last one a subnormal): a round trip keeps every bit.
   for (const float x : {0.0f, -0.0f, 3.140625f, 65280.0f, from(0x80010000u)})
     EXPECT_EQ(bits(bf16_to_fp32(fp32_to_bf16(x))), bits(x)) << x;
@@ -165,7 +162,7 @@ TEST_F(CpuBackendTest, Bf16WeightMatmulMatchesDoubleOnTheWidenedWeights) {
   for (const Shape sh : {Shape{333, 130, 77}, Shape{1, 7, 3}, Shape{3, 1500, 800}}) {
     const auto [N, IC, OC] = sh;
     SCOPED_TRACE("N " + std::to_string(N) + " IC " + std::to_string(IC) + " OC " + std::to_string(OC));
-    const Vec inp = random_vec(size_t(N) * IC, 11), w32 = random_vec(size_t(OC) * IC, 12);  // (N, IC), (OC, IC)
+    const Vec inp = random_vec(size_t(N) * IC, 11), w32 = random_vec(size_t(OC) * IC, 12);   // (N, IC), (OC, IC)
     const Vec dout = random_vec(size_t(N) * OC, 13), base = random_vec(size_t(N) * OC, 14);  // (N, OC)
     const Vec dinp0 = random_vec(inp.size(), 15);
     std::vector<uint16_t> w16(w32.size());  // (OC, IC) bf16
@@ -196,9 +193,9 @@ TEST_F(CpuBackendTest, Bf16WeightGradientIsABug) {
   const int N = 2, IC = 3, OC = 4;
   std::vector<float> inp(N * IC, 1.0f), dout(N * OC, 1.0f), dinp(N * IC), dw(OC * IC);
   std::vector<uint16_t> w(OC * IC, fp32_to_bf16(0.5f));
-  EXPECT_DEATH(be_->matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), bf16_weight(w.data()), N, IC,
-                                    OC, false),
-               "frozen");
+  EXPECT_DEATH(
+      be_->matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), bf16_weight(w.data()), N, IC, OC, false),
+      "frozen");
 }
 
 TEST_F(CpuBackendTest, Bf16EmbeddingIsTheWidenedRow) {
@@ -232,8 +229,7 @@ void compare_attention(Backend& be, const AttnShape& s, uint64_t seed) {
   EXPECT_CLOSE(attf, att, kNmseReduction);
   if (s.Tk_cap != s.Tk) return;  // the backward is for training shapes only
   Vec dq(nq), dk(nk), dv(nk);
-  cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(),
-                          k.data(), v.data(), s);
+  cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(), v.data(), s);
   Out dqf(nq, kNaN), dkf(nk, kNaN), dvf(nk, kNaN);
   const std::vector<float> attv(attf.data(), attf.data() + na);
   be.attention_backward(dqf.data(), dkf.data(), dvf.data(), doutf.data(), outf.data(), attv.data(), qf.data(),
@@ -243,8 +239,7 @@ void compare_attention(Backend& be, const AttnShape& s, uint64_t seed) {
   EXPECT_CLOSE(dvf, dv, kNmseReduction);
 }
 
-AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int Tk_cap, int q_pos0,
-                     bool causal) {
+AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int Tk_cap, int q_pos0, bool causal) {
   AttnShape s;
   s.B = B, s.NH = NH, s.NKV = NKV, s.HS = HS;
   s.Tq = Tq, s.Tk = Tk, s.Tk_cap = Tk_cap, s.q_pos0 = q_pos0, s.causal = causal;
@@ -263,16 +258,14 @@ TEST_F(CpuBackendTest, AttentionMatchesDouble) {
 TEST_F(CpuBackendTest, RmsnormMatchesDouble) {
   const int N = 260, C = 130;
   const Vec x = random_vec(size_t(N) * C, 50, -3, 3), w = random_vec(C, 51, 0.5, 1.5);
-  const Vec dout = random_vec(x.size(), 52), dx0 = random_vec(x.size(), 53),
-            dw0 = random_vec(C, 54);
+  const Vec dout = random_vec(x.size(), 52), dx0 = random_vec(x.size(), 53), dw0 = random_vec(C, 54);
   Vec out(x.size()), rstd(N), dx = dx0, dw = dw0;
   cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6);
   cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
   const auto xf = to_float(x), wf = to_float(w), doutf = to_float(dout);
   Out outf(x.size(), kNaN), rstdf(N, kNaN), dxf(dx0), dwf(dw0);
   be_->rmsnorm_forward(outf.data(), rstdf.data(), xf.data(), wf.data(), N, C, 1e-6f);
-  be_->rmsnorm_backward(dxf.data(), dwf.data(), doutf.data(), xf.data(), wf.data(), rstdf.data(), N,
-                        C);
+  be_->rmsnorm_backward(dxf.data(), dwf.data(), doutf.data(), xf.data(), wf.data(), rstdf.data(), N, C);
   EXPECT_CLOSE(outf, out, kNmseReduction);
   EXPECT_CLOSE(rstdf, rstd, kNmseReduction);
   EXPECT_CLOSE(dxf, dx, kNmseReduction);
@@ -326,10 +319,8 @@ TEST_F(CpuBackendTest, CrossentropyMatchesDoubleInAndOutOfPlace) {
   const auto lf = to_float(logits);
   Out lossesf(N, kNaN), dlf(logits.size(), kNaN), in_place(logits);
   be_->crossentropy_forward(lossesf.data(), lf.data(), targets.data(), N, V);
-  be_->crossentropy_backward(dlf.data(), lf.data(), targets.data(), N, V,
-                             static_cast<float>(scale));
-  be_->crossentropy_backward(in_place.data(), in_place.data(), targets.data(), N, V,
-                             static_cast<float>(scale));
+  be_->crossentropy_backward(dlf.data(), lf.data(), targets.data(), N, V, static_cast<float>(scale));
+  be_->crossentropy_backward(in_place.data(), in_place.data(), targets.data(), N, V, static_cast<float>(scale));
   EXPECT_CLOSE(lossesf, losses, kNmseReduction);
   EXPECT_CLOSE(dlf, dlogits, kNmseReduction);
   EXPECT_CLOSE(in_place, dlogits, kNmseReduction);
@@ -415,8 +406,7 @@ TEST_F(CpuBackendTest, KlMatchesDouble) {
   const auto pf = to_float(p);
   Out klf(N, kNaN), dlf(dl0);
   be_->kl_forward(klf.data(), pf.data(), N, H);
-  be_->kl_backward(dlf.data(), pf.data(), klf.data(), N, H, static_cast<float>(kappa),
-                   static_cast<float>(scale));
+  be_->kl_backward(dlf.data(), pf.data(), klf.data(), N, H, static_cast<float>(kappa), static_cast<float>(scale));
   EXPECT_CLOSE(klf, kl, kNmseElementwise);
   EXPECT_CLOSE(dlf, dl, kNmseElementwise);
 }
@@ -516,8 +506,7 @@ TEST_F(CpuBackendTest, SumSquaresIsDoubleAccurateAndRepeatable) {
 
 TEST_F(CpuBackendTest, BroadcastRowsAndSumRows) {
   const int N = 1000, C = 70;
-  const Vec row = random_vec(C, 170), dout = random_vec(size_t(N) * C, 171),
-            dv0 = random_vec(C, 172);
+  const Vec row = random_vec(C, 170), dout = random_vec(size_t(N) * C, 171), dv0 = random_vec(C, 172);
   Vec expect_rows(size_t(N) * C), dv = dv0;
   for (int n = 0; n < N; ++n) {
     for (int c = 0; c < C; ++c) {
@@ -611,8 +600,7 @@ TEST(CpuMath, ExpNonposRelativeError) {
 TEST_F(CpuBackendTest, RunsRepeatBitForBit) {
   const int N = 200, C = 64, H = 16;
   const auto p = to_float(random_vec(size_t(N) * H, 200, 0.05, 0.95));
-  const auto dR = to_float(random_vec(size_t(N) * C, 201)),
-             W = to_float(random_vec(size_t(C) << H, 202));
+  const auto dR = to_float(random_vec(size_t(N) * C, 201)), W = to_float(random_vec(size_t(C) << H, 202));
   std::vector<float> first(p.size(), 0.0f), second(p.size(), 0.0f);
   be_->binary_mapper_backward(first.data(), dR.data(), W.data(), p.data(), N, C, H);
   be_->binary_mapper_backward(second.data(), dR.data(), W.data(), p.data(), N, C, H);
@@ -625,10 +613,10 @@ TEST_F(CpuBackendTest, RunsRepeatBitForBit) {
   std::vector<float> out(nq), att(size_t(s.B) * s.NH * s.Tq * s.Tk), dq1(nq), dk1(nk), dv1(nk);
   std::vector<float> dq2(nq), dk2(nk), dv2(nk);
   be_->attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s);
-  be_->attention_backward(dq1.data(), dk1.data(), dv1.data(), out.data(), out.data(), att.data(),
-                          q.data(), k.data(), v.data(), s);
-  be_->attention_backward(dq2.data(), dk2.data(), dv2.data(), out.data(), out.data(), att.data(),
-                          q.data(), k.data(), v.data(), s);
+  be_->attention_backward(dq1.data(), dk1.data(), dv1.data(), out.data(), out.data(), att.data(), q.data(), k.data(),
+                          v.data(), s);
+  be_->attention_backward(dq2.data(), dk2.data(), dv2.data(), out.data(), out.data(), att.data(), q.data(), k.data(),
+                          v.data(), s);
   EXPECT_EQ(dq1, dq2);
   EXPECT_EQ(dk1, dk2);
   EXPECT_EQ(dv1, dv2);

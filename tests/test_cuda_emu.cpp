@@ -29,8 +29,8 @@
 #include <unistd.h>
 
 #include <cmath>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <limits>
@@ -42,12 +42,12 @@
 #include "core/model/model.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
+#include "cuda_runtime.h"  // tests/cuda_emu: the emulation's own controls
 #include "datasets/registry.h"
 #include "kernels/backend.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graph.h"
 #include "kernels/philox.h"
-#include "cuda_runtime.h"  // tests/cuda_emu: the emulation's own controls
 
 namespace ftx {
 namespace {
@@ -154,7 +154,8 @@ AttnRef attention_reference(const AttnShape& s, const std::vector<float>& q, con
 TEST(CudaEmu, RunsBlocksAndThreadsInTheOrderAsked) {
   static std::vector<unsigned> seen;  // (block, thread) in the order they ran, as block * 64 + thread
   seen.clear();
-  ftx_emu::run_blocks(dim3(3), dim3(64), 0, +[] { seen.push_back(blockIdx.x * 64 + threadIdx.x); });
+  ftx_emu::run_blocks(
+      dim3(3), dim3(64), 0, +[] { seen.push_back(blockIdx.x * 64 + threadIdx.x); });
   ASSERT_EQ(seen.size(), 3u * 64u);
   const char* order = std::getenv("FTX_EMU_ORDER");
   const bool reverse = order != nullptr && std::string(order) == "reverse";
@@ -171,8 +172,10 @@ void check_attention(const AttnShape& s, bool tc, double limit, uint64_t seed) {
                            dout = rnd(nq, seed + 3);
   const AttnRef ref = attention_reference(s, q, k, v, dout);
   Out out(nq), lse(size_t(s.B) * s.NH * s.Tq);
-  if (tc) cuda::attention_tc_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, nullptr);
-  else cuda::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, nullptr);
+  if (tc)
+    cuda::attention_tc_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, nullptr);
+  else
+    cuda::attention_forward(out.data(), lse.data(), q.data(), k.data(), v.data(), s, nullptr);
   EXPECT_TRUE(out.guards_intact() && lse.guards_intact()) << "forward wrote past its outputs";
   EXPECT_LE(rel_error(out.values(), ref.out), limit) << "out";
   if (s.Tk_cap != s.Tk) return;
@@ -197,17 +200,17 @@ constexpr double kFp32 = 1e-5;
 constexpr double kBf16 = 2e-2;
 
 TEST(CudaEmu, AttentionFp32) {
-  check_attention(shape(1, 2, 1, 9, 10, 45, 45, 5, true), false, kFp32, 10);     // odd HS, query block at an offset
-  check_attention(shape(1, 2, 2, 8, 32, 64, 64, 32, true), false, kFp32, 20);    // two key tiles
-  check_attention(shape(1, 3, 1, 16, 20, 33, 33, 0, false), false, kFp32, 30);   // non-causal, GQA 3:1
-  check_attention(shape(2, 4, 1, 32, 1, 70, 80, 69, true), false, kFp32, 40);    // decode: KV cache of 70 in 80
+  check_attention(shape(1, 2, 1, 9, 10, 45, 45, 5, true), false, kFp32, 10);    // odd HS, query block at an offset
+  check_attention(shape(1, 2, 2, 8, 32, 64, 64, 32, true), false, kFp32, 20);   // two key tiles
+  check_attention(shape(1, 3, 1, 16, 20, 33, 33, 0, false), false, kFp32, 30);  // non-causal, GQA 3:1
+  check_attention(shape(2, 4, 1, 32, 1, 70, 80, 69, true), false, kFp32, 40);   // decode: KV cache of 70 in 80
 }
 
 TEST(CudaEmu, AttentionTensorCores) {
   check_attention(shape(1, 2, 1, 32, 70, 70, 70, 0, true), true, kBf16, 50);     // GQA, partial tiles
   check_attention(shape(2, 2, 2, 64, 16, 100, 100, 84, true), true, kBf16, 60);  // 16 queries after 84 positions
   check_attention(shape(1, 1, 1, 32, 130, 77, 77, 0, false), true, kBf16, 70);   // non-causal, Tq != Tk
-  check_attention(shape(1, 4, 2, 128, 64, 64, 80, 0, true), true, kBf16, 80);   // HS 128, forward only
+  check_attention(shape(1, 4, 2, 128, 64, 64, 80, 0, true), true, kBf16, 80);    // HS 128, forward only
   check_attention(shape(1, 2, 1, 64, 128, 128, 128, 0, true), true, kBf16, 90);  // whole tiles
 }
 
@@ -274,9 +277,7 @@ Vec mapper_backward_reference(const std::vector<float>& dR, const std::vector<fl
 }
 
 TEST(CudaEmu, BinaryMapperBackwardMatchesBruteForce) {
-  const struct {
-    int N, C, H;
-  } shapes[] = {{50, 12, 6}, {33, 5, 1}, {9, 3, 10}};
+  const struct { int N, C, H; } shapes[] = {{50, 12, 6}, {33, 5, 1}, {9, 3, 10}};
   uint64_t seed = 200;
   for (const auto& sh : shapes) {
     SCOPED_TRACE("N " + std::to_string(sh.N) + " C " + std::to_string(sh.C) + " H " + std::to_string(sh.H));
@@ -441,8 +442,10 @@ TEST(CudaEmu, StepGraphKeyHoldsEveryArgumentOfTheLaunch) {
   for (int field = 0; field < 9; ++field) {
     AttnShape c = s;
     int* ints[] = {&c.B, &c.NH, &c.NKV, &c.HS, &c.Tq, &c.Tk, &c.Tk_cap, &c.q_pos0};
-    if (field < 8) ++*ints[field];
-    else c.causal = false;
+    if (field < 8)
+      ++*ints[field];
+    else
+      c.causal = false;
     EXPECT_NE(skey(c), skey(s)) << "field " << field;
   }
 }
@@ -707,7 +710,7 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   auto weight = [&](int i) { return std::vector<float>(weights.begin() + i * nw, weights.begin() + (i + 1) * nw); };
   const std::vector<float> w0 = weight(0), w1 = weight(1), w2 = weight(2);
   float* X = dev(x);
-  float* Y0 = dev(std::vector<float>(nx)), *Y1 = dev(std::vector<float>(nx)), *Y2 = dev(std::vector<float>(nx));
+  float *Y0 = dev(std::vector<float>(nx)), *Y1 = dev(std::vector<float>(nx)), *Y2 = dev(std::vector<float>(nx));
   auto made = [&] { return be->graph_stats().roundings; };
 
   int64_t before = made();
@@ -721,7 +724,7 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   // A GEMM writes X: the next GEMM on X must see the new values.
   const std::vector<float> y1 = host(Y1, nx);
   before = made();
-  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);      // X rounded and kept
+  be->matmul_forward(Y0, X, f32_weight(w), N, C, C, false);       // X rounded and kept
   be->matmul_forward(X, Y1, f32_weight(w + nw), N, C, C, false);  // X = Y1 w1^T
   be->matmul_forward(Y2, X, f32_weight(w + 2 * nw), N, C, C, false);
   EXPECT_EQ(made() - before, 3) << "X, Y1, then X again";
@@ -792,7 +795,8 @@ TEST(CudaEmu, Bf16WeightsGoToCublasAsTheyAre) {
     return h;
   };
   auto weight = [&](int i) { return std::vector<float>(widened.begin() + i * nw, widened.begin() + (i + 1) * nw); };
-  float *X = dev(x), *Y0 = dev(std::vector<float>(nx)), *Y1 = dev(std::vector<float>(nx)), *Y2 = dev(std::vector<float>(nx));
+  float *X = dev(x), *Y0 = dev(std::vector<float>(nx)), *Y1 = dev(std::vector<float>(nx)),
+        *Y2 = dev(std::vector<float>(nx));
 
   const int64_t before = be->graph_stats().roundings;
   be->matmul_forward(Y0, X, bf16_weight(w), N, C, C, false);

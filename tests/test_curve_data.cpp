@@ -277,8 +277,9 @@ TEST(CurvesView, SavesPngAndCsvOffscreen) {
   static char name[] = "test_curve_data";
   static char* argv[] = {name, nullptr};
   QApplication app(argc, argv);
-  const std::vector<CurveRun> runs = {
-      {1, "kappa 1/8 bit", QColor(220, 30, 30)}, {2, "kappa 1 bit", QColor(30, 30, 220)}, {3, "baseline", QColor(20, 160, 20)}};
+  const std::vector<CurveRun> runs = {{1, "kappa 1/8 bit", QColor(220, 30, 30)},
+                                      {2, "kappa 1 bit", QColor(30, 30, 220)},
+                                      {3, "baseline", QColor(20, 160, 20)}};
   MetricCache cache;
   const size_t rows_total = fill_three_runs(cache, runs);
   CurvesView view(&cache);

@@ -82,7 +82,8 @@ TEST_F(ExplorerTest, Figure4GroupsAreDeterministicWithSharedCodesInFixedGroups) 
       EXPECT_EQ(r.starts, an.starts);
       // Past the prompt, a fixed group shares one Z and the independent group does not (the two
       // prompt positions come from the encoder and may differ either way).
-      std::vector<uint32_t> tail(r.codes.begin() + 2, r.codes.end()), first(v.rows[0].codes.begin() + 2, v.rows[0].codes.end());
+      std::vector<uint32_t> tail(r.codes.begin() + 2, r.codes.end()),
+          first(v.rows[0].codes.begin() + 2, v.rows[0].codes.end());
       if (i > 0) {
         EXPECT_EQ(tail == first, v.fixed) << "group " << g << " row " << i;
       }
@@ -148,7 +149,8 @@ TEST_F(ExplorerTest, EditedRegenerationEqualsFixedCodesFlippedByHand) {
   for (auto [t, h] : flips) codes[t] ^= 1u << h;
   SampleConfig sc;
   sc.max_new_tokens = 64;
-  auto gens = generate(*free_.model, *free_.tokenizer->encode("C>"), {{LatentPolicy::fixed(codes), li->sample_seed}}, sc);
+  auto gens =
+      generate(*free_.model, *free_.tokenizer->encode("C>"), {{LatentPolicy::fixed(codes), li->sample_seed}}, sc);
   EXPECT_EQ(*edited, free_.tokenizer->decode(gens[0].tokens));
   EXPECT_FALSE(regenerate_edited(free_, *li, 2, {{65, 0}}).ok());
   EXPECT_FALSE(regenerate_edited(free_, *li, 2, {{0, 4}}).ok());

@@ -129,8 +129,8 @@ double expect_close(const std::string& what, const float* got, const std::vector
   }
   const double denom = std::max(scale, 1e-30);
   const double rel = worst / denom;
-  EXPECT_LE(rel, rel_tol) << what << ": max |C++ - PyTorch| = " << worst << " at flat index " << at
-                          << " (C++ " << got[at] << ", PyTorch " << want[at] << "), max |PyTorch| = " << scale
+  EXPECT_LE(rel, rel_tol) << what << ": max |C++ - PyTorch| = " << worst << " at flat index " << at << " (C++ "
+                          << got[at] << ", PyTorch " << want[at] << "), max |PyTorch| = " << scale
                           << ", normalised error " << rel << " > " << rel_tol;
   return rel;
 }
@@ -280,8 +280,8 @@ TEST(Golden, FreeTransformerForwardMatchesPyTorch) {
   expect_scalar("free kl_excess (mean max(0, KL_t - kappa))", run->stats.kl_excess, e.scalar("free.kl_excess"),
                 kScalarRelTol);
   expect_scalar("free loss", run->stats.loss, e.scalar("free.loss"), kScalarRelTol);
-  std::printf("[free forward] ce %.7f (PyTorch %.7f), loss %.7f (PyTorch %.7f)\n", run->stats.ce,
-              e.scalar("free.ce"), run->stats.loss, e.scalar("free.loss"));
+  std::printf("[free forward] ce %.7f (PyTorch %.7f), loss %.7f (PyTorch %.7f)\n", run->stats.ce, e.scalar("free.ce"),
+              run->stats.loss, e.scalar("free.loss"));
 
   // The fixture's kappa splits the positions: both sides of max(0, KL - kappa) are exercised.
   const double kappa = e.scalar("kappa");
@@ -329,10 +329,9 @@ TEST(Golden, ZeroPostSamplerGivesTheBaselineLogits) {
   free_run.forward(e);
   base_run.forward(e);
   const auto lf = free_run.logits(), lb = base_run.logits();
-  expect_close("zero-post-sampler FT logits vs C++ baseline logits", lf.data(), lb, lf.size(),
-               kSameOpsRelTol);
-  expect_close("zero-post-sampler FT logits vs PyTorch baseline logits", lf.data(), e.get("baseline.logits"),
-               lf.size(), kRelTol);
+  expect_close("zero-post-sampler FT logits vs C++ baseline logits", lf.data(), lb, lf.size(), kSameOpsRelTol);
+  expect_close("zero-post-sampler FT logits vs PyTorch baseline logits", lf.data(), e.get("baseline.logits"), lf.size(),
+               kRelTol);
   expect_scalar("zero-post-sampler FT ce vs baseline ce", free_run.stats.ce, base_run.stats.ce, kSameOpsRelTol);
 }
 

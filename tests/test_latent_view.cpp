@@ -151,8 +151,8 @@ int main(int argc, char** argv) {
   if (std::getenv("DISPLAY") == nullptr && std::getenv("FTX_UNDER_XVFB") == nullptr &&
       access("/usr/bin/xvfb-run", X_OK) == 0) {
     setenv("FTX_UNDER_XVFB", "1", 1);
-    std::vector<char*> args = {const_cast<char*>("/usr/bin/xvfb-run"), const_cast<char*>("-a"),
-                               const_cast<char*>("-s"), const_cast<char*>("-screen 0 1400x900x24")};
+    std::vector<char*> args = {const_cast<char*>("/usr/bin/xvfb-run"), const_cast<char*>("-a"), const_cast<char*>("-s"),
+                               const_cast<char*>("-screen 0 1400x900x24")};
     for (int i = 0; i < argc; ++i) args.push_back(argv[i]);
     args.push_back(nullptr);
     execv(args[0], args.data());

@@ -567,8 +567,10 @@ TEST(ModelInference, Bf16WeightsGiveTheLogitsOfTheirRoundingInFp32) {
     for (size_t i = 0; i < bf.specs().size(); ++i) {  // GEMM weights used where they are; the rest copied
       const ParamSpec& s = bf.specs()[i];
       EXPECT_EQ(s.dtype, s.gemm_weight ? DType::BF16 : DType::F32) << s.name;
-      if (s.gemm_weight) EXPECT_EQ(bf.tensors()[i].ptr, w.gemm[i].data()) << s.name;
-      else EXPECT_NE(bf.tensors()[i].ptr, arena.data() + s.offset) << s.name;
+      if (s.gemm_weight)
+        EXPECT_EQ(bf.tensors()[i].ptr, w.gemm[i].data()) << s.name;
+      else
+        EXPECT_NE(bf.tensors()[i].ptr, arena.data() + s.offset) << s.name;
     }
 
     const auto in = random_tokens(size_t(B) * T, V, 62);
@@ -619,7 +621,8 @@ TEST(ModelInference, HasNoGradients) {
   const ModelConfig c = small_config(0, 4, 2);
   Model ref(cpu(), c);
   const std::vector<float> arena(ref.num_params(), 0.5f);
-  auto made = Model::create_inference(cpu(), c, [&](const ParamSpec& s) { return f32_weight(arena.data() + s.offset); });
+  auto made =
+      Model::create_inference(cpu(), c, [&](const ParamSpec& s) { return f32_weight(arena.data() + s.offset); });
   ASSERT_TRUE(made.ok()) << made.error().message;
   EXPECT_DEATH((void)(*made)->grads(), "no gradients");
   EXPECT_DEATH((void)(*made)->params(), "no fp32 arena");

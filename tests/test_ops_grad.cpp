@@ -58,8 +58,7 @@ Vec minus(const Vec& a, const Vec& b) {
 }
 
 // Compares `analytic` with central differences of f with respect to every element of x.
-void expect_grad(const std::string& what, Vec& x, const Vec& analytic,
-                 const std::function<double()>& f) {
+void expect_grad(const std::string& what, Vec& x, const Vec& analytic, const std::function<double()>& f) {
   ASSERT_EQ(x.size(), analytic.size()) << what;
   double worst = 0.0;
   size_t worst_i = 0;
@@ -71,8 +70,7 @@ void expect_grad(const std::string& what, Vec& x, const Vec& analytic,
       worst_i = i;
     }
   }
-  EXPECT_LE(worst, kGradTol) << what << ": worst element " << worst_i << " analytic "
-                             << analytic[worst_i];
+  EXPECT_LE(worst, kGradTol) << what << ": worst element " << worst_i << " analytic " << analytic[worst_i];
 }
 
 // ---- forward values against the textbook formulas -----------------------------------------------
@@ -124,15 +122,13 @@ Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, const AttnShape& s
         double total = 0.0;
         for (int j = 0; j < visible; ++j) {
           double dotqk = 0.0;
-          for (int d = 0; d < s.HS; ++d)
-            dotqk += qi[d] * k[((size_t(b) * s.Tk_cap + j) * s.NKV + kh) * s.HS + d];
+          for (int d = 0; d < s.HS; ++d) dotqk += qi[d] * k[((size_t(b) * s.Tk_cap + j) * s.NKV + kh) * s.HS + d];
           w[j] = std::exp(dotqk / std::sqrt(double(s.HS)));
           total += w[j];
         }
         double* o = &out[((size_t(b) * s.Tq + i) * s.NH + h) * s.HS];
         for (int j = 0; j < visible; ++j) {
-          for (int d = 0; d < s.HS; ++d)
-            o[d] += w[j] / total * v[((size_t(b) * s.Tk_cap + j) * s.NKV + kh) * s.HS + d];
+          for (int d = 0; d < s.HS; ++d) o[d] += w[j] / total * v[((size_t(b) * s.Tk_cap + j) * s.NKV + kh) * s.HS + d];
         }
       }
     }
@@ -202,8 +198,7 @@ TEST(OpsGrad, MatmulBothGradients) {
   // accumulate_dinp adds; a null dw is skipped.
   const Vec dinp0 = random_vec(inp.size(), 24);
   Vec dinp_acc = dinp0;
-  cpu::matmul_backward(dinp_acc.data(), static_cast<double*>(nullptr), R.data(), inp.data(),
-                       w.data(), N, IC, OC, true);
+  cpu::matmul_backward(dinp_acc.data(), static_cast<double*>(nullptr), R.data(), inp.data(), w.data(), N, IC, OC, true);
   expect_grad("matmul dinp (+=)", inp, minus(dinp_acc, dinp0), f);
 }
 
@@ -218,10 +213,9 @@ TEST(OpsGrad, MatmulForwardAccumulateAndNullDinp) {
 
   const Vec dout = random_vec(base.size(), 28);
   Vec dw_only(w.size(), 0.0), dw_both(w.size(), 0.0), dinp(inp.size());
-  cpu::matmul_backward(static_cast<double*>(nullptr), dw_only.data(), dout.data(), inp.data(),
-                       w.data(), N, IC, OC, false);
-  cpu::matmul_backward(dinp.data(), dw_both.data(), dout.data(), inp.data(), w.data(), N, IC, OC,
+  cpu::matmul_backward(static_cast<double*>(nullptr), dw_only.data(), dout.data(), inp.data(), w.data(), N, IC, OC,
                        false);
+  cpu::matmul_backward(dinp.data(), dw_both.data(), dout.data(), inp.data(), w.data(), N, IC, OC, false);
   EXPECT_EQ(dw_only, dw_both);
 }
 
@@ -278,8 +272,7 @@ void check_attention_grad(const AttnShape& s, const std::string& what) {
   };
   f();
   Vec dq(nq, kGarbage), dk(d.k.size(), kGarbage), dv(d.v.size(), kGarbage);
-  cpu::attention_backward(dq.data(), dk.data(), dv.data(), R.data(), att.data(), d.q.data(),
-                          d.k.data(), d.v.data(), s);
+  cpu::attention_backward(dq.data(), dk.data(), dv.data(), R.data(), att.data(), d.q.data(), d.k.data(), d.v.data(), s);
   expect_grad(what + " dq (=)", d.q, dq, f);
   expect_grad(what + " dk (=)", d.k, dk, f);
   expect_grad(what + " dv (=)", d.v, dv, f);
@@ -292,28 +285,20 @@ AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int q_pos0,
   return s;
 }
 
-TEST(OpsGrad, AttentionCausalGqa) {
-  check_attention_grad(attn_shape(2, 4, 2, 5, 4, 4, 0, true), "causal");
-}
-TEST(OpsGrad, AttentionNonCausalGqa) {
-  check_attention_grad(attn_shape(2, 4, 2, 5, 4, 4, 0, false), "non-causal");
-}
-TEST(OpsGrad, AttentionSinglePosition) {
-  check_attention_grad(attn_shape(3, 2, 1, 3, 1, 1, 0, true), "T=1");
-}
+TEST(OpsGrad, AttentionCausalGqa) { check_attention_grad(attn_shape(2, 4, 2, 5, 4, 4, 0, true), "causal"); }
+TEST(OpsGrad, AttentionNonCausalGqa) { check_attention_grad(attn_shape(2, 4, 2, 5, 4, 4, 0, false), "non-causal"); }
+TEST(OpsGrad, AttentionSinglePosition) { check_attention_grad(attn_shape(3, 2, 1, 3, 1, 1, 0, true), "T=1"); }
 TEST(OpsGrad, AttentionQueriesBehindCache) {
   check_attention_grad(attn_shape(1, 4, 2, 4, 2, 5, 3, true), "Tq<Tk causal");
   check_attention_grad(attn_shape(2, 2, 2, 4, 3, 5, 0, false), "Tq<Tk non-causal");
 }
 
 // Copies `rows` rows of `width` values per sequence: dst row r <- src row src0 + r.
-void copy_rows(Vec& dst, int dst_rows, const Vec& src, int src_rows, int src0, int rows, int B,
-               size_t width) {
+void copy_rows(Vec& dst, int dst_rows, const Vec& src, int src_rows, int src0, int rows, int B, size_t width) {
   for (int b = 0; b < B; ++b) {
     for (int r = 0; r < rows; ++r) {
       for (size_t e = 0; e < width; ++e) {
-        dst[(size_t(b) * dst_rows + r) * width + e] =
-            src[(size_t(b) * src_rows + src0 + r) * width + e];
+        dst[(size_t(b) * dst_rows + r) * width + e] = src[(size_t(b) * src_rows + src0 + r) * width + e];
       }
     }
   }
@@ -325,8 +310,7 @@ TEST(OpsGrad, AttentionDecodeMatchesFullRows) {
   const AttnShape full = attn_shape(2, 4, 2, 6, 6, 6, 0, true);
   const AttnData d = random_attn(full, 50);
   Vec out_full(d.q.size()), att_full(size_t(full.B) * full.NH * full.Tq * full.Tk);
-  cpu::attention_forward(out_full.data(), att_full.data(), d.q.data(), d.k.data(), d.v.data(),
-                         full);
+  cpu::attention_forward(out_full.data(), att_full.data(), d.q.data(), d.k.data(), d.v.data(), full);
   const size_t q_row = size_t(full.NH) * full.HS, kv_row = size_t(full.NKV) * full.HS;
   for (const auto& [q_pos0, Tq] : {std::pair{3, 2}, std::pair{5, 1}, std::pair{0, 1}}) {
     AttnShape s = attn_shape(full.B, full.NH, full.NKV, full.HS, Tq, q_pos0 + Tq, q_pos0, true);
@@ -342,8 +326,7 @@ TEST(OpsGrad, AttentionDecodeMatchesFullRows) {
     for (int bh = 0; bh < s.B * s.NH; ++bh) {  // rows q_pos0.. of att_full, first Tk columns
       for (int i = 0; i < s.Tq; ++i) {
         for (int j = 0; j < s.Tk; ++j) {
-          expect_att[(size_t(bh) * s.Tq + i) * s.Tk + j] =
-              att_full[(size_t(bh) * full.Tq + q_pos0 + i) * full.Tk + j];
+          expect_att[(size_t(bh) * s.Tq + i) * s.Tk + j] = att_full[(size_t(bh) * full.Tq + q_pos0 + i) * full.Tk + j];
         }
       }
     }

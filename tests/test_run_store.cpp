@@ -69,9 +69,9 @@ int64_t must(Result<int64_t> r) {
   return r.ok() ? *r : -1;
 }
 
-#define EXPECT_OK(expr)                                               \
-  do {                                                                \
-    auto r_ = (expr);                                                 \
+#define EXPECT_OK(expr)                                                           \
+  do {                                                                            \
+    auto r_ = (expr);                                                             \
     EXPECT_TRUE(r_.ok()) << #expr << ": " << (r_.ok() ? "" : r_.error().message); \
   } while (0)
 
@@ -223,9 +223,9 @@ TEST_F(RunStoreTest, GenerationCodesBlobRoundTrip) {
 
   // The BLOB is uint32 little-endian whatever the host: 0xDEADBEEF is EF BE AD DE.
   sqlite3_stmt* st = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(store.native_handle(), "SELECT codes FROM generations WHERE group_id = 1", -1,
-                               &st, nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(
+      sqlite3_prepare_v2(store.native_handle(), "SELECT codes FROM generations WHERE group_id = 1", -1, &st, nullptr),
+      SQLITE_OK);
   ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
   ASSERT_EQ(sqlite3_column_bytes(st, 0), 4 * 7);
   auto* p = static_cast<const unsigned char*>(sqlite3_column_blob(st, 0));
@@ -306,7 +306,7 @@ TEST_F(RunStoreTest, WalReaderSeesCommittedDataWhileWriterHoldsTheDatabase) {
   ASSERT_TRUE(reader.ok()) << reader.error().message;
   auto seen = reader->metrics(run, "train/ce");
   ASSERT_TRUE(seen.ok()) << seen.error().message;  // not blocked by the writer
-  ASSERT_EQ(seen->size(), 1u);                      // committed only
+  ASSERT_EQ(seen->size(), 1u);                     // committed only
   EXPECT_EQ((*seen)[0].value, 1.5);
   auto runs = reader->list_runs();
   ASSERT_TRUE(runs.ok());
@@ -320,8 +320,7 @@ TEST_F(RunStoreTest, WalReaderSeesCommittedDataWhileWriterHoldsTheDatabase) {
 
 TEST_F(RunStoreTest, NewerSchemaVersionIsRejected) {
   raw_exec(db_path(), "CREATE TABLE future(x); PRAGMA user_version = 7;");
-  const std::string expected =
-      db_path() + ": schema version 7 is newer than this build (1); upgrade ftx";
+  const std::string expected = db_path() + ": schema version 7 is newer than this build (1); upgrade ftx";
   auto s = RunStore::open(db_path());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message, expected);
@@ -385,7 +384,6 @@ TEST_F(RunStoreTest, UnwritablePathIsRejectedWithItsPath) {
   auto c = RunStore::open_readonly(db_path("absent.db"));
   ASSERT_FALSE(c.ok());
   EXPECT_EQ(c.error().message, db_path("absent.db") + ": no such run store");
-
 }
 
 TEST_F(RunStoreTest, ReadOnlyDirectoryIsRejectedWithItsPath) {
@@ -405,8 +403,7 @@ TEST_F(RunStoreTest, DuplicateRunNameIsRejected) {
   must(store.create_run("x", "{}"));
   auto dup = store.create_run("x", R"({"other":1})");
   ASSERT_FALSE(dup.ok());
-  EXPECT_EQ(dup.error().message,
-            "run 'x' already exists in " + db_path() + ": resume it, or pick another name");
+  EXPECT_EQ(dup.error().message, "run 'x' already exists in " + db_path() + ": resume it, or pick another name");
   auto missing = store.find_run("y");
   ASSERT_FALSE(missing.ok());
   EXPECT_EQ(missing.error().message, "run 'y' not found in " + db_path());
@@ -522,8 +519,7 @@ TEST_F(RunStoreTest, FullDiskReturnsAnErrorAndKeepsCommittedRows) {
   // Cap the file at its current size: the next big batch cannot fit (SQLITE_FULL).
   ASSERT_EQ(sqlite3_exec(store.native_handle(), "PRAGMA wal_checkpoint(TRUNCATE)", nullptr, nullptr, nullptr),
             SQLITE_OK);
-  ASSERT_EQ(sqlite3_exec(store.native_handle(), "PRAGMA max_page_count = 1", nullptr, nullptr, nullptr),
-            SQLITE_OK);
+  ASSERT_EQ(sqlite3_exec(store.native_handle(), "PRAGMA max_page_count = 1", nullptr, nullptr, nullptr), SQLITE_OK);
   const std::string long_key(2000, 'k');
   for (int i = 0; i < 2000; ++i) store.add_metric(run, i, long_key + std::to_string(i), i);
   auto st = store.flush();

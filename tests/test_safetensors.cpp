@@ -54,9 +54,7 @@ std::string layout(const std::string& header, const std::string& data, uint64_t 
   for (int i = 0; i < 8; ++i) out[i] = static_cast<char>((length_field >> (8 * i)) & 0xff);
   return out + header + data;
 }
-std::string layout(const std::string& header, const std::string& data) {
-  return layout(header, data, header.size());
-}
+std::string layout(const std::string& header, const std::string& data) { return layout(header, data, header.size()); }
 
 std::string f32_bytes(const std::vector<float>& v) {
   std::string s(v.size() * 4, '\0');
@@ -82,11 +80,12 @@ TEST_F(Safetensors, RoundTripF32WithMetadata) {
   for (float& x : b) x = nd(rng);
   b[3] = -0.0f;
   const std::string path = file("rt.safetensors");
-  ASSERT_TRUE(write_safetensors(path,
-                                {{"layer.a", {3, 5}, a.data()}, {"b", {7}, b.data()}, {"s", {}, scalar.data()},
-                                 {"empty", {0, 4}, nullptr}},
-                                {{"format", "pt"}, {"note", "h\u00e9llo"}})
-                  .ok());
+  ASSERT_TRUE(
+      write_safetensors(
+          path,
+          {{"layer.a", {3, 5}, a.data()}, {"b", {7}, b.data()}, {"s", {}, scalar.data()}, {"empty", {0, 4}, nullptr}},
+          {{"format", "pt"}, {"note", "h\u00e9llo"}})
+          .ok());
 
   // The header is padded with spaces to a multiple of 8, so the data buffer starts 8-aligned.
   std::ifstream in(path, std::ios::binary);
@@ -158,8 +157,9 @@ TEST_F(Safetensors, WriterRejectsBadInputAndNamesPath) {
 TEST_F(Safetensors, WriterReportsEfbigAndRemovesPartialFile) {
   const std::string path = file("big.safetensors");
   std::vector<float> big(64 * 1024, 1.0f);  // 256 KiB > the 16 KiB limit below
-  const test::LimitedRun child = test::run_with_file_size_limit(
-      16 * 1024, [&] { return write_safetensors(path, {{"big", {64, 1024}, big.data()}}); });
+  const test::LimitedRun child = test::run_with_file_size_limit(16 * 1024, [&] {
+    return write_safetensors(path, {{"big", {64, 1024}, big.data()}});
+  });
   ASSERT_TRUE(child.reaped);
   ASSERT_TRUE(WIFEXITED(child.status));
   const std::string& msg = child.msg;
@@ -172,13 +172,12 @@ TEST_F(Safetensors, WriterReportsEfbigAndRemovesPartialFile) {
 // Interop: a file built by hand as the README specifies: unpadded 8-byte-unaligned header,
 // header order different from data order, F32 + F16 + BF16 + I32 + scalar + empty tensors.
 TEST_F(Safetensors, HandBuiltFileFromSpec) {
-  const std::string header =
-      R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
-      R"("__metadata__":{"format":"pt"},)"
-      R"("h":{"dtype":"F16","shape":[3],"data_offsets":[16,22]},)"
-      R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[22,26]},)"
-      R"("e":{"dtype":"F32","shape":[4,0],"data_offsets":[26,26]},)"
-      R"("i":{"dtype":"I32","shape":[],"data_offsets":[26,30]}})";
+  const std::string header = R"({"w":{"dtype":"F32","shape":[2,2],"data_offsets":[0,16]},)"
+                             R"("__metadata__":{"format":"pt"},)"
+                             R"("h":{"dtype":"F16","shape":[3],"data_offsets":[16,22]},)"
+                             R"("b":{"dtype":"BF16","shape":[2],"data_offsets":[22,26]},)"
+                             R"("e":{"dtype":"F32","shape":[4,0],"data_offsets":[26,26]},)"
+                             R"("i":{"dtype":"I32","shape":[],"data_offsets":[26,30]}})";
   ASSERT_NE(header.size() % 8, 0u) << "the test wants an unaligned data buffer";
   const std::string data = f32_bytes({1.5f, -2.0f, 0.25f, 1e-30f}) + u16_bytes({0x3C00, 0xC000, 0x3555}) +
                            u16_bytes({0x4049, 0xBF80}) + std::string("\x07\x00\x00\x00", 4);
@@ -225,9 +224,8 @@ TEST_F(Safetensors, ZeroDimBeforeHugeDimsIsEmpty) {
 // behind it, past the 4 GiB mark, reads back (64-bit offsets throughout).
 TEST_F(Safetensors, LargeFileOpensReadingOnlyTheHeader) {
   const uint64_t numel = uint64_t{3} << 30, big_bytes = numel * 4;
-  const std::string header = R"({"big":{"dtype":"F32","shape":[)" + std::to_string(numel) +
-                             R"(],"data_offsets":[0,)" + std::to_string(big_bytes) +
-                             R"(]},"tail":{"dtype":"F32","shape":[2],"data_offsets":[)" +
+  const std::string header = R"({"big":{"dtype":"F32","shape":[)" + std::to_string(numel) + R"(],"data_offsets":[0,)" +
+                             std::to_string(big_bytes) + R"(]},"tail":{"dtype":"F32","shape":[2],"data_offsets":[)" +
                              std::to_string(big_bytes) + "," + std::to_string(big_bytes + 8) + "]}}";
   const std::string path = file("sparse.safetensors");
   write_bytes(path, layout(header, ""));
@@ -254,8 +252,10 @@ TEST(SafetensorsConvert, F16AllValuesExact) {
     const uint32_t s = h >> 15, e = (h >> 10) & 31, m = h & 1023;
     const float got = f16_to_f32(static_cast<uint16_t>(h));
     if (e == 31) {
-      if (m == 0) EXPECT_TRUE(std::isinf(got) && std::signbit(got) == (s == 1)) << h;
-      else EXPECT_TRUE(std::isnan(got)) << h;
+      if (m == 0)
+        EXPECT_TRUE(std::isinf(got) && std::signbit(got) == (s == 1)) << h;
+      else
+        EXPECT_TRUE(std::isnan(got)) << h;
       continue;
     }
     const double mag = e == 0 ? std::ldexp(double(m), -24) : std::ldexp(1.0 + m / 1024.0, int(e) - 15);
@@ -274,8 +274,10 @@ TEST(SafetensorsConvert, BF16IsTheTopHalfOfF32) {
     float want;
     std::memcpy(&want, &bits, 4);
     const float got = bf16_to_f32(static_cast<uint16_t>(bits >> 16));
-    if (std::isnan(want)) EXPECT_TRUE(std::isnan(got));
-    else ASSERT_TRUE(same_bits(got, want)) << std::hex << bits;
+    if (std::isnan(want))
+      EXPECT_TRUE(std::isnan(got));
+    else
+      ASSERT_TRUE(same_bits(got, want)) << std::hex << bits;
   }
   EXPECT_EQ(bf16_to_f32(0x3F80), 1.0f);
   EXPECT_EQ(bf16_to_f32(0xC040), -3.0f);
@@ -372,8 +374,7 @@ TEST_F(Safetensors, CorruptGapBetweenTensors) {
 }
 
 TEST_F(Safetensors, CorruptGapAtStart) {
-  expect_rejected(layout(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", std::string(12, 'x')),
-                  "gap");
+  expect_rejected(layout(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[4,12]}})", std::string(12, 'x')), "gap");
 }
 
 TEST_F(Safetensors, CorruptOutOfRangeOffset) {
@@ -390,8 +391,7 @@ TEST_F(Safetensors, CorruptEndBeforeBegin) {
 }
 
 TEST_F(Safetensors, CorruptNegativeDim) {
-  expect_rejected(layout(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", kEight),
-                  "non-negative integer");
+  expect_rejected(layout(R"({"a":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", kEight), "non-negative integer");
 }
 
 TEST_F(Safetensors, CorruptFloatDim) {
@@ -451,8 +451,7 @@ TEST_F(Safetensors, CorruptMetadataNonString) {
 
 TEST_F(Safetensors, CorruptEntryFields) {
   expect_rejected(layout(R"({"a":{"dtype":"F32","shape":[2]}})", ""), "missing field");
-  expect_rejected(layout(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", kEight),
-                  "unknown field");
+  expect_rejected(layout(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1}})", kEight), "unknown field");
   expect_rejected(layout(R"({"a":{"dtype":"F32","shape":2,"data_offsets":[0,8]}})", kEight), "shape");
 }
 

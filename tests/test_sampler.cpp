@@ -121,9 +121,9 @@ TEST_F(SamplerTest, EditedFlipsExactlyTheRequestedBits) {
 }
 
 TEST_F(SamplerTest, UniformFollowsItsSeed) {
-  const auto g = generate(model(), prompt_, {{LatentPolicy::uniform(1), 1}, {LatentPolicy::uniform(2), 1},
-                                             {LatentPolicy::uniform(1), 2}},
-                          config());
+  const auto g =
+      generate(model(), prompt_,
+               {{LatentPolicy::uniform(1), 1}, {LatentPolicy::uniform(2), 1}, {LatentPolicy::uniform(1), 2}}, config());
   EXPECT_NE(g[0].codes, g[1].codes);  // 14 positions of 4 bits: equal by accident with p = 2^-56
   EXPECT_EQ(g[0].codes, g[2].codes);  // the latent seed alone decides the codes
   EXPECT_EQ(g[0].codes, uniform_codes(1, n_in_, kBits));
@@ -160,20 +160,21 @@ std::vector<int32_t> greedy_reference(Model& m, const std::vector<int32_t>& prom
   std::vector<float> logits(V);
   for (int pos = 0; pos < n_in; ++pos) {
     m.decode_step(*d, &out[pos], &z[pos], pos, logits.data());
-    if (pos + 1 >= Tp) out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    if (pos + 1 >= Tp)
+      out.push_back(static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin()));
   }
   return out;
 }
 
 TEST_F(SamplerTest, TemperatureZeroIsGreedyAndTopKOneEqualsGreedy) {
   const auto z = some_codes(n_in_, 3);
-  const auto greedy = generate(model(), prompt_, {{LatentPolicy::fixed(z), 1}, {LatentPolicy::fixed(z), 2}},
-                               config(0.0f));
+  const auto greedy =
+      generate(model(), prompt_, {{LatentPolicy::fixed(z), 1}, {LatentPolicy::fixed(z), 2}}, config(0.0f));
   const auto ref = greedy_reference(model(), prompt_, z, kNewTokens);
   EXPECT_EQ(greedy[0].tokens, ref);
   EXPECT_EQ(greedy[1].tokens, ref);  // the sample seed plays no part
-  const auto top1 = generate(model(), prompt_, {{LatentPolicy::fixed(z), 1}, {LatentPolicy::fixed(z), 2}},
-                             config(1.0f, 1));
+  const auto top1 =
+      generate(model(), prompt_, {{LatentPolicy::fixed(z), 1}, {LatentPolicy::fixed(z), 2}}, config(1.0f, 1));
   EXPECT_EQ(top1[0].tokens, ref);
   EXPECT_EQ(top1[1].tokens, ref);
   // Sampling at temperature 1 does leave the greedy path (otherwise the above proves little).

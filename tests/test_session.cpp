@@ -58,7 +58,8 @@ TEST_F(SessionTest, PauseStepOnceSetKappaResumeFinish) {
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   EXPECT_EQ(s.snapshot().step, paused_at) << "a paused session must not step";
   s.step_once();
-  p = wait_until(s, [&](const SessionSnapshot& x) { return x.step == paused_at + 1 && x.state == SessionState::Paused; });
+  p = wait_until(s,
+                 [&](const SessionSnapshot& x) { return x.step == paused_at + 1 && x.state == SessionState::Paused; });
   EXPECT_EQ(p.step, paused_at + 1);
   const float kNewKappa = 0.5f;
   s.set_kappa(kNewKappa);
@@ -78,7 +79,8 @@ TEST_F(SessionTest, PauseStepOnceSetKappaResumeFinish) {
   ASSERT_EQ(kappa->size(), 30u) << "every step, step-once included, is recorded";
   const int changed_after = paused_at + 1;  // applied before the first step after the resume
   for (const MetricRow& r : *kappa)
-    EXPECT_FLOAT_EQ(static_cast<float>(r.value), r.step <= changed_after ? 0.08664340f : kNewKappa) << "step " << r.step;
+    EXPECT_FLOAT_EQ(static_cast<float>(r.value), r.step <= changed_after ? 0.08664340f : kNewKappa)
+        << "step " << r.step;
   auto events = store->events(info->id);
   ASSERT_TRUE(events.ok());
   bool saw = false;
@@ -143,7 +145,8 @@ TEST_F(SessionTest, PrecisionTheDeviceLacksFailsTheRunWithItsReason) {
     TrainRequest r = tiny_request(db(), std::string("p_") + precision, 5);
     r.precision = precision;
     ASSERT_TRUE(s.start({r}).ok());
-    const SessionSnapshot snap = wait_until(s, [](const SessionSnapshot& x) { return x.state == SessionState::Failed; });
+    const SessionSnapshot snap =
+        wait_until(s, [](const SessionSnapshot& x) { return x.state == SessionState::Failed; });
     EXPECT_NE(snap.message.find(needle), std::string::npos) << snap.message;
     EXPECT_EQ(snap.step, 0);
   }

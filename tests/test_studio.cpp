@@ -18,7 +18,7 @@
 namespace ftx {
 namespace {
 
-constexpr int kShotSeconds = 6;          // long enough for llvmpipe's first frames and the worker
+constexpr int kShotSeconds = 6;  // long enough for llvmpipe's first frames and the worker
 // The bound on the UI event loop while a run trains. On 2 cores under Xvfb (llvmpipe) we
 // measure 3-8 ms (README, "The studio"); a UI thread that waits on compute or on the store, or a
 // window composed through OpenGL on every repaint (65-105 ms), fails it.
@@ -28,20 +28,21 @@ bool have_xvfb() { return std::system("command -v xvfb-run >/dev/null 2>&1") == 
 
 // Runs ftx-studio under xvfb-run with `args`; returns the outcome (exit code, output).
 test::Outcome studio(const std::vector<std::string>& args) {
-  std::vector<std::string> argv{"/usr/bin/timeout", "120", "/usr/bin/xvfb-run", "-a", "-s", "-screen 0 1400x900x24", FTX_STUDIO_BINARY};
+  std::vector<std::string> argv{"/usr/bin/timeout", "120", "/usr/bin/xvfb-run", "-a", "-s", "-screen 0 1400x900x24",
+                                FTX_STUDIO_BINARY};
   argv.insert(argv.end(), args.begin(), args.end());
   // A private settings folder: no window layout or store path from the user's own launches.
   static test::TempDir config("ftx_studio_config_");
-  test::Outcome o = test::run_child(argv, {"XDG_RUNTIME_DIR=" + config.path(), "XDG_CONFIG_HOME=" + config.path()},
-                                    config.path());
+  test::Outcome o =
+      test::run_child(argv, {"XDG_RUNTIME_DIR=" + config.path(), "XDG_CONFIG_HOME=" + config.path()}, config.path());
   o.out += o.err;  // the tests read both streams
   return o;
 }
 
 struct ImageStats {
   int width = 0, height = 0;
-  size_t colours = 0;       // distinct RGB values
-  double saturated = 0;     // fraction of clearly coloured pixels (HSV saturation and value > 0.35)
+  size_t colours = 0;    // distinct RGB values
+  double saturated = 0;  // fraction of clearly coloured pixels (HSV saturation and value > 0.35)
 };
 
 ImageStats stats_of(const std::string& path) {
@@ -68,7 +69,8 @@ class StudioTest : public ::testing::Test {
     if (!have_xvfb()) return;
     dir_ = new test::TempDir("ftx_studio_");
     auto train = [](std::vector<std::string> extra) {
-      std::vector<std::string> a{"train", "--db", db(), "--preset", "tiny", "--batch", "8", "--eval-every", "0", "--quiet"};
+      std::vector<std::string> a{"train",   "--db", db(),           "--preset", "tiny",
+                                 "--batch", "8",    "--eval-every", "0",        "--quiet"};
       a.insert(a.end(), extra.begin(), extra.end());
       test::Outcome o = test::run_child(test::ftx_argv(a), {}, dir_->path());
       ASSERT_EQ(o.code, 0) << o.err;
@@ -92,7 +94,8 @@ test::TempDir* StudioTest::dir_ = nullptr;
 TEST_F(StudioTest, EveryViewOpensAndItsScreenshotHasContent) {
   for (const char* view : {"runs", "train", "curves", "generations", "latent", "lessons"}) {
     const std::string png = out(std::string(view) + ".png");
-    test::Outcome o = studio({"--db", db(), "--view", view, "--screenshot", png, "--after", std::to_string(kShotSeconds)});
+    test::Outcome o =
+        studio({"--db", db(), "--view", view, "--screenshot", png, "--after", std::to_string(kShotSeconds)});
     ASSERT_EQ(o.code, 0) << view << ": " << o.out;
     const ImageStats s = stats_of(png);
     EXPECT_GE(s.width, 1000) << view;
@@ -106,7 +109,8 @@ TEST_F(StudioTest, GenerationsAndLatentShowTheirContent) {
   test::TempDir empty("ftx_studio_empty_");
   for (const char* view : {"generations", "latent"}) {
     const std::string full = out(std::string("content-") + view + ".png"), none = empty / (std::string(view) + ".png");
-    test::Outcome a = studio({"--db", db(), "--view", view, "--screenshot", full, "--after", std::to_string(kShotSeconds)});
+    test::Outcome a =
+        studio({"--db", db(), "--view", view, "--screenshot", full, "--after", std::to_string(kShotSeconds)});
     test::Outcome b = studio({"--db", empty / "none.db", "--view", view, "--screenshot", none, "--after", "3"});
     ASSERT_EQ(a.code, 0) << a.out;
     ASSERT_EQ(b.code, 0) << b.out;
@@ -121,8 +125,7 @@ TEST_F(StudioTest, EventLoopStaysResponsiveWhileTraining) {
                             "--screenshot", out("resp.png"), "--after", "12"});
   ASSERT_EQ(o.code, 0) << o.out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(o.out, m, std::regex("worst latency: ([0-9.]+) ms over ([0-9]+) steps")))
-      << o.out;
+  ASSERT_TRUE(std::regex_search(o.out, m, std::regex("worst latency: ([0-9.]+) ms over ([0-9]+) steps"))) << o.out;
   EXPECT_LT(std::stod(m[1]), kMaxLatencyMs) << o.out;
   EXPECT_GE(std::stoi(m[2]), 5) << "the run must have trained meanwhile: " << o.out;
 }

@@ -75,7 +75,7 @@ TEST(SynthMetrics, NoiseAtATargetEndGivesSeveralStarts) {
 }
 
 TEST(SynthMetrics, InvalidBodies) {
-  SynthAnalysis runs = analyze_body(body("KKKK", 5) .replace(30, 4, "KKKK"), 'K');  // two letter runs
+  SynthAnalysis runs = analyze_body(body("KKKK", 5).replace(30, 4, "KKKK"), 'K');  // two letter runs
   EXPECT_FALSE(runs.valid);
   EXPECT_TRUE(runs.starts.empty());
   EXPECT_NE(runs.reason.find("do not fit"), std::string::npos) << runs.reason;

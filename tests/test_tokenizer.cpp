@@ -113,7 +113,9 @@ TEST(Tokenizer, StreamDecoderHoldsBackASplitCharacterUntilComplete) {
   std::vector<std::string> steps;
   const std::string text = feed_all(t, {0, 1, 2, 3, 4, 5, 6, 7}, &steps);
   EXPECT_EQ(steps, (std::vector<std::string>{"a", "", "\xC3\xA9", "", "\xE2\x82\xAC", "b", "", "\xF0\x9F\x98\x80"}));
-  EXPECT_EQ(text, "a\xC3\xA9\xE2\x82\xAC" "b\xF0\x9F\x98\x80");
+  EXPECT_EQ(text,
+            "a\xC3\xA9\xE2\x82\xAC"
+            "b\xF0\x9F\x98\x80");
 }
 
 TEST(Tokenizer, StreamDecoderFlushesAnIncompleteTailAtTheEnd) {
@@ -128,11 +130,13 @@ TEST(Tokenizer, StreamDecoderFlushesAnIncompleteTailAtTheEnd) {
 TEST(Tokenizer, StreamDecoderPassesBrokenSequencesThrough) {
   const PiecesTokenizer t(kPieces);
   StreamDecoder d(t);
-  EXPECT_EQ(d.feed(1), "");          // C3 waits for its continuation byte...
-  EXPECT_EQ(d.feed(5), "\xC3" "b");  // ...which never comes: both go out as they are
-  EXPECT_EQ(d.feed(2), "\xA9");      // a stray continuation byte is not held
+  EXPECT_EQ(d.feed(1), "");  // C3 waits for its continuation byte...
+  EXPECT_EQ(d.feed(5),
+            "\xC3"
+            "b");                // ...which never comes: both go out as they are
+  EXPECT_EQ(d.feed(2), "\xA9");  // a stray continuation byte is not held
   EXPECT_EQ(d.feed(8), "");
-  EXPECT_EQ(d.feed(8), "\xF0");      // a new start ends the previous one
+  EXPECT_EQ(d.feed(8), "\xF0");  // a new start ends the previous one
   EXPECT_EQ(d.finish(), "\xF0");
 }
 

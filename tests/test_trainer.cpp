@@ -126,7 +126,8 @@ TEST(TrainerResume, StoppedAndResumedRunContinuesTheSameCurve) {
   const std::atomic<bool> never{false};
   std::vector<float> pa;
   {
-    auto a = must(Trainer::start(*backend(), mc, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
+    auto a =
+        must(Trainer::start(*backend(), mc, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
     ASSERT_TRUE(a);
     SyntheticDataset data(tc.seed);
     Status st = a->run(data, never, {});
@@ -134,7 +135,8 @@ TEST(TrainerResume, StoppedAndResumedRunContinuesTheSameCurve) {
     pa = params_of(*a);
   }
   {
-    auto b = must(Trainer::start(*backend(), mc, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
+    auto b =
+        must(Trainer::start(*backend(), mc, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
     ASSERT_TRUE(b);
     SyntheticDataset data(tc.seed);
     std::atomic<bool> stop{false};
@@ -170,7 +172,8 @@ TEST(TrainerResume, ResumeWithMoreStepsContinuesTheSameCurve) {
   const std::atomic<bool> never{false};
   std::vector<float> pa;
   {
-    auto a = must(Trainer::start(*backend(), mc, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
+    auto a =
+        must(Trainer::start(*backend(), mc, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "a.db", "a"));
     ASSERT_TRUE(a);
     SyntheticDataset data(tc.seed);
     ASSERT_TRUE(a->run(data, never, {}).ok());
@@ -179,7 +182,8 @@ TEST(TrainerResume, ResumeWithMoreStepsContinuesTheSameCurve) {
   {
     TrainConfig six = tc;
     six.steps = 6;
-    auto b = must(Trainer::start(*backend(), mc, synthetic_tokenizer(), six, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
+    auto b =
+        must(Trainer::start(*backend(), mc, synthetic_tokenizer(), six, SyntheticDataset::kSeqLen, dir / "b.db", "b"));
     ASSERT_TRUE(b);
     SyntheticDataset data(tc.seed);
     ASSERT_TRUE(b->run(data, never, {}).ok());
@@ -210,8 +214,8 @@ TEST(TrainerTokenizer, RefusesATokenizerTheModelCannotTrainOn) {
   const TrainConfig tc = short_run(2);
   ModelConfig narrow = tiny_free(3);
   narrow.vocab_size = 28;  // one fewer than the synthetic task's 29 characters
-  auto too_big = Trainer::start(*backend(), narrow, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen,
-                                dir / "n.db", "n");
+  auto too_big =
+      Trainer::start(*backend(), narrow, synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "n.db", "n");
   ASSERT_FALSE(too_big.ok());
   EXPECT_NE(too_big.error().message.find("29 tokens, more than the model's vocab_size 28"), std::string::npos)
       << too_big.error().message;
@@ -233,7 +237,8 @@ TEST(TrainerStop, StopFlagCheckpointsAndReturnsStopped) {
   TempDir dir;
   TrainConfig tc = short_run(50);
   tc.checkpoint_every = 0;  // only the final (here: the stop) checkpoint
-  auto t = must(Trainer::start(*backend(), tiny_free(3), synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "s.db", "s"));
+  auto t = must(Trainer::start(*backend(), tiny_free(3), synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen,
+                               dir / "s.db", "s"));
   ASSERT_TRUE(t);
   SyntheticDataset data(tc.seed);
   std::atomic<bool> stop{false};
@@ -281,7 +286,8 @@ TEST(TrainerResume, DamagedTrainerJsonIsRefusedWithItsPath) {
   TempDir dir;
   TrainConfig tc = short_run(3);
   tc.checkpoint_every = 0;
-  auto t = must(Trainer::start(*backend(), tiny_free(3), synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "d.db", "d"));
+  auto t = must(Trainer::start(*backend(), tiny_free(3), synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen,
+                               dir / "d.db", "d"));
   ASSERT_TRUE(t);
   SyntheticDataset data(tc.seed);
   std::atomic<bool> stop{false};
@@ -314,7 +320,8 @@ TEST(TrainerEndToEnd, SyntheticTaskValidationCeFallsFarBelowUniform) {
   tc.steps = 60, tc.batch = 8, tc.lr = 3e-3f, tc.warmup = 10;
   tc.eval_every = 0, tc.checkpoint_every = 0, tc.seed = 11;
   tc.kappa_nats = static_cast<float>(bits_to_nats(0.5));
-  auto t = must(Trainer::start(*backend(), tiny_free(4), synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen, dir / "e.db", "e"));
+  auto t = must(Trainer::start(*backend(), tiny_free(4), synthetic_tokenizer(), tc, SyntheticDataset::kSeqLen,
+                               dir / "e.db", "e"));
   ASSERT_TRUE(t);
   SyntheticDataset data(tc.seed);
   const std::atomic<bool> never{false};
@@ -328,10 +335,10 @@ TEST(TrainerEndToEnd, SyntheticTaskValidationCeFallsFarBelowUniform) {
   ec.val_sequences = 128, ec.synthetic = false;
   Metrics m = evaluate(t->model(), data, ec, tc.kappa_nats);
   std::map<std::string, double> mm(m.begin(), m.end());
-  std::printf("[ e2e ] %d steps x %d sequences: %.1f s wall, %.1f s CPU; val/ce_posterior %.4f val/ce_prior %.4f "
-              "val/kl %.4f (uniform %.4f)\n",
-              tc.steps, tc.batch, wall, cpu_s, mm["val/ce_posterior"], mm["val/ce_prior"], mm["val/kl"],
-              std::log(29.0));
+  std::printf(
+      "[ e2e ] %d steps x %d sequences: %.1f s wall, %.1f s CPU; val/ce_posterior %.4f val/ce_prior %.4f "
+      "val/kl %.4f (uniform %.4f)\n",
+      tc.steps, tc.batch, wall, cpu_s, mm["val/ce_posterior"], mm["val/ce_prior"], mm["val/kl"], std::log(29.0));
   RecordProperty("train_wall_s", std::to_string(wall));
   RecordProperty("train_cpu_s", std::to_string(cpu_s));
   EXPECT_LT(mm["val/ce_prior"], kLearnedCe);
@@ -401,10 +408,9 @@ TEST(TrainerCrash, KillDashNineLeavesAConsistentStoreAndResumeFinishes) {
   // Warm-up longer than any run: lr = lr * (step + 1) / warmup does not depend on --steps, so the
   // steps the resumed process recomputes must equal the rows the killed one had committed.
   const std::vector<std::string> common = {"--db", db, "--run", "k", "--quiet"};
-  std::vector<std::string> args = {"train",           "--preset", "tiny",   "--latent-bits",  "3",
-                                   "--batch",         "4",        "--steps", "1000000",       "--warmup",
-                                   "1000000",         "--seed",   "3",       "--eval-every",  "0",
-                                   "--checkpoint-every", "4"};
+  std::vector<std::string> args = {"train", "--preset",     "tiny",    "--latent-bits",      "3",       "--batch",
+                                   "4",     "--steps",      "1000000", "--warmup",           "1000000", "--seed",
+                                   "3",     "--eval-every", "0",       "--checkpoint-every", "4"};
   args.insert(args.end(), common.begin(), common.end());
   const pid_t pid = spawn_ftx(args, dir / "train.err");
   ASSERT_GT(pid, 0);
@@ -470,13 +476,13 @@ TEST(TrainerCrash, KillDashNineLeavesAConsistentStoreAndResumeFinishes) {
 TEST(TrainerCrash, CtrlCOnTheCliCheckpointsAndExits130) {
   TempDir dir;
   const std::string db = dir / "c.db";
-  const pid_t pid = spawn_ftx({"train", "--preset", "tiny", "--latent-bits", "2", "--batch", "2", "--steps",
-                               "1000000", "--eval-every", "0", "--checkpoint-every", "0", "--db", db, "--run", "c",
-                               "--quiet"},
+  const pid_t pid = spawn_ftx({"train", "--preset", "tiny", "--latent-bits", "2", "--batch", "2", "--steps", "1000000",
+                               "--eval-every", "0", "--checkpoint-every", "0", "--db", db, "--run", "c", "--quiet"},
                               dir / "c.err");
   ASSERT_GT(pid, 0);
   bool alive = true;
-  (void)wait_for(pid, db, "c", [](const Progress& p) { return !p.metrics.empty(); }, &alive);
+  (void)wait_for(
+      pid, db, "c", [](const Progress& p) { return !p.metrics.empty(); }, &alive);
   ASSERT_TRUE(alive) << read_file(dir / "c.err");
   ::kill(pid, SIGINT);
   EXPECT_EQ(wait_exit(pid), 130) << read_file(dir / "c.err");

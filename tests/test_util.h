@@ -110,8 +110,7 @@ inline std::vector<std::string> child_env(const std::vector<std::string>& overri
   for (char** e = environ; *e; ++e) {
     const std::string entry = *e;
     bool replaced = false;
-    for (const std::string& o : overrides)
-      replaced |= entry.compare(0, o.find('=') + 1, o, 0, o.find('=') + 1) == 0;
+    for (const std::string& o : overrides) replaced |= entry.compare(0, o.find('=') + 1, o, 0, o.find('=') + 1) == 0;
     if (!replaced) env.push_back(entry);
   }
   env.insert(env.end(), overrides.begin(), overrides.end());
@@ -214,7 +213,9 @@ LimitedRun run_with_file_size_limit(rlim_t limit_bytes, Fn&& fn) {
   }
   if (pid == 0) {
     ::close(fds[0]);
-    struct rlimit lim {limit_bytes, limit_bytes};
+    struct rlimit lim {
+      limit_bytes, limit_bytes
+    };
     ::signal(SIGXFSZ, SIG_IGN);
     ::setrlimit(RLIMIT_FSIZE, &lim);
     const auto st = fn();

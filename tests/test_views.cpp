@@ -18,33 +18,33 @@
 
 #include <QApplication>
 #include <QComboBox>
-#include <QStandardItemModel>
 #include <QLabel>
 #include <QLineEdit>
 #include <QPushButton>
 #include <QSpinBox>
+#include <QStandardItemModel>
 #include <QTableView>
 #include <cmath>
 #include <functional>
-#include <ostream>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "core/io/config_json.h"
 #include "core/model/config.h"
+#include "core/store/run_store.h"
 #include "core/text/char_tokenizer.h"
 #include "core/train/train_config.h"
+#include "datasets/registry.h"
+#include "datasets/synthetic.h"
+#include "test_util.h"
 #include "views/generations_view.h"
 #include "views/metric_cache.h"
 #include "views/run_list_model.h"
 #include "views/runs_view.h"
 #include "views/store_poller.h"
 #include "views/train_view.h"
-#include "datasets/registry.h"
-#include "core/store/run_store.h"
-#include "test_util.h"
-#include "datasets/synthetic.h"
 
 // Readable QString (and QStringList) values in failure messages; found by argument-dependent lookup.
 void PrintTo(const QString& s, std::ostream* os) { *os << '"' << s.toStdString() << '"'; }
@@ -54,18 +54,17 @@ namespace {
 // Kappa values are compared after float storage (TrainRequest, stored configs hold floats).
 constexpr double kFloatTol = 1e-6;
 constexpr double kDoubleTol = 1e-12;
-constexpr int kNewestOverlaid = 4;  // RunListModel overlays this many newest runs the first time
-const QString kDefaultKappa = "1/8";               // TrainView's kappa field at start
-const QString kDefaultSweep = "1/64, 1/8, 1, 8";   // TrainView's sweep field at start
-const QString kDefaultPrompt = "K>";               // GenerationsView's prompt at start
+constexpr int kNewestOverlaid = 4;                // RunListModel overlays this many newest runs the first time
+const QString kDefaultKappa = "1/8";              // TrainView's kappa field at start
+const QString kDefaultSweep = "1/64, 1/8, 1, 8";  // TrainView's sweep field at start
+const QString kDefaultPrompt = "K>";              // GenerationsView's prompt at start
 std::shared_ptr<const ftx::Tokenizer> synthetic_tokenizer() {
   return std::make_shared<ftx::CharTokenizer>(ftx::kSyntheticAlphabet);  // "_!>A..Z"
 }
 constexpr int kDefaultFixedGroups = 3, kDefaultGroupSize = 8;  // GenerationsView's spin boxes
 
 RunSummary make_run(int64_t id, const std::string& name, const QString& dataset = "synthetic",
-                    const QString& preset = "small", int latent_bits = 8, double kappa_bits = 0.125,
-                    int steps = 1000) {
+                    const QString& preset = "small", int latent_bits = 8, double kappa_bits = 0.125, int steps = 1000) {
   RunSummary r;
   r.info.id = id;
   r.info.name = name;
@@ -106,7 +105,8 @@ QLineEdit* line_edit(QWidget* parent, const std::function<bool(QLineEdit*)>& is_
 }
 
 QLineEdit* line_edit_with_text(QWidget* parent, const QString& text) {
-  return line_edit(parent, [&](QLineEdit* e) { return e->text() == text; }, text.toUtf8().constData());
+  return line_edit(
+      parent, [&](QLineEdit* e) { return e->text() == text; }, text.toUtf8().constData());
 }
 
 // Types `text` over the field's content as a user would: unlike setText, this emits textEdited.
@@ -147,15 +147,18 @@ struct GenerationsHarness {
   std::vector<Figure4> figure4;
   int comparisons = 0;
   GenerationsHarness() {
-    QObject::connect(&view, &GenerationsView::figure4_requested, [this](QString run, int step, ftx::Figure4Request req) {
-      figure4.push_back({run, step, req});
-    });
-    QObject::connect(&view, &GenerationsView::comparison_requested, [this](QStringList, ftx::Figure4Request) { ++comparisons; });
+    QObject::connect(&view, &GenerationsView::figure4_requested,
+                     [this](QString run, int step, ftx::Figure4Request req) {
+                       figure4.push_back({run, step, req});
+                     });
+    QObject::connect(&view, &GenerationsView::comparison_requested,
+                     [this](QStringList, ftx::Figure4Request) { ++comparisons; });
     view.set_runs({"run-a", "run-b"});
     view.set_tokenizer(synthetic_tokenizer());
   }
   QLineEdit* prompt() {
-    return line_edit(&view, [](QLineEdit* e) { return e->toolTip().contains("prompt"); }, "prompt");
+    return line_edit(
+        &view, [](QLineEdit* e) { return e->toolTip().contains("prompt"); }, "prompt");
   }
   void resample() {
     if (QPushButton* b = button(&view, "Resample Z")) b->click();
@@ -282,11 +285,14 @@ TEST(RunListModel, ShowsKappaForFreeRunsAndFinalValuesFromTheCache) {
   constexpr int64_t kFree = 1, kBaseline = 2;
   constexpr int kTotalSteps = 1000, kLastStep = 250;
   ftx::MetricCache cache;
-  cache.append(kFree, {{100, "train/ce", 3.0, 0.0}, {kLastStep, "train/ce", 2.5, 0.0}, {kLastStep, "train/kl", 0.0866, 0.0}});
+  cache.append(kFree,
+               {{100, "train/ce", 3.0, 0.0}, {kLastStep, "train/ce", 2.5, 0.0}, {kLastStep, "train/kl", 0.0866, 0.0}});
   RunListModel model(&cache);
   model.set_runs({make_run(kFree, "free", "synthetic", "small", 8, 0.125, kTotalSteps),
                   make_run(kBaseline, "baseline", "synthetic", "small", 0, 0.125, kTotalSteps)});
-  auto text = [&](int64_t id, int col) { return model.data(model.index(row_of(model, id), col), Qt::DisplayRole).toString(); };
+  auto text = [&](int64_t id, int col) {
+    return model.data(model.index(row_of(model, id), col), Qt::DisplayRole).toString();
+  };
 
   EXPECT_EQ(text(kFree, RunListModel::kKappa), "0.125");
   EXPECT_EQ(text(kBaseline, RunListModel::kKappa), "–") << "a baseline has no kappa";
@@ -315,7 +321,8 @@ QTableView* table_of(RunsView& view) {
 }
 
 QLineEdit* filter_of(RunsView& view) {
-  return line_edit(&view, [](QLineEdit* e) { return e->placeholderText().startsWith("Filter"); }, "filter");
+  return line_edit(
+      &view, [](QLineEdit* e) { return e->placeholderText().startsWith("Filter"); }, "filter");
 }
 
 QStringList shown_names(QTableView* table) {
@@ -397,10 +404,9 @@ TEST(RunsView, CountsRunsAlreadyInTheModel) {
 TEST(RunsView, NumericColumnsSortAsNumbers) {
   RunListModel model(nullptr);
   RunsView view(&model);
-  std::vector<RunSummary> runs = {make_run(1, "k8", "synthetic", "small", 8, 8.0),
-                                  make_run(2, "k16", "synthetic", "small", 8, 16.0),
-                                  make_run(3, "k0.5", "synthetic", "small", 8, 0.5),
-                                  make_run(4, "base", "synthetic", "small", 0, 0.0)};
+  std::vector<RunSummary> runs = {
+      make_run(1, "k8", "synthetic", "small", 8, 8.0), make_run(2, "k16", "synthetic", "small", 8, 16.0),
+      make_run(3, "k0.5", "synthetic", "small", 8, 0.5), make_run(4, "base", "synthetic", "small", 0, 0.0)};
   model.set_runs(runs);
   QTableView* table = table_of(view);
   ASSERT_TRUE(table);
@@ -543,7 +549,8 @@ TEST(TrainView, StartRefusesABadKappaAndNamesIt) {
   EXPECT_FALSE(kappa->styleSheet().isEmpty()) << "the field is marked as it is typed";
   start->click();
   EXPECT_TRUE(h.started.empty());
-  EXPECT_TRUE(label_texts(&h.view).contains("kappa 'abc' is not a number of bits")) << label_texts(&h.view).toStdString();
+  EXPECT_TRUE(label_texts(&h.view).contains("kappa 'abc' is not a number of bits"))
+      << label_texts(&h.view).toStdString();
 }
 
 // The form's custom size and `ftx train` with the same flags make the same model: the form fills
@@ -576,9 +583,10 @@ TEST(TrainView, CustomSizeMakesTheModelThatFtxTrainMakes) {
 
   const std::string db = dir / "cli.db";
   const ftx::test::Outcome cli = ftx::test::run_child(
-      ftx::test::ftx_argv({"train", "--db", db, "--run", "cli", "--layers", "3", "--dim", "96", "--heads", "3",
-                           "--latent-bits", "4", "--steps", "1", "--batch", "2", "--eval-every", "0",
-                           "--checkpoint-every", "0", "--quiet"}),
+      ftx::test::ftx_argv(
+          {"train", "--db",          db,  "--run",   "cli", "--layers", "3", "--dim",        "96", "--heads",
+           "3",     "--latent-bits", "4", "--steps", "1",   "--batch",  "2", "--eval-every", "0",  "--checkpoint-every",
+           "0",     "--quiet"}),
       {"OMP_NUM_THREADS=1"}, dir.path());
   ASSERT_EQ(cli.code, 0) << cli.err;
   auto store = ftx::RunStore::open_readonly(db);

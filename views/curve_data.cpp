@@ -11,8 +11,7 @@ namespace ftx {
 namespace {
 
 // Appends the distinct indices of one bucket (first, min, max, last) in x order.
-void flush_bucket(std::array<size_t, 4> idx, const std::vector<double>& x, const std::vector<double>& y,
-                  Series& out) {
+void flush_bucket(std::array<size_t, 4> idx, const std::vector<double>& x, const std::vector<double>& y, Series& out) {
   std::sort(idx.begin(), idx.end());
   const size_t* end = std::unique(idx.begin(), idx.end());
   for (const size_t* i = idx.begin(); i != end; ++i) {
@@ -22,8 +21,8 @@ void flush_bucket(std::array<size_t, 4> idx, const std::vector<double>& x, const
 }
 
 // The min/max pass over [begin, end), which holds more than 4 * buckets points.
-void bucket_pass(const std::vector<double>& x, const std::vector<double>& y, size_t begin, size_t end,
-                 double x_lo, double x_hi, int buckets, Series& out) {
+void bucket_pass(const std::vector<double>& x, const std::vector<double>& y, size_t begin, size_t end, double x_lo,
+                 double x_hi, int buckets, Series& out) {
   const double width = (x_hi - x_lo) / buckets;
   int current = -1;
   std::array<size_t, 4> idx{};  // first, min, max, last of the current bucket
@@ -45,8 +44,8 @@ void bucket_pass(const std::vector<double>& x, const std::vector<double>& y, siz
 
 }  // namespace
 
-Series downsample_minmax(const std::vector<double>& x, const std::vector<double>& y, double x_lo,
-                         double x_hi, int buckets) {
+Series downsample_minmax(const std::vector<double>& x, const std::vector<double>& y, double x_lo, double x_hi,
+                         int buckets) {
   Series out;
   const size_t n = std::min(x.size(), y.size());
   if (n == 0 || !(x_lo <= x_hi)) return out;
@@ -114,8 +113,7 @@ size_t count_nonpositive(const std::vector<double>& y) {
   return static_cast<size_t>(std::count_if(y.begin(), y.end(), [](double v) { return v <= 0; }));
 }
 
-std::optional<size_t> nearest_point(const std::vector<double>& x, const std::vector<double>& y,
-                                    double x_query) {
+std::optional<size_t> nearest_point(const std::vector<double>& x, const std::vector<double>& y, double x_query) {
   const size_t n = std::min(x.size(), y.size());
   if (n == 0 || std::isnan(x_query)) return std::nullopt;
   const size_t pivot = std::lower_bound(x.begin(), x.begin() + n, x_query) - x.begin();

@@ -21,8 +21,8 @@ struct Series {
 // the nearest point left of x_lo and right of x_hi so the line reaches the plot's edges. Points
 // with a non-finite y are skipped. When the range holds no more than 4 * buckets points they are
 // all returned. Empty when x_lo > x_hi or either is NaN.
-Series downsample_minmax(const std::vector<double>& x, const std::vector<double>& y, double x_lo,
-                         double x_hi, int buckets);
+Series downsample_minmax(const std::vector<double>& x, const std::vector<double>& y, double x_lo, double x_hi,
+                         int buckets);
 
 // Debiased EMA, as TensorBoard's smoothing: s_t = alpha s_{t-1} + (1 - alpha) y_t over the finite
 // points so far, divided by (1 - alpha^n) with n the number of those points, so the first output
@@ -39,7 +39,6 @@ size_t count_nonpositive(const std::vector<double>& y);
 
 // Index of the point with a finite y whose x is nearest to x_query (binary search, then the
 // nearest finite neighbour on each side; a tie goes left). None when there is no finite point.
-std::optional<size_t> nearest_point(const std::vector<double>& x, const std::vector<double>& y,
-                                    double x_query);
+std::optional<size_t> nearest_point(const std::vector<double>& x, const std::vector<double>& y, double x_query);
 
 }  // namespace ftx

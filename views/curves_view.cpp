@@ -46,14 +46,14 @@ namespace ftx {
 namespace {
 
 constexpr double kLn2 = 0.69314718055994530942;  // nats per bit
-constexpr int kMinBuckets = 200;     // before the first layout the plot is 0 pixels wide
-constexpr int kMaxBuckets = 1000;    // so at most 4 * 1000 + 2 points per series reach Qt Charts
-constexpr double kYPad = 0.04;       // auto range: this fraction of the span above and below
-constexpr double kLogYPad = 1.2;     // the same on a log axis, as a factor
-constexpr double kXDivisions = 5;    // auto x snaps to a 1-2-5 step of about span / 5
-constexpr double kWheelStep = 1.25;  // zoom factor per wheel notch
-constexpr double kKeyPan = 0.1;      // arrow keys pan by this fraction of the plot
-constexpr int kFaintAlpha = 70;      // the raw curve under its EMA
+constexpr int kMinBuckets = 200;                 // before the first layout the plot is 0 pixels wide
+constexpr int kMaxBuckets = 1000;                // so at most 4 * 1000 + 2 points per series reach Qt Charts
+constexpr double kYPad = 0.04;                   // auto range: this fraction of the span above and below
+constexpr double kLogYPad = 1.2;                 // the same on a log axis, as a factor
+constexpr double kXDivisions = 5;                // auto x snaps to a 1-2-5 step of about span / 5
+constexpr double kWheelStep = 1.25;              // zoom factor per wheel notch
+constexpr double kKeyPan = 0.1;                  // arrow keys pan by this fraction of the plot
+constexpr int kFaintAlpha = 70;                  // the raw curve under its EMA
 constexpr double kHoverRadiusPx = 40;
 constexpr int kLegendRunsMax = 40;
 // Past this many drawn lines a chart is painted without antialiasing: 100 runs at a few thousand
@@ -63,15 +63,15 @@ constexpr int kGridColumns = 3;
 constexpr size_t kMarkedPointsMax = 8;  // a series this short also shows its points
 constexpr size_t kLegendRowMax = 3;
 constexpr double kLegendFontScale = 0.85;  // five line-style keys fit under a 280-pixel chart
-constexpr QSize kMinChartSize(240, 180);  // pixels; below this the axis labels crowd the plot out
-constexpr double kDefaultAlpha = 0.6;  // TensorBoard's default smoothing weight
-constexpr int kAlphaSteps = 99;        // the slider: alpha = value / 100, at most 0.99
+constexpr QSize kMinChartSize(240, 180);   // pixels; below this the axis labels crowd the plot out
+constexpr double kDefaultAlpha = 0.6;      // TensorBoard's default smoothing weight
+constexpr int kAlphaSteps = 99;            // the slider: alpha = value / 100, at most 0.99
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
 struct KeySpec {
   std::string key;
   Qt::PenStyle style;
-  bool smooth;   // schedules (lr, kappa) are drawn as they are
+  bool smooth;         // schedules (lr, kappa) are drawn as they are
   QString label = {};  // the chart legend's name for the key, when the key itself is too long
 };
 
@@ -83,17 +83,22 @@ struct ChartSpec {
 
 std::vector<ChartSpec> chart_specs() {
   return {
-      {"Cross-entropy", "nats per token",
-       {{"train/ce", Qt::SolidLine, true, "train"}, {"val/ce_prior", Qt::DashLine, true, "val, Z prior"},
+      {"Cross-entropy",
+       "nats per token",
+       {{"train/ce", Qt::SolidLine, true, "train"},
+        {"val/ce_prior", Qt::DashLine, true, "val, Z prior"},
         {"val/ce_posterior", Qt::DotLine, true, "val, Z post."}}},
-      {"KL and kappa", "nats (1 bit = ln 2 = 0.693 nats)",
-       {{"train/kl", Qt::SolidLine, true, "train"}, {"val/kl", Qt::DotLine, true, "val"},
+      {"KL and kappa",
+       "nats (1 bit = ln 2 = 0.693 nats)",
+       {{"train/kl", Qt::SolidLine, true, "train"},
+        {"val/kl", Qt::DotLine, true, "val"},
         {"kappa", Qt::DashLine, false, "κ"}},
        true},
       {"Loss", "nats per token", {{"train/loss", Qt::SolidLine, true}}},
       {"Learning rate", "lr", {{"lr", Qt::SolidLine, false}}},
       {"Tokens/s", "tokens per second", {{"perf/tokens_per_s", Qt::SolidLine, true}}},
-      {"Synthetic task", "fraction",
+      {"Synthetic task",
+       "fraction",
        {{"synth/valid", Qt::SolidLine, true, "valid"},
         {"synth/agree_fixed", Qt::DashLine, true, "agree, Z"},
         {"synth/agree_indep", Qt::DotLine, true, "agree"},
@@ -226,8 +231,8 @@ class CurveChartView : public QChartView {
     const double fx = std::pow(kWheelStep, notches);
     const double fy = (e->modifiers() & Qt::ShiftModifier) ? 1.0 : fx;
     user_change([&] {
-      chart()->zoomIn(QRectF(c.x() - (c.x() - plot.left()) / fx, c.y() - (c.y() - plot.top()) / fy,
-                             plot.width() / fx, plot.height() / fy));
+      chart()->zoomIn(QRectF(c.x() - (c.x() - plot.left()) / fx, c.y() - (c.y() - plot.top()) / fy, plot.width() / fx,
+                             plot.height() / fy));
     });
   }
   void keyPressEvent(QKeyEvent* e) override {
@@ -249,14 +254,27 @@ class CurveChartView : public QChartView {
   bool pan_or_zoom_key(int key) {
     const QRectF plot = chart()->plotArea();
     switch (key) {
-      case Qt::Key_Left: chart()->scroll(-plot.width() * kKeyPan, 0); break;
-      case Qt::Key_Right: chart()->scroll(plot.width() * kKeyPan, 0); break;
-      case Qt::Key_Up: chart()->scroll(0, plot.height() * kKeyPan); break;
-      case Qt::Key_Down: chart()->scroll(0, -plot.height() * kKeyPan); break;
+      case Qt::Key_Left:
+        chart()->scroll(-plot.width() * kKeyPan, 0);
+        break;
+      case Qt::Key_Right:
+        chart()->scroll(plot.width() * kKeyPan, 0);
+        break;
+      case Qt::Key_Up:
+        chart()->scroll(0, plot.height() * kKeyPan);
+        break;
+      case Qt::Key_Down:
+        chart()->scroll(0, -plot.height() * kKeyPan);
+        break;
       case Qt::Key_Plus:
-      case Qt::Key_Equal: chart()->zoom(kWheelStep); break;
-      case Qt::Key_Minus: chart()->zoom(1.0 / kWheelStep); break;
-      default: return false;
+      case Qt::Key_Equal:
+        chart()->zoom(kWheelStep);
+        break;
+      case Qt::Key_Minus:
+        chart()->zoom(1.0 / kWheelStep);
+        break;
+      default:
+        return false;
     }
     return true;
   }
@@ -665,7 +683,8 @@ QString CurvePanel::hover_text(QPoint view_pos, const DisplayOptions& opt) {
                      .arg(static_cast<qint64>(s->x[hit_index]))
                      .arg(value, 0, 'g', 6);
   if (is_nats_key(hit->spec->key)) text += QString(" nats = %1 bits").arg(value / kLn2, 0, 'g', 4);
-  if (hit->drawn.smooth && hit_index < hit->ema.size()) text += QString("  (EMA %1)").arg(hit->ema[hit_index], 0, 'g', 6);
+  if (hit->drawn.smooth && hit_index < hit->ema.size())
+    text += QString("  (EMA %1)").arg(hit->ema[hit_index], 0, 'g', 6);
   return text;
 }
 
@@ -780,8 +799,9 @@ void CurvesView::schedule_refresh() {
 
 void CurvesView::update_run_legend() {
   if (runs_.empty()) {
-    run_legend_->setText("<i>No runs selected.</i> Drag: zoom; wheel: zoom (shift: x only); right-drag or "
-                         "arrows: pan; double-click: reset.");
+    run_legend_->setText(
+        "<i>No runs selected.</i> Drag: zoom; wheel: zoom (shift: x only); right-drag or "
+        "arrows: pan; double-click: reset.");
     return;
   }
   QStringList parts;
@@ -817,8 +837,8 @@ bool CurvesView::save_csv(const QString& path) {
       const Series* s = cache_->series(run.id, key);
       const QString k = csv_field(QString::fromStdString(key));
       for (size_t i = 0; i < s->x.size(); ++i) {
-        out << name << ',' << k << ',' << static_cast<qint64>(s->x[i]) << ','
-            << QString::number(s->y[i], 'g', 17) << '\n';
+        out << name << ',' << k << ',' << static_cast<qint64>(s->x[i]) << ',' << QString::number(s->y[i], 'g', 17)
+            << '\n';
       }
     }
   }

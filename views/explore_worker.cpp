@@ -37,8 +37,10 @@ void ExploreWorker::figure4(QString run, int step, ftx::Figure4Request req) {
   emit busy_changed(true);
   auto m = model(run.toStdString(), step);
   auto groups = m ? ftx::explore_figure4(**m, req) : ftx::Result<std::vector<ftx::GroupView>>(m.error());
-  if (groups) emit groups_ready(run, (*m)->step, std::move(*groups));
-  else emit failed("generations", qs(groups.error().message));
+  if (groups)
+    emit groups_ready(run, (*m)->step, std::move(*groups));
+  else
+    emit failed("generations", qs(groups.error().message));
   emit busy_changed(false);
 }
 
@@ -48,8 +50,10 @@ void ExploreWorker::freeze(QString run, int step, QString prompt, std::vector<ft
   auto m = model(run.toStdString(), step);
   auto out = m ? ftx::explore_freeze(**m, prompt.toStdString(), groups, sample_seed, temperature)
                : ftx::Result<std::vector<ftx::GroupView>>(m.error());
-  if (out) emit groups_ready(run, (*m)->step, std::move(*out));
-  else emit failed("generations", qs(out.error().message));
+  if (out)
+    emit groups_ready(run, (*m)->step, std::move(*out));
+  else
+    emit failed("generations", qs(out.error().message));
   emit busy_changed(false);
 }
 
@@ -116,14 +120,16 @@ void ExploreWorker::process_edit() {
   auto m = model(inspection_run_, inspection_step_);
   const int prompt_len = m && (*m)->train.dataset == "synthetic" ? 2 : 1;
   auto text = m ? ftx::regenerate_edited(**m, *inspection_, prompt_len, flips) : ftx::Result<std::string>(m.error());
-  if (text) emit edited_ready(qs(*text));
-  else emit failed("latent", qs(text.error().message));
+  if (text)
+    emit edited_ready(qs(*text));
+  else
+    emit failed("latent", qs(text.error().message));
 }
 
 // Runs of `dataset` with a checkpoint, Free Transformers (H > 0) or baselines, newest last, with
 // their kappa in bits.
 ftx::Result<std::vector<std::pair<std::string, double>>> ExploreWorker::lesson_runs(const std::string& dataset,
-                                                                                   bool free) {
+                                                                                    bool free) {
   auto store = ftx::RunStore::open_readonly(db_path_.toStdString(), 1000);
   if (!store) return store.error();
   auto runs = store->list_runs();
@@ -180,8 +186,9 @@ void ExploreWorker::kappa_lesson(quint64 seed) {
   emit busy_changed(true);
   auto runs = lesson_runs("synthetic", true);
   if (!runs || runs->empty()) {
-    emit failed("lessons", runs ? "no synthetic-task Free Transformer run with a checkpoint yet: run the kappa sweep in Train"
-                                : qs(runs.error().message));
+    emit failed("lessons",
+                runs ? "no synthetic-task Free Transformer run with a checkpoint yet: run the kappa sweep in Train"
+                     : qs(runs.error().message));
     return emit busy_changed(false);
   }
   // The smallest, a middle and the largest kappa (the newest run of each value).

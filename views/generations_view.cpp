@@ -38,8 +38,11 @@ QJsonObject row_json(const ftx::GroupRow& row) {
   QJsonArray codes, starts;
   for (uint32_t c : row.codes) codes.append(static_cast<qint64>(c));
   for (int s : row.starts) starts.append(s);
-  return {{"text", QString::fromStdString(row.text)}, {"valid", row.valid},   {"starts", starts},
-          {"latent_seed", seed_text(row.latent_seed)},  {"sample_seed", seed_text(row.sample_seed)},
+  return {{"text", QString::fromStdString(row.text)},
+          {"valid", row.valid},
+          {"starts", starts},
+          {"latent_seed", seed_text(row.latent_seed)},
+          {"sample_seed", seed_text(row.sample_seed)},
           {"codes", codes}};
 }
 
@@ -134,8 +137,9 @@ QWidget* GenerationsView::build_selectors() {
   auto* h = new QHBoxLayout(row);
   h->setContentsMargins(0, 0, 0, 0);
   const std::pair<QString, QWidget*> fields[] = {
-      {tr("Run"), run_box_},          {tr("Step"), step_box_},        {tr("Prompt"), prompt_edit_},
-      {tr("Fixed groups"), fixed_spin_}, {tr("Group size"), size_spin_}, {tr("Temperature"), temperature_spin_}};
+      {tr("Run"), run_box_},          {tr("Step"), step_box_},
+      {tr("Prompt"), prompt_edit_},   {tr("Fixed groups"), fixed_spin_},
+      {tr("Group size"), size_spin_}, {tr("Temperature"), temperature_spin_}};
   for (const auto& [label, widget] : fields) {
     auto* l = new QLabel(label);
     l->setBuddy(widget);
@@ -318,8 +322,8 @@ void GenerationsView::on_freeze() {
   pending_.seed = sample_seed;
   pending_.temperature = temperature;
   pending_frozen_ = true;
-  emit freeze_requested(groups_run_, groups_step_, QString::fromStdString(groups_request_.prompt), groups_,
-                        sample_seed, temperature);
+  emit freeze_requested(groups_run_, groups_step_, QString::fromStdString(groups_request_.prompt), groups_, sample_seed,
+                        temperature);
 }
 
 void GenerationsView::on_new_prompt() {
@@ -404,8 +408,10 @@ void GenerationsView::show_error(QString message) { set_message(message, true); 
 void GenerationsView::set_busy(bool busy) {
   busy_ = busy;
   update_enabled();
-  if (busy) set_message(tr("computing…"), false);
-  else if (!message_is_error_) set_message(QString(), false);
+  if (busy)
+    set_message(tr("computing…"), false);
+  else if (!message_is_error_)
+    set_message(QString(), false);
 }
 
 void GenerationsView::set_message(const QString& text, bool error) {
@@ -457,8 +463,10 @@ void GenerationsView::on_export_text() {
 
 QJsonObject GenerationsView::export_json() const {
   if (!comparison_button_->isChecked())
-    return {{"mode", groups_frozen_ ? "frozen_z" : "figure4"}, {"run", groups_run_},
-            {"step", groups_step_},                            {"request", request_json(groups_request_)},
+    return {{"mode", groups_frozen_ ? "frozen_z" : "figure4"},
+            {"run", groups_run_},
+            {"step", groups_step_},
+            {"request", request_json(groups_request_)},
             {"groups", groups_json(groups_)}};
   QJsonArray columns;
   for (const auto& [caption, groups] : columns_)

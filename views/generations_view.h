@@ -51,8 +51,8 @@ class GenerationsView : public QWidget {
  signals:
   void run_changed(QString run);  // the run selector moved (the owner may answer with set_steps)
   void figure4_requested(QString run, int step, ftx::Figure4Request req);
-  void freeze_requested(QString run, int step, QString prompt, std::vector<ftx::GroupView> groups,
-                        quint64 sample_seed, float temperature);
+  void freeze_requested(QString run, int step, QString prompt, std::vector<ftx::GroupView> groups, quint64 sample_seed,
+                        float temperature);
   void comparison_requested(QStringList runs, ftx::Figure4Request req);
 
  public slots:

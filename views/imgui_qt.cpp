@@ -11,8 +11,8 @@
 #include <QGuiApplication>
 #include <QKeyEvent>
 #include <QMouseEvent>
-#include <QWidget>
 #include <QWheelEvent>
+#include <QWidget>
 #include <algorithm>
 #include <cfloat>
 
@@ -46,41 +46,70 @@ void set_clipboard_text(void*, const char* text) { QGuiApplication::clipboard()-
 
 int mouse_button_index(Qt::MouseButton b) {
   switch (b) {
-    case Qt::LeftButton: return 0;
-    case Qt::RightButton: return 1;
-    case Qt::MiddleButton: return 2;
-    case Qt::BackButton: return 3;
-    case Qt::ForwardButton: return 4;
-    default: return -1;
+    case Qt::LeftButton:
+      return 0;
+    case Qt::RightButton:
+      return 1;
+    case Qt::MiddleButton:
+      return 2;
+    case Qt::BackButton:
+      return 3;
+    case Qt::ForwardButton:
+      return 4;
+    default:
+      return -1;
   }
 }
 
 int imgui_key(int qt_key) {
   switch (qt_key) {
     case Qt::Key_Tab:
-    case Qt::Key_Backtab: return ImGuiKey_Tab;
-    case Qt::Key_Left: return ImGuiKey_LeftArrow;
-    case Qt::Key_Right: return ImGuiKey_RightArrow;
-    case Qt::Key_Up: return ImGuiKey_UpArrow;
-    case Qt::Key_Down: return ImGuiKey_DownArrow;
-    case Qt::Key_PageUp: return ImGuiKey_PageUp;
-    case Qt::Key_PageDown: return ImGuiKey_PageDown;
-    case Qt::Key_Home: return ImGuiKey_Home;
-    case Qt::Key_End: return ImGuiKey_End;
-    case Qt::Key_Insert: return ImGuiKey_Insert;
-    case Qt::Key_Delete: return ImGuiKey_Delete;
-    case Qt::Key_Backspace: return ImGuiKey_Backspace;
-    case Qt::Key_Space: return ImGuiKey_Space;
-    case Qt::Key_Return: return ImGuiKey_Enter;
-    case Qt::Key_Enter: return ImGuiKey_KeyPadEnter;
-    case Qt::Key_Escape: return ImGuiKey_Escape;
-    case Qt::Key_A: return ImGuiKey_A;
-    case Qt::Key_C: return ImGuiKey_C;
-    case Qt::Key_V: return ImGuiKey_V;
-    case Qt::Key_X: return ImGuiKey_X;
-    case Qt::Key_Y: return ImGuiKey_Y;
-    case Qt::Key_Z: return ImGuiKey_Z;
-    default: return -1;
+    case Qt::Key_Backtab:
+      return ImGuiKey_Tab;
+    case Qt::Key_Left:
+      return ImGuiKey_LeftArrow;
+    case Qt::Key_Right:
+      return ImGuiKey_RightArrow;
+    case Qt::Key_Up:
+      return ImGuiKey_UpArrow;
+    case Qt::Key_Down:
+      return ImGuiKey_DownArrow;
+    case Qt::Key_PageUp:
+      return ImGuiKey_PageUp;
+    case Qt::Key_PageDown:
+      return ImGuiKey_PageDown;
+    case Qt::Key_Home:
+      return ImGuiKey_Home;
+    case Qt::Key_End:
+      return ImGuiKey_End;
+    case Qt::Key_Insert:
+      return ImGuiKey_Insert;
+    case Qt::Key_Delete:
+      return ImGuiKey_Delete;
+    case Qt::Key_Backspace:
+      return ImGuiKey_Backspace;
+    case Qt::Key_Space:
+      return ImGuiKey_Space;
+    case Qt::Key_Return:
+      return ImGuiKey_Enter;
+    case Qt::Key_Enter:
+      return ImGuiKey_KeyPadEnter;
+    case Qt::Key_Escape:
+      return ImGuiKey_Escape;
+    case Qt::Key_A:
+      return ImGuiKey_A;
+    case Qt::Key_C:
+      return ImGuiKey_C;
+    case Qt::Key_V:
+      return ImGuiKey_V;
+    case Qt::Key_X:
+      return ImGuiKey_X;
+    case Qt::Key_Y:
+      return ImGuiKey_Y;
+    case Qt::Key_Z:
+      return ImGuiKey_Z;
+    default:
+      return -1;
   }
 }
 
@@ -139,16 +168,26 @@ bool process_wheel(ImGuiIO& io, QWheelEvent* e) {
 
 Qt::CursorShape qt_cursor(ImGuiMouseCursor c) {
   switch (c) {
-    case ImGuiMouseCursor_TextInput: return Qt::IBeamCursor;
-    case ImGuiMouseCursor_ResizeAll: return Qt::SizeAllCursor;
-    case ImGuiMouseCursor_ResizeNS: return Qt::SizeVerCursor;
-    case ImGuiMouseCursor_ResizeEW: return Qt::SizeHorCursor;
-    case ImGuiMouseCursor_ResizeNESW: return Qt::SizeBDiagCursor;
-    case ImGuiMouseCursor_ResizeNWSE: return Qt::SizeFDiagCursor;
-    case ImGuiMouseCursor_Hand: return Qt::PointingHandCursor;
-    case ImGuiMouseCursor_NotAllowed: return Qt::ForbiddenCursor;
-    case ImGuiMouseCursor_None: return Qt::BlankCursor;
-    default: return Qt::ArrowCursor;
+    case ImGuiMouseCursor_TextInput:
+      return Qt::IBeamCursor;
+    case ImGuiMouseCursor_ResizeAll:
+      return Qt::SizeAllCursor;
+    case ImGuiMouseCursor_ResizeNS:
+      return Qt::SizeVerCursor;
+    case ImGuiMouseCursor_ResizeEW:
+      return Qt::SizeHorCursor;
+    case ImGuiMouseCursor_ResizeNESW:
+      return Qt::SizeBDiagCursor;
+    case ImGuiMouseCursor_ResizeNWSE:
+      return Qt::SizeFDiagCursor;
+    case ImGuiMouseCursor_Hand:
+      return Qt::PointingHandCursor;
+    case ImGuiMouseCursor_NotAllowed:
+      return Qt::ForbiddenCursor;
+    case ImGuiMouseCursor_None:
+      return Qt::BlankCursor;
+    default:
+      return Qt::ArrowCursor;
   }
 }
 
@@ -226,17 +265,26 @@ bool ImGui_ImplQt_ProcessEvent(QEvent* event) {
     case QEvent::MouseButtonPress:
     case QEvent::MouseButtonDblClick:  // ImGui detects double clicks itself from the timing
       return process_mouse_button(io, *bd, static_cast<QMouseEvent*>(event), true);
-    case QEvent::MouseButtonRelease: return process_mouse_button(io, *bd, static_cast<QMouseEvent*>(event), false);
-    case QEvent::Wheel: return process_wheel(io, static_cast<QWheelEvent*>(event));
-    case QEvent::KeyPress: return process_key(io, static_cast<QKeyEvent*>(event), true);
-    case QEvent::KeyRelease: return process_key(io, static_cast<QKeyEvent*>(event), false);
-    case QEvent::Leave: io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX); return true;
-    case QEvent::FocusIn: io.AddFocusEvent(true); return true;
+    case QEvent::MouseButtonRelease:
+      return process_mouse_button(io, *bd, static_cast<QMouseEvent*>(event), false);
+    case QEvent::Wheel:
+      return process_wheel(io, static_cast<QWheelEvent*>(event));
+    case QEvent::KeyPress:
+      return process_key(io, static_cast<QKeyEvent*>(event), true);
+    case QEvent::KeyRelease:
+      return process_key(io, static_cast<QKeyEvent*>(event), false);
+    case QEvent::Leave:
+      io.MousePos = ImVec2(-FLT_MAX, -FLT_MAX);
+      return true;
+    case QEvent::FocusIn:
+      io.AddFocusEvent(true);
+      return true;
     case QEvent::FocusOut:
       io.AddFocusEvent(false);
       release_all(io, *bd);
       return true;
-    default: return false;
+    default:
+      return false;
   }
 }
 

@@ -107,9 +107,7 @@ void LatentView::set_message(QString message) {
   schedule_frames(2);
 }
 
-bool LatentView::save_png(const QString& path) {
-  return render_frame() && frame_.save(path, "PNG");
-}
+bool LatentView::save_png(const QString& path) { return render_frame() && frame_.save(path, "PNG"); }
 
 QRectF LatentView::cell_rect(int t, int h) const {
   if (!layout_.valid || !inspection_ || t < 0 || h < 0 || t >= inspection_->T || h >= inspection_->H) return {};
@@ -256,7 +254,8 @@ bool LatentView::event(QEvent* e) {
     case QEvent::Wheel:
       e->accept();  // the panel is the whole widget: nothing propagates to the parent
       return true;
-    default: return QWidget::event(e);
+    default:
+      return QWidget::event(e);
   }
 }
 

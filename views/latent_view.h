@@ -14,10 +14,10 @@
 #pragma once
 #include <QImage>
 #include <QOffscreenSurface>
-#include <QWidget>
 #include <QRectF>
 #include <QString>
 #include <QTimer>
+#include <QWidget>
 #include <memory>
 #include <optional>
 #include <string>

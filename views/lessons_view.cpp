@@ -21,13 +21,13 @@
 namespace {
 
 const char* const kErrorStyle = "color: #e03131;";
-const QColor kPosteriorColour(240, 140, 0);   // orange
-const QColor kGivenZColour(134, 142, 150);    // grey, dashed
-const QColor kBaselineColour(28, 126, 214);   // blue
-const QColor kFreeColour(47, 158, 68);        // green
-const QColor kBitOneColour(214, 51, 108);     // magenta
-const QColor kBitZeroColour(112, 72, 232);    // violet
-constexpr double kLessonCellPoints = 7.5;     // three 66-character columns side by side
+const QColor kPosteriorColour(240, 140, 0);  // orange
+const QColor kGivenZColour(134, 142, 150);   // grey, dashed
+const QColor kBaselineColour(28, 126, 214);  // blue
+const QColor kFreeColour(47, 158, 68);       // green
+const QColor kBitOneColour(214, 51, 108);    // magenta
+const QColor kBitZeroColour(112, 72, 232);   // violet
+constexpr double kLessonCellPoints = 7.5;    // three 66-character columns side by side
 
 const char* const kCoinflipText = QT_TRANSLATE_NOOP(
     "LessonsView",
@@ -61,16 +61,20 @@ QString kappa_text(double bits) {
 // four runs: 1/64 bit, 1/8 bit, 1 bit, 8 bits.
 QString kappa_note(double bits) {
   if (bits <= 1.0 / 32)
-    return LessonsView::tr("Tiny budget: Z carries almost nothing and the model learns to ignore it. Fixed-Z rows "
-                           "look like independent ones: the target lands anywhere.");
+    return LessonsView::tr(
+        "Tiny budget: Z carries almost nothing and the model learns to ignore it. Fixed-Z rows "
+        "look like independent ones: the target lands anywhere.");
   if (bits <= 0.5)
-    return LessonsView::tr("Moderate budget: Z carries the target position. Rows of the fixed group put the target "
-                           "in the same place, while the noise '!' stays random.");
+    return LessonsView::tr(
+        "Moderate budget: Z carries the target position. Rows of the fixed group put the target "
+        "in the same place, while the noise '!' stays random.");
   if (bits <= 2)
-    return LessonsView::tr("Ample budget: Z carries the target position and the noise pattern too, so fixed-Z rows "
-                           "look almost identical.");
-  return LessonsView::tr("Large budget: the encoder may pack the whole sequence, prompt included, into Z. "
-                         "Generations from the prior may degrade: watch the valid %.");
+    return LessonsView::tr(
+        "Ample budget: Z carries the target position and the noise pattern too, so fixed-Z rows "
+        "look almost identical.");
+  return LessonsView::tr(
+      "Large budget: the encoder may pack the whole sequence, prompt included, into Z. "
+      "Generations from the prior may degrade: watch the valid %.");
 }
 
 QLineSeries* curve(const QString& name, const std::vector<double>& values, const QColor& colour, Qt::PenStyle style,
@@ -222,9 +226,9 @@ void LessonsView::show_coinflip(ftx::CoinflipLesson lesson, double eps, QString 
 }
 
 void LessonsView::show_runs(const QString& baseline_run, const QString& free_run) {
-  const QString baseline =
-      baseline_run.isEmpty() ? tr("<i>no baseline coin-flip run: train one in Train (dataset Coin flip, H = 0)</i>")
-                             : tr("baseline: <b>%1</b>").arg(baseline_run.toHtmlEscaped());
+  const QString baseline = baseline_run.isEmpty()
+                               ? tr("<i>no baseline coin-flip run: train one in Train (dataset Coin flip, H = 0)</i>")
+                               : tr("baseline: <b>%1</b>").arg(baseline_run.toHtmlEscaped());
   const QString free = free_run.isEmpty()
                            ? tr("<i>no Free Transformer coin-flip run: train one in Train (Coin flip, H ≥ 1)</i>")
                            : tr("Free Transformer: <b>%1</b>").arg(free_run.toHtmlEscaped());
@@ -237,14 +241,12 @@ void LessonsView::fill_chart(const ftx::CoinflipLesson& lesson, const QString& b
   std::vector<QAbstractSeries*> series;
   series.push_back(bit_dots(tr("bit Xₜ₊₁ = 1"), lesson.bits, 1, kBitOneColour));
   series.push_back(bit_dots(tr("bit Xₜ₊₁ = 0"), lesson.bits, 0, kBitZeroColour));
-  series.push_back(curve(tr("exact posterior"), lesson.exact_posterior, kPosteriorColour,
-                         Qt::SolidLine, 3));
+  series.push_back(curve(tr("exact posterior"), lesson.exact_posterior, kPosteriorColour, Qt::SolidLine, 3));
   series.push_back(curve(tr("exact given Z"), lesson.exact_given_z, kGivenZColour, Qt::DashLine, 2));
   if (!lesson.baseline.empty())
     series.push_back(curve(tr("baseline (%1)").arg(baseline_run), lesson.baseline, kBaselineColour, Qt::SolidLine, 2));
   if (!lesson.free_z.empty())
-    series.push_back(curve(tr("Free Transformer (%1)").arg(free_run), lesson.free_z, kFreeColour,
-                           Qt::SolidLine, 2));
+    series.push_back(curve(tr("Free Transformer (%1)").arg(free_run), lesson.free_z, kFreeColour, Qt::SolidLine, 2));
   for (QAbstractSeries* s : series) {
     chart_->addSeries(s);
     s->attachAxis(axis_t_);
@@ -268,8 +270,9 @@ void LessonsView::show_kappa_lesson(GroupColumns columns, std::vector<double> ka
   clear_kappa_columns();
   if (columns.empty()) {
     kappa_message_->setStyleSheet(QString());
-    kappa_message_->setText(tr("No kappa sweep runs: train runs at 1/64, 1/8 and 8 bits (Train, dataset Synthetic), "
-                               "then press Regenerate."));
+    kappa_message_->setText(
+        tr("No kappa sweep runs: train runs at 1/64, 1/8 and 8 bits (Train, dataset Synthetic), "
+           "then press Regenerate."));
     return;
   }
   kappa_message_->setStyleSheet(QString());

@@ -111,7 +111,8 @@ void MainWindow::build_docks() {
     inspect_latent(latent_seed_);
   });
   connect(train_view_, &TrainView::start_requested, this, [this](std::vector<ftx::TrainRequest> reqs) {
-    if (ftx::Status st = session_->start(std::move(reqs)); !st) train_view_->show_error(QString::fromStdString(st.error().message));
+    if (ftx::Status st = session_->start(std::move(reqs)); !st)
+      train_view_->show_error(QString::fromStdString(st.error().message));
   });
   connect(train_view_, &TrainView::pause_requested, this, [this] { session_->pause(); });
   connect(train_view_, &TrainView::resume_requested, this, [this] { session_->resume(); });

@@ -35,7 +35,7 @@ class CurvesView;
 
 struct StudioOptions {
   QString db_path;
-  QString view;                 // dock to raise: runs|train|curves|generations|latent|lessons
+  QString view;  // dock to raise: runs|train|curves|generations|latent|lessons
   ftx::DatasetFactory datasets;
 };
 

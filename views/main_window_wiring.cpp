@@ -10,8 +10,8 @@
 #include <QStatusBar>
 #include <QTimer>
 #include <filesystem>
-#include <set>
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/store/run_store.h"
 #include "views/curves_view.h"
@@ -65,16 +65,18 @@ void MainWindow::connect_explorer() {
     }
   });
   connect(explorer_, &ExploreWorker::groups_ready, generations_, &GenerationsView::show_groups);
-  connect(explorer_, &ExploreWorker::groups_ready, this, [](const QString& run, int step, const std::vector<ftx::GroupView>& g) {
-    qInfo("generations: shown %zu groups of run '%s' at step %d", g.size(), qPrintable(run), step);
-  });
+  connect(explorer_, &ExploreWorker::groups_ready, this,
+          [](const QString& run, int step, const std::vector<ftx::GroupView>& g) {
+            qInfo("generations: shown %zu groups of run '%s' at step %d", g.size(), qPrintable(run), step);
+          });
   connect(explorer_, &ExploreWorker::comparison_ready, generations_, &GenerationsView::show_comparison);
   connect(explorer_, &ExploreWorker::busy_changed, generations_, &GenerationsView::set_busy);
-  connect(explorer_, &ExploreWorker::latent_ready, this, [this](const ftx::LatentInspection& li, QString run, int step) {
-    latent_->set_inspection(li, run, step);
-    qInfo("latent: shown %d positions x %d bits of run '%s' at step %d", li.T, li.H, qPrintable(run), step);
-    latent_text_->setText(QString::fromStdString(li.text));
-  });
+  connect(explorer_, &ExploreWorker::latent_ready, this,
+          [this](const ftx::LatentInspection& li, QString run, int step) {
+            latent_->set_inspection(li, run, step);
+            qInfo("latent: shown %d positions x %d bits of run '%s' at step %d", li.T, li.H, qPrintable(run), step);
+            latent_text_->setText(QString::fromStdString(li.text));
+          });
   connect(explorer_, &ExploreWorker::edited_ready, latent_, &LatentView::set_edited);
   connect(latent_, &LatentView::flips_changed, this, [this](const BitFlips& f) { explorer_->request_edit(f); });
   connect(lessons_, &LessonsView::coinflip_requested, explorer_, &ExploreWorker::coinflip);
@@ -84,9 +86,12 @@ void MainWindow::connect_explorer() {
   connect(explorer_, &ExploreWorker::coinflip_ready, lessons_, &LessonsView::show_coinflip);
   connect(explorer_, &ExploreWorker::kappa_lesson_ready, lessons_, &LessonsView::show_kappa_lesson);
   connect(explorer_, &ExploreWorker::failed, this, [this](const QString& view, const QString& message) {
-    if (view == "generations") generations_->show_error(message);
-    else if (view == "latent") latent_->set_message(message);
-    else lessons_->show_error(message);
+    if (view == "generations")
+      generations_->show_error(message);
+    else if (view == "latent")
+      latent_->set_message(message);
+    else
+      lessons_->show_error(message);
     statusBar()->showMessage(message, 8000);
     qWarning("%s: %s", qPrintable(view), qPrintable(message));
   });
@@ -159,9 +164,10 @@ void MainWindow::on_session_tick() {
   session_version_ = s.version;
   train_view_->show_snapshot(s);
   session_status_->setText(s.run.empty() ? "idle"
-                                         : QString("%1: %2, step %3/%4").arg(QString::fromStdString(s.run),
-                                                                            ftx::session_state_name(s.state))
-                                               .arg(s.step).arg(s.total_steps));
+                                         : QString("%1: %2, step %3/%4")
+                                               .arg(QString::fromStdString(s.run), ftx::session_state_name(s.state))
+                                               .arg(s.step)
+                                               .arg(s.total_steps));
 }
 
 namespace {
@@ -177,7 +183,8 @@ bool session_owns(const ftx::Session& s, const QString& name) {
 }  // namespace
 
 void MainWindow::delete_run(qint64 id, const QString& name) {
-  if (session_owns(*session_, name)) return statusBar()->showMessage("Stop run '" + name + "' before deleting it", 8000);
+  if (session_owns(*session_, name))
+    return statusBar()->showMessage("Stop run '" + name + "' before deleting it", 8000);
   auto store = ftx::RunStore::open(opts_.db_path.toStdString(), kUiBusyTimeoutMs);
   ftx::Status st = store ? store->delete_run(id) : ftx::Status(store.error());
   if (!st) return QMessageBox::warning(this, "Delete run", QString::fromStdString(st.error().message)), void();
@@ -201,7 +208,8 @@ void MainWindow::rename_run(qint64 id, const QString& name) {
 
 void MainWindow::inspect_latent(quint64 seed) {
   const QString run = latent_run_->currentText();
-  if (run.isEmpty()) return latent_->set_message("No Free Transformer run (H > 0) with a checkpoint yet: train one in Train");
+  if (run.isEmpty())
+    return latent_->set_message("No Free Transformer run (H > 0) with a checkpoint yet: train one in Train");
   QMetaObject::invokeMethod(explorer_, "inspect", Qt::QueuedConnection, Q_ARG(QString, run), Q_ARG(int, -1),
                             Q_ARG(QString, latent_text_->text()), Q_ARG(quint64, seed));
 }
@@ -209,7 +217,8 @@ void MainWindow::inspect_latent(quint64 seed) {
 // Another store opens in a new studio window (a process of its own, like "open in new window"):
 // this window keeps its store, its threads and any training in progress.
 void MainWindow::open_database() {
-  const QString path = QFileDialog::getOpenFileName(this, "Open run store", opts_.db_path, "Run store (*.db);;All files (*)");
+  const QString path =
+      QFileDialog::getOpenFileName(this, "Open run store", opts_.db_path, "Run store (*.db);;All files (*)");
   if (path.isEmpty()) return;
   if (QProcess::startDetached(QCoreApplication::applicationFilePath(), {"--db", path}))
     statusBar()->showMessage("Opened " + path + " in a new window", 5000);

@@ -25,7 +25,8 @@ QVariant last_value_text(const ftx::MetricCache* cache, int64_t run, const char*
 
 }  // namespace
 
-RunListModel::RunListModel(const ftx::MetricCache* cache, QObject* parent) : QAbstractTableModel(parent), cache_(cache) {}
+RunListModel::RunListModel(const ftx::MetricCache* cache, QObject* parent)
+    : QAbstractTableModel(parent), cache_(cache) {}
 
 void RunListModel::set_runs(std::vector<RunSummary> runs) {
   beginResetModel();
@@ -62,8 +63,10 @@ void RunListModel::set_colour(int64_t run_id, const QColor& c) {
 }
 
 void RunListModel::set_overlaid(int64_t run_id, bool on) {
-  if (on) overlay_.insert(run_id);
-  else overlay_.remove(run_id);
+  if (on)
+    overlay_.insert(run_id);
+  else
+    overlay_.remove(run_id);
   if (!runs_.empty()) emit dataChanged(index(0, kOverlay), index(rowCount() - 1, kOverlay));
   emit overlay_changed();
 }
@@ -75,7 +78,9 @@ std::vector<int64_t> RunListModel::overlaid_ids() const {
   return ids;
 }
 
-int RunListModel::rowCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : static_cast<int>(runs_.size()); }
+int RunListModel::rowCount(const QModelIndex& parent) const {
+  return parent.isValid() ? 0 : static_cast<int>(runs_.size());
+}
 int RunListModel::columnCount(const QModelIndex& parent) const { return parent.isValid() ? 0 : kColumns; }
 
 QVariant RunListModel::data(const QModelIndex& index, int role) const {
@@ -90,32 +95,46 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
   const int done_steps = ce && !ce->x.empty() ? static_cast<int>(ce->x.back()) : 0;
   if (role == kSortRole) {  // numbers sort as numbers ("16" after "8"), the rest as text
     switch (col) {
-      case kKappa: return r->latent_bits > 0 ? r->kappa_bits : -1.0;
-      case kSteps: return done_steps;
+      case kKappa:
+        return r->latent_bits > 0 ? r->kappa_bits : -1.0;
+      case kSteps:
+        return done_steps;
       case kCe:
-      case kKl: return last_value(cache_, id, col == kCe ? "train/ce" : "train/kl").value_or(-1.0);
-      default: return data(index, Qt::DisplayRole);
+      case kKl:
+        return last_value(cache_, id, col == kCe ? "train/ce" : "train/kl").value_or(-1.0);
+      default:
+        return data(index, Qt::DisplayRole);
     }
   }
   if (role != Qt::DisplayRole && role != Qt::EditRole) return {};
   switch (col) {
-    case kName: return QString::fromStdString(r->info.name);
-    case kStatus: return QString::fromStdString(r->info.status);
-    case kDataset: return r->dataset;
-    case kPreset: return r->preset;
-    case kBits: return r->latent_bits;
-    case kKappa: return r->latent_bits > 0 ? QVariant(QString::number(r->kappa_bits, 'g', 3)) : QVariant("–");
-    case kSteps: return QString("%1 / %2").arg(done_steps).arg(r->steps);
-    case kCe: return last_value_text(cache_, id, "train/ce");
-    case kKl: return last_value_text(cache_, id, "train/kl");
-    default: return {};
+    case kName:
+      return QString::fromStdString(r->info.name);
+    case kStatus:
+      return QString::fromStdString(r->info.status);
+    case kDataset:
+      return r->dataset;
+    case kPreset:
+      return r->preset;
+    case kBits:
+      return r->latent_bits;
+    case kKappa:
+      return r->latent_bits > 0 ? QVariant(QString::number(r->kappa_bits, 'g', 3)) : QVariant("–");
+    case kSteps:
+      return QString("%1 / %2").arg(done_steps).arg(r->steps);
+    case kCe:
+      return last_value_text(cache_, id, "train/ce");
+    case kKl:
+      return last_value_text(cache_, id, "train/kl");
+    default:
+      return {};
   }
 }
 
 QVariant RunListModel::headerData(int section, Qt::Orientation o, int role) const {
   if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* kNames[kColumns] = {"", "", "Run", "Status", "Dataset", "Preset", "H", "κ (bit)", "Steps",
-                                         "CE", "KL (nats)"};
+  static const char* kNames[kColumns] = {"",  "",        "Run",   "Status", "Dataset",  "Preset",
+                                         "H", "κ (bit)", "Steps", "CE",     "KL (nats)"};
   return kNames[section];
 }
 

@@ -25,7 +25,7 @@ class RunListModel : public QAbstractTableModel {
 
   explicit RunListModel(const ftx::MetricCache* cache, QObject* parent = nullptr);
   void set_runs(std::vector<RunSummary> runs);  // keeps overlay and colour choices by run id
-  void refresh_values();                         // re-read final CE/KL from the cache
+  void refresh_values();                        // re-read final CE/KL from the cache
   const std::vector<RunSummary>& runs() const { return runs_; }
   const RunSummary* run_at(int row) const;
   QColor colour(int64_t run_id) const;

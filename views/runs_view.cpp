@@ -88,7 +88,8 @@ QString RunsView::current_run() const {
 void RunsView::choose_colour(const QModelIndex& proxy_index) {
   const RunSummary* r = model_->run_at(proxy_->mapToSource(proxy_index).row());
   if (!r) return;
-  const QColor c = QColorDialog::getColor(model_->colour(r->info.id), this, "Colour of " + QString::fromStdString(r->info.name));
+  const QColor c =
+      QColorDialog::getColor(model_->colour(r->info.id), this, "Colour of " + QString::fromStdString(r->info.name));
   if (c.isValid()) model_->set_colour(r->info.id, c);
 }
 
@@ -97,7 +98,8 @@ void RunsView::confirm_delete() {
   if (!r) return;
   const QString name = QString::fromStdString(r->info.name);
   const auto answer = QMessageBox::question(
-      this, "Delete run", "Delete run '" + name + "', its metrics, generations and checkpoint files? This cannot be undone.");
+      this, "Delete run",
+      "Delete run '" + name + "', its metrics, generations and checkpoint files? This cannot be undone.");
   if (answer == QMessageBox::Yes) emit delete_requested(r->info.id, name);
 }
 

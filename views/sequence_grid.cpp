@@ -14,11 +14,11 @@
 
 namespace {
 
-constexpr double kMargin = 10;  // around the whole grid
-constexpr double kGap = 16;     // between blocks side by side, and between stacked groups
-constexpr double kPad = 8;      // inside a group's frame
-constexpr double kMarker = 8;   // left of each row's text: room for the invalid marker
-constexpr int kMinColumns = 66; // a synthetic sequence: 2 prompt + 64 body tokens
+constexpr double kMargin = 10;                  // around the whole grid
+constexpr double kGap = 16;                     // between blocks side by side, and between stacked groups
+constexpr double kPad = 8;                      // inside a group's frame
+constexpr double kMarker = 8;                   // left of each row's text: room for the invalid marker
+constexpr int kMinColumns = 66;                 // a synthetic sequence: 2 prompt + 64 body tokens
 const QColor kIndependentAccent(28, 126, 214);  // blue, like the paper's independent group
 const QColor kFixedAccent(47, 158, 68);         // green, like the paper's fixed-Z groups
 const QColor kInvalid(224, 49, 49);
@@ -61,8 +61,9 @@ QString group_metrics_text(const ftx::GroupView& g) {
 
 QString validity_text(const ftx::GroupRow& row) {
   if (!row.valid)
-    return SequenceGrid::tr("invalid: not a synthetic sequence (64 characters of '_', '!' and the\n"
-                            "prompt's letter, at least 4 letters, all inside one window of 8)");
+    return SequenceGrid::tr(
+        "invalid: not a synthetic sequence (64 characters of '_', '!' and the\n"
+        "prompt's letter, at least 4 letters, all inside one window of 8)");
   QStringList starts;
   for (int s : row.starts) starts << QString::number(s);
   if (starts.size() == 1) return SequenceGrid::tr("valid, target starts at body position %1").arg(starts[0]);

@@ -57,7 +57,7 @@ class SequenceGrid : public QWidget {
     const ftx::GroupView* group = nullptr;
   };
   struct PlacedRow {
-    QRectF rect;   // the whole row, marker included
+    QRectF rect;        // the whole row, marker included
     double text_x = 0;  // where the first character starts
     const ftx::GroupRow* row = nullptr;
     int index = 0;  // row number in its group

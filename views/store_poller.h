@@ -37,8 +37,8 @@ class StorePoller : public QObject {
   ~StorePoller() override;
 
  public slots:
-  void start();      // call on the poller's thread (connect to QThread::started)
-  void poll();       // one round now
+  void start();                    // call on the poller's thread (connect to QThread::started)
+  void poll();                     // one round now
   void reload_run(qint64 run_id);  // re-send every metric of a run (after a resume trimmed it)
 
  signals:

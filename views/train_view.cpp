@@ -63,9 +63,7 @@ QSpinBox* spin(int lo, int hi, int value) {
 
 void mark(QLineEdit* e, bool bad) { e->setStyleSheet(bad ? "QLineEdit { border: 2px solid #d33; }" : ""); }
 
-QString kappa_label(double bits) {
-  return QString::number(bits, 'g', 4).replace(".", "_");
-}
+QString kappa_label(double bits) { return QString::number(bits, 'g', 4).replace(".", "_"); }
 
 }  // namespace
 
@@ -209,7 +207,8 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   if (!bits) return bits.error();
   bool ok = false;
   const double lr = lr_->text().toDouble(&ok);
-  if (!ok || !(lr > 0 && lr < 1)) return ftx::make_error("learning rate '" + lr_->text().toStdString() + "' must be a number in (0, 1)");
+  if (!ok || !(lr > 0 && lr < 1))
+    return ftx::make_error("learning rate '" + lr_->text().toStdString() + "' must be a number in (0, 1)");
   r.device = device_->currentData().toString().toStdString();
   r.precision = device_->currentData(kPrecisionRole).toString().toStdString();
   const QString preset = preset_->currentText();
@@ -228,8 +227,10 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   r.train.checkpoint_every = r.train.eval_every;
   r.run = name_->text().trimmed().toStdString();
   if (r.run.empty())
-    r.run = (QString::fromStdString(r.train.dataset) + QString("-H%1-k%2-").arg(r.shape.latent_bits).arg(kappa_label(*bits)) +
-             QDateTime::currentDateTime().toString("MMdd-hhmmss")).toStdString();
+    r.run = (QString::fromStdString(r.train.dataset) +
+             QString("-H%1-k%2-").arg(r.shape.latent_bits).arg(kappa_label(*bits)) +
+             QDateTime::currentDateTime().toString("MMdd-hhmmss"))
+                .toStdString();
   return r;
 }
 
@@ -273,10 +274,13 @@ void TrainView::show_snapshot(const ftx::SessionSnapshot& s) {
   } else {
     status_->setText(QString("<b>%1</b> — %2 · step %3/%4 · CE %5 · KL %6 nats · κ %7 bit · %8 tok/s · ETA %9 s%10")
                          .arg(QString::fromStdString(s.run), ftx::session_state_name(s.state))
-                         .arg(s.step).arg(s.total_steps)
-                         .arg(s.ce, 0, 'f', 4).arg(s.kl, 0, 'f', 4)
+                         .arg(s.step)
+                         .arg(s.total_steps)
+                         .arg(s.ce, 0, 'f', 4)
+                         .arg(s.kl, 0, 'f', 4)
                          .arg(ftx::nats_to_bits(s.kappa_nats), 0, 'g', 3)
-                         .arg(s.tokens_per_s, 0, 'f', 0).arg(s.eta_s, 0, 'f', 0)
+                         .arg(s.tokens_per_s, 0, 'f', 0)
+                         .arg(s.eta_s, 0, 'f', 0)
                          .arg(s.queued > 0 ? QString(" · %1 queued").arg(s.queued) : QString()));
   }
   if (!s.message.empty()) {

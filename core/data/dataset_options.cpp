@@ -6,7 +6,8 @@
 namespace ftx {
 
 Result<double> read_dataset_option(const nlohmann::json& options, const DatasetOption& o, FieldName name) {
-  if (!options.is_object()) return make_error(std::string("dataset options must be a JSON object, got ") + options.type_name());
+  if (!options.is_object())
+    return make_error(std::string("dataset options must be a JSON object, got ") + options.type_name());
   auto it = options.find(o.field.key);
   if (it == options.end() || it->is_null()) return o.default_value;
   double x = 0;

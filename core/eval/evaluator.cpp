@@ -14,8 +14,8 @@ struct ValStats {
 };
 
 // `state` holds activations for (B, T) with B <= n_seq, T = seq_len - 1; batches of B sequences.
-ValStats validation_pass(Model& model, ModelState& state, const BatchSource& data, int n_seq, bool prior,
-                         uint64_t seed, float kappa) {
+ValStats validation_pass(Model& model, ModelState& state, const BatchSource& data, int n_seq, bool prior, uint64_t seed,
+                         float kappa) {
   const int S = data.seq_len(), T = S - 1, B = state.B;
   const int H = model.config().latent_bits;
   std::vector<int32_t> tok(size_t(B) * S), in(size_t(B) * T), tg(size_t(B) * T);
@@ -117,8 +117,8 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
     auto prompt = tokenizer.encode(std::string{letter, '>'});
     FT_ASSERT(prompt.ok(), "synthetic-task metrics on dataset %s: %s", data.name().c_str(),
               prompt.error().message.c_str());
-    auto groups = figure4_groups(model, *prompt, cfg.group_size, 1, cfg.group_size, derive_seed(cfg.seed, 21, uint64_t(p)),
-                                 sc, tokenizer);
+    auto groups = figure4_groups(model, *prompt, cfg.group_size, 1, cfg.group_size,
+                                 derive_seed(cfg.seed, 21, uint64_t(p)), sc, tokenizer);
     if (p == 0 && samples) *samples = groups;
     for (const auto& g : groups) {
       valid.push_back(g.valid);

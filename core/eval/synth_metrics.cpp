@@ -3,8 +3,8 @@
 #include "core/eval/synth_metrics.h"
 
 #include <algorithm>
-#include <iterator>
 #include <cmath>
+#include <iterator>
 #include <limits>
 
 namespace ftx {
@@ -27,8 +27,7 @@ std::string check_characters(const std::string& body, char letter, int& first, i
       return "character '" + std::string(1, c) + "' at position " + std::to_string(p) + " is not _, ! or " + letter;
     }
   }
-  if (count < kSynthMinLetters)
-    return std::to_string(count) + " letter(s) " + letter + ", at least 4 needed";
+  if (count < kSynthMinLetters) return std::to_string(count) + " letter(s) " + letter + ", at least 4 needed";
   return {};
 }
 

@@ -32,7 +32,7 @@ struct SynthAnalysis {
 SynthAnalysis analyze_body(const std::string& body, char letter);
 
 struct GroupMetrics {
-  int n = 0;                     // generations in the group
+  int n = 0;  // generations in the group
   int n_valid = 0;
   double valid = 0.0;            // n_valid / n (NaN when n == 0)
   double agreement = 0.0;        // pairs of valid generations whose start sets intersect (NaN if < 2 valid)

@@ -20,7 +20,8 @@ Result<TrainConfig> stored_train_config(RunStore& store, const std::string& run)
   auto info = store.find_run(run);
   if (!info) return info.error();
   nlohmann::json j = nlohmann::json::parse(info->config_json, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return make_error(store.path() + ": run '" + run + "' has an unreadable config");
+  if (j.is_discarded() || !j.is_object())
+    return make_error(store.path() + ": run '" + run + "' has an unreadable config");
   return train_config_from_json(j.value("train", nlohmann::json::object()), store.path() + " (run '" + run + "')");
 }
 
@@ -115,8 +116,8 @@ Result<std::vector<GroupView>> explore_figure4(ExplorerModel& m, const Figure4Re
     return make_error("groups: 0..16 fixed groups of 1..64 sequences");
   const SampleConfig sc = sample_config(m, prompt->size(), req.temperature);
   FTX_TRY(sc.validate());
-  auto groups = figure4_groups(*m.model, *prompt, req.group_size, req.fixed_groups, req.group_size, req.seed, sc,
-                               *m.tokenizer);
+  auto groups =
+      figure4_groups(*m.model, *prompt, req.group_size, req.fixed_groups, req.group_size, req.seed, sc, *m.tokenizer);
   std::vector<GroupView> out;
   for (const GroupResult& g : groups) out.push_back(to_group_view(g, *m.tokenizer, m.train.dataset == "synthetic"));
   return out;
@@ -212,7 +213,8 @@ namespace {
 Result<std::vector<double>> coinflip_predictions(ExplorerModel& m, const std::vector<int>& bits, uint64_t seed) {
   if (m.train.dataset != "coinflip") return make_error("run '" + m.run + "' was not trained on the coin-flip task");
   const int T = static_cast<int>(bits.size());
-  if (T + 1 > m.seq_len) return make_error("run '" + m.run + "' has sequences of " + std::to_string(m.seq_len - 1) + " bits");
+  if (T + 1 > m.seq_len)
+    return make_error("run '" + m.run + "' has sequences of " + std::to_string(m.seq_len - 1) + " bits");
   std::string text = ">";
   for (int b : bits) text += b ? '1' : '0';
   auto tok = encode_text(m, text, "coin-flip sequence");

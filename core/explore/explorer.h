@@ -25,9 +25,9 @@ namespace ftx {
 struct ExplorerModel {
   std::string run;
   int step = 0;
-  TrainConfig train;  // the run's stored training config (dataset, kappa, ...)
+  TrainConfig train;                           // the run's stored training config (dataset, kappa, ...)
   std::shared_ptr<const Tokenizer> tokenizer;  // the checkpoint's (else the dataset's); never null
-  int seq_len = 0;    // the dataset's tokens per sequence (prompt + body)
+  int seq_len = 0;                             // the dataset's tokens per sequence (prompt + body)
   std::unique_ptr<Model> model;
 };
 // Loads `run` from the store at `db_path` at checkpoint `step` (the latest when absent); the
@@ -39,24 +39,24 @@ Result<ExplorerModel> load_explorer_model(Backend& be, const DatasetFactory& dat
 
 // ---- Generations (Figure 4) ----
 struct GroupRow {
-  std::string text;             // prompt + generated
+  std::string text;                 // prompt + generated
   std::vector<std::string> tokens;  // (S) each token's bytes: views draw one cell per token
-  std::vector<uint32_t> codes;  // (T,) one code per input position
+  std::vector<uint32_t> codes;      // (T,) one code per input position
   uint64_t latent_seed = 0, sample_seed = 0;
-  bool valid = false;           // synthetic task: a valid sequence
-  std::vector<int> starts;      // possible target starts in the body (valid rows)
+  bool valid = false;       // synthetic task: a valid sequence
+  std::vector<int> starts;  // possible target starts in the body (valid rows)
 };
 struct GroupView {
-  int group = 0;      // 0 = independent
-  bool fixed = false; // one Z for the whole group
+  int group = 0;       // 0 = independent
+  bool fixed = false;  // one Z for the whole group
   std::vector<GroupRow> rows;
   double valid = 0, agreement = 0, noise_agreement = 0;  // NaN when undefined
 };
 struct Figure4Request {
-  std::string prompt;     // e.g. "K>"; must encode with the run's tokenizer
+  std::string prompt;  // e.g. "K>"; must encode with the run's tokenizer
   int fixed_groups = 3;
   int group_size = 8;
-  uint64_t seed = 1;      // latent and sample seeds derive from it
+  uint64_t seed = 1;  // latent and sample seeds derive from it
   float temperature = 1.0f;
 };
 // One independent group and `fixed_groups` fixed-Z groups for the prompt.
@@ -91,12 +91,12 @@ Result<std::string> regenerate_edited(ExplorerModel& m, const LatentInspection& 
 // (the prediction of X_{t+1} after t observed bits), the exact posterior P(X_{t+1}=1 | X_1..X_t),
 // the exact conditional given the true Z, and the models' predictions.
 struct CoinflipLesson {
-  int z = 0;                          // the sequence's latent coin
-  std::vector<int> bits;              // (T) X_1..X_T
+  int z = 0;                            // the sequence's latent coin
+  std::vector<int> bits;                // (T) X_1..X_T
   std::vector<double> exact_posterior;  // (T) P(X_{t+1}=1 | X_1..X_t), t = 0..T-1
   std::vector<double> exact_given_z;    // (T)
-  std::vector<double> baseline;       // (T) the baseline model's P(next = '1'), empty without one
-  std::vector<double> free_z;         // (T) the Free Transformer's, Z from its encoder, empty without one
+  std::vector<double> baseline;         // (T) the baseline model's P(next = '1'), empty without one
+  std::vector<double> free_z;           // (T) the Free Transformer's, Z from its encoder, empty without one
 };
 // A sequence drawn like the task's: Z ~ B(0.5), then T bits each flipped with probability eps.
 CoinflipLesson coinflip_example(uint64_t seed, int T, double eps);

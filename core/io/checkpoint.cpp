@@ -64,8 +64,8 @@ Result<TensorSet> open_single(const std::string& path) {
 
 // A shard name must be a plain file name in the checkpoint directory.
 bool is_plain_basename(const std::string& s) {
-  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos &&
-         s.find('\\') == std::string::npos && s.find('\0') == std::string::npos;
+  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos && s.find('\\') == std::string::npos &&
+         s.find('\0') == std::string::npos;
 }
 
 Result<std::map<std::string, std::string>> read_weight_map(const std::string& index_path, const json& j) {

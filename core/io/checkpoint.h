@@ -42,10 +42,10 @@ inline constexpr const char* kTrainerFileName = "trainer.json";
 struct CheckpointData {
   ModelConfig config;
   std::shared_ptr<const Tokenizer> tokenizer;  // config.json's "tokenizer"; null: token ids only
-  std::vector<float> params;            // arena order of param_specs(config)
+  std::vector<float> params;                   // arena order of param_specs(config)
   bool has_training_state = false;
-  std::vector<float> adam_m, adam_v;    // AdamW moments, same layout as params
-  nlohmann::json trainer;               // trainer.json (an object; null is written as {})
+  std::vector<float> adam_m, adam_v;  // AdamW moments, same layout as params
+  nlohmann::json trainer;             // trainer.json (an object; null is written as {})
 };
 
 // Writes `ck` as the checkpoint directory `dir` (atomic, see above). Parent directories are

@@ -101,8 +101,7 @@ class KeyReader {
     const json* v = find(key);
     if (!v || v->is_null()) return {};
     if (!v->is_string()) return err(key, std::string("must be a string, got ") + v->type_name());
-    if (v->get<std::string>() != expected)
-      return err(key, v->dump() + " is not supported (" + why + ")");
+    if (v->get<std::string>() != expected) return err(key, v->dump() + " is not supported (" + why + ")");
     return {};
   }
 
@@ -169,8 +168,7 @@ Status read_rope(const KeyReader& r, ModelConfig* c) {
     float theta = 0;
     if (pr.find("rope_theta")) {
       FTX_TRY(pr.get_positive_float("rope_theta", 1e30, &theta));
-      if (top && theta != c->rope_theta)
-        return pr.err("rope_theta", "conflicts with the top-level rope_theta");
+      if (top && theta != c->rope_theta) return pr.err("rope_theta", "conflicts with the top-level rope_theta");
       c->rope_theta = theta;
     }
   }

@@ -91,8 +91,7 @@ Result<FileWriter> FileWriter::create(const std::string& path) {
   return FileWriter(path, UniqueFd(fd));
 }
 
-FileWriter::FileWriter(FileWriter&& o) noexcept
-    : path_(std::move(o.path_)), fd_(std::move(o.fd_)), done_(o.done_) {
+FileWriter::FileWriter(FileWriter&& o) noexcept : path_(std::move(o.path_)), fd_(std::move(o.fd_)), done_(o.done_) {
   o.done_ = true;  // the moved-from writer must not unlink the file
 }
 

@@ -73,11 +73,16 @@ size_t find_invalid_utf8(std::string_view s) {
     const auto c = static_cast<unsigned char>(s[i]);
     int len = 0;
     uint32_t lo = 0x80, hi = 0xBF;  // allowed range of the second byte
-    if (c < 0x80) len = 1;
-    else if (c >= 0xC2 && c <= 0xDF) len = 2;
-    else if (c >= 0xE0 && c <= 0xEF) len = 3, lo = (c == 0xE0 ? 0xA0 : 0x80), hi = (c == 0xED ? 0x9F : 0xBF);
-    else if (c >= 0xF0 && c <= 0xF4) len = 4, lo = (c == 0xF0 ? 0x90 : 0x80), hi = (c == 0xF4 ? 0x8F : 0xBF);
-    else return i;
+    if (c < 0x80)
+      len = 1;
+    else if (c >= 0xC2 && c <= 0xDF)
+      len = 2;
+    else if (c >= 0xE0 && c <= 0xEF)
+      len = 3, lo = (c == 0xE0 ? 0xA0 : 0x80), hi = (c == 0xED ? 0x9F : 0xBF);
+    else if (c >= 0xF0 && c <= 0xF4)
+      len = 4, lo = (c == 0xF0 ? 0x90 : 0x80), hi = (c == 0xF4 ? 0x8F : 0xBF);
+    else
+      return i;
     if (i + len > s.size()) return i;
     for (int k = 1; k < len; ++k) {
       const auto b = static_cast<unsigned char>(s[i + k]);
@@ -134,8 +139,7 @@ Status parse_offsets(const std::string& where, const json& v, TensorInfo* t) {
     return make_error(where + ": 'data_offsets' must be an array [BEGIN, END], got " + v.dump());
   if (!json_to_u63(v[0], &t->begin) || !json_to_u63(v[1], &t->end))
     return make_error(where + ": data_offsets " + v.dump() + " must be non-negative integers");
-  if (t->end < t->begin)
-    return make_error(where + ": data_offsets " + v.dump() + ": END is before BEGIN");
+  if (t->end < t->begin) return make_error(where + ": data_offsets " + v.dump() + ": END is before BEGIN");
   return {};
 }
 
@@ -165,9 +169,8 @@ Status parse_entry(const std::string& path, const std::string& name, const json&
                       " is not a whole number of bytes");
   if (t->end - t->begin != bits / 8)
     return make_error(where + ": size mismatch: data_offsets [" + std::to_string(t->begin) + ", " +
-                      std::to_string(t->end) + "] hold " + std::to_string(t->end - t->begin) +
-                      " bytes but shape " + shape_str(t->shape) + " of " + dtype_name(t->dtype) + " needs " +
-                      std::to_string(bits / 8));
+                      std::to_string(t->end) + "] hold " + std::to_string(t->end - t->begin) + " bytes but shape " +
+                      shape_str(t->shape) + " of " + dtype_name(t->dtype) + " needs " + std::to_string(bits / 8));
   return {};
 }
 
@@ -176,8 +179,8 @@ Status check_layout(const std::string& path, std::vector<TensorInfo>* tensors, u
   for (const auto& t : *tensors)
     if (t.end > data_size)
       return make_error(path + ": tensor " + quote_name(t.name) + ": data_offsets [" + std::to_string(t.begin) + ", " +
-                        std::to_string(t.end) + "] are out of range: past the end of the " +
-                        std::to_string(data_size) + "-byte data buffer (file truncated?)");
+                        std::to_string(t.end) + "] are out of range: past the end of the " + std::to_string(data_size) +
+                        "-byte data buffer (file truncated?)");
   std::sort(tensors->begin(), tensors->end(), [](const TensorInfo& a, const TensorInfo& b) {
     return a.begin != b.begin ? a.begin < b.begin : a.end != b.end ? a.end < b.end : a.name < b.name;
   });
@@ -344,7 +347,8 @@ Status SafetensorsFile::read_f32_into(const std::string& name, float* dst, int64
   if (count != ti.numel)
     return make_error(path_ + ": tensor " + quote_name(name) + ": caller expects " + std::to_string(count) +
                       " elements, the tensor has " + std::to_string(ti.numel) + " " + shape_str(ti.shape));
-  if (ti.dtype == SafetensorsDType::F32) return pread_exact(fd_.get(), dst, ti.end - ti.begin, data_offset() + ti.begin, path_);
+  if (ti.dtype == SafetensorsDType::F32)
+    return pread_exact(fd_.get(), dst, ti.end - ti.begin, data_offset() + ti.begin, path_);
   if (ti.dtype != SafetensorsDType::F16 && ti.dtype != SafetensorsDType::BF16)
     return make_error(path_ + ": tensor " + quote_name(name) + ": dtype " + dtype_name(ti.dtype) +
                       " cannot be read as fp32 (supported: F32, F16, BF16)");
@@ -377,8 +381,7 @@ namespace {
 
 // The JSON header for `tensors` laid out back to back in order, padded to a multiple of 8.
 Result<std::string> build_header(const std::string& path, const std::vector<NamedTensor>& tensors,
-                                 const std::map<std::string, std::string>& metadata,
-                                 std::vector<uint64_t>* sizes) {
+                                 const std::map<std::string, std::string>& metadata, std::vector<uint64_t>* sizes) {
   json h = json::object();
   if (!metadata.empty()) h["__metadata__"] = metadata;
   uint64_t offset = 0;

@@ -28,18 +28,38 @@ namespace ftx {
 // Every dtype string of the safetensors format; anything else is rejected at open(). A storage
 // type of the file, not a compute type: the backend's weight dtypes are ftx::DType (kernels/dtype.h).
 enum class SafetensorsDType {
-  BOOL, U8, I8, I16, U16, F16, BF16, I32, U32, F32, I64, U64, F64, C64,
-  F8_E5M2, F8_E4M3, F8_E8M0, F8_E4M3FNUZ, F8_E5M2FNUZ, F4, F6_E2M3, F6_E3M2
+  BOOL,
+  U8,
+  I8,
+  I16,
+  U16,
+  F16,
+  BF16,
+  I32,
+  U32,
+  F32,
+  I64,
+  U64,
+  F64,
+  C64,
+  F8_E5M2,
+  F8_E4M3,
+  F8_E8M0,
+  F8_E4M3FNUZ,
+  F8_E5M2FNUZ,
+  F4,
+  F6_E2M3,
+  F6_E3M2
 };
 
-const char* dtype_name(SafetensorsDType t);                // "BF16"
-int dtype_bits(SafetensorsDType t);                        // 16 (4 for F4, 6 for F6_*)
+const char* dtype_name(SafetensorsDType t);                  // "BF16"
+int dtype_bits(SafetensorsDType t);                          // 16 (4 for F4, 6 for F6_*)
 Result<SafetensorsDType> parse_dtype(const std::string& s);  // "BF16" -> BF16; an error for unknown strings
 
 struct TensorInfo {
   std::string name;
   SafetensorsDType dtype = SafetensorsDType::F32;
-  std::vector<int64_t> shape;  // row-major; [] = scalar (1 element)
+  std::vector<int64_t> shape;   // row-major; [] = scalar (1 element)
   uint64_t begin = 0, end = 0;  // byte offsets relative to the start of the data buffer
   int64_t numel = 0;            // product of shape (overflow-checked at open)
 };

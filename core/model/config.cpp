@@ -23,8 +23,7 @@ Status ModelConfig::validate() const {
     return bad("latent bits H must be in 0.." + std::to_string(kMaxLatentBits) + ", got " +
                std::to_string(latent_bits));
   if (is_free() && (inject_after < 1 || inject_after >= n_layers))
-    return bad("inject_after must be in 1.." + std::to_string(n_layers - 1) + ", got " +
-               std::to_string(inject_after));
+    return bad("inject_after must be in 1.." + std::to_string(n_layers - 1) + ", got " + std::to_string(inject_after));
   return {};
 }
 

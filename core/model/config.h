@@ -17,7 +17,7 @@ inline constexpr int kMaxLatentBits = 20;
 inline constexpr int kDefaultLatentBits = 8;
 
 struct ModelConfig {
-  int vocab_size = 29;     // V: rows of the embedding; the tokenizer (kept beside) may use fewer
+  int vocab_size = 29;    // V: rows of the embedding; the tokenizer (kept beside) may use fewer
   int dim = 128;          // D (C)
   int n_layers = 4;       // L
   int n_heads = 4;        // NH
@@ -28,8 +28,8 @@ struct ModelConfig {
   float rms_norm_eps = 1e-6f;
   float rope_theta = 10000.0f;
   bool tie_embeddings = false;
-  int latent_bits = 0;     // H; 0 = plain decoder baseline
-  int inject_after = 2;    // Z enters block inject_after+1 (1-based) = index inject_after (0-based)
+  int latent_bits = 0;        // H; 0 = plain decoder baseline
+  int inject_after = 2;       // Z enters block inject_after+1 (1-based) = index inject_after (0-based)
   bool readout_bias = false;  // free.encoder_readout.bias present (other writers may add it)
 
   bool is_free() const { return latent_bits > 0; }
@@ -56,7 +56,8 @@ struct ShapeOverrides {
     v(s.layers, Field{.key = "layers", .help = "Override the preset's number of blocks", .bounds = kPositive});
     v(s.dim, Field{.key = "dim", .help = "Override the model width", .bounds = kPositive});
     v(s.heads, Field{.key = "heads", .help = "Override the number of query heads", .bounds = kPositive});
-    v(s.kv_heads, Field{.key = "kv_heads", .help = "Override the number of key/value heads (GQA)", .bounds = kPositive});
+    v(s.kv_heads,
+      Field{.key = "kv_heads", .help = "Override the number of key/value heads (GQA)", .bounds = kPositive});
     v(s.ffn, Field{.key = "ffn", .help = "Override the SwiGLU hidden width", .bounds = kPositive});
     v(s.latent_bits, Field{.key = "latent_bits",
                            .help = "H: latent bits per position (0 = plain decoder)",

@@ -103,7 +103,9 @@ size_t padded(size_t bytes) { return (bytes + 255) / 256 * 256; }
 // n elements of src (fp32 or bf16) as fp32.
 void widen(float* dst, WeightRef src, size_t n) {
   switch (src.dtype) {
-    case DType::F32: std::memcpy(dst, src.ptr, n * sizeof(float)); return;
+    case DType::F32:
+      std::memcpy(dst, src.ptr, n * sizeof(float));
+      return;
     case DType::BF16:
       for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(src.bf16()[i]);
       return;
@@ -125,8 +127,10 @@ Status Model::take_tensors(const TensorSource& source) {
     if (given[i].ptr == nullptr) return make_error("model tensor " + s.name + ": not given");
     s.dtype = s.gemm_weight ? given[i].dtype : DType::F32;
     const size_t bytes = padded(size_t(s.numel) * dtype_size(s.dtype));
-    if (!s.gemm_weight) fp32_bytes += bytes;
-    else if (!in_place) upload_bytes += bytes;
+    if (!s.gemm_weight)
+      fp32_bytes += bytes;
+    else if (!in_place)
+      upload_bytes += bytes;
   }
   auto fp32 = be_.try_alloc(fp32_bytes);
   if (!fp32) return fp32.error();
@@ -200,9 +204,15 @@ void Model::init_weights(uint64_t seed, const InitConfig& init) {
     if (s.name == "free.zeta") std = init.zeta_std;
     for (int64_t i = 0; i < s.numel; ++i) {
       switch (s.init) {
-        case ParamInit::Ones: dst[i] = 1.0f; break;
-        case ParamInit::Zeros: dst[i] = 0.0f; break;
-        case ParamInit::Normal: dst[i] = std * philox_normal(seed, kStreamInit + ti, i); break;
+        case ParamInit::Ones:
+          dst[i] = 1.0f;
+          break;
+        case ParamInit::Zeros:
+          dst[i] = 0.0f;
+          break;
+        case ParamInit::Normal:
+          dst[i] = std * philox_normal(seed, kStreamInit + ti, i);
+          break;
       }
     }
   }
@@ -215,7 +225,7 @@ void Model::init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed,
   const int64_t C = cfg_.dim, H = cfg_.latent_bits, codes = cfg_.num_codes();
   std::vector<float> v(size_t(H) * C);  // (H, C) one direction per bit
   for (size_t i = 0; i < v.size(); ++i) v[i] = std * philox_normal(seed, kStreamInit + 999, i);
-  float* w = host.data() + s->offset;   // (C, 2^H)
+  float* w = host.data() + s->offset;  // (C, 2^H)
   for (int64_t c = 0; c < C; ++c)
     for (int64_t d = 0; d < codes; ++d) {
       float acc = 0;
@@ -482,7 +492,7 @@ void Model::backward(ModelState& s) {
   const size_t NC = size_t(N) * C;
   // loss = mean CE + mean max(0, KL - kappa): both means over N = B*T positions.
   const float inv_n = 1.0f / N;
-  be_.crossentropy_backward(s.logits, s.logits, s.tokens + N, N, V, inv_n);  // in place: dlogits
+  be_.crossentropy_backward(s.logits, s.logits, s.tokens + N, N, V, inv_n);         // in place: dlogits
   be_.matmul_backward(s.d_ln, g_.head, s.logits, s.ln_f, w_.head, N, C, V, false);  // tied: head is embed
   be_.fill(s.dx, 0.0f, NC);
   be_.rmsnorm_backward(s.dx, g_.norm, s.d_ln, s.xs[L], w_.norm, s.rstd_f, N, C);

@@ -22,13 +22,13 @@
 namespace ftx {
 
 struct InitConfig {
-  float std = 0.02f;              // normal init of every matrix
-  bool scale_residual = true;     // o_proj and down_proj std / sqrt(2 L)
-  float post_sampler_std = 0.02f; // free.post_sampler.weight
+  float std = 0.02f;               // normal init of every matrix
+  bool scale_residual = true;      // o_proj and down_proj std / sqrt(2 L)
+  float post_sampler_std = 0.02f;  // free.post_sampler.weight
   // Bit-linear post-sampler: column d = sum_h (2 U_h(d) - 1) v_h with v_h ~ N(0, std^2), so Z
   // reaches the decoder as a sum of one direction per bit (training is free to leave that form).
   bool post_sampler_bitlinear = true;
-  float zeta_std = 1.0f;          // free.zeta (goes through RMSNorm: only its direction matters)
+  float zeta_std = 1.0f;  // free.zeta (goes through RMSNorm: only its direction matters)
 };
 
 struct StepStats {
@@ -37,7 +37,6 @@ struct StepStats {
   double kl_excess = 0;  // mean max(0, KL_t - kappa): the free-bits term of the loss
   double loss = 0;       // ce + kl_excess
 };
-
 
 class Model {
  public:
@@ -84,8 +83,8 @@ class Model {
   // Latent: when codes (B, T) (host) are given they are used as Z (prior, fixed or edited codes);
   // otherwise Z is sampled from the encoder with Philox (seed, stream). The encoder always runs
   // for a Free Transformer, so KL and the pass-through gradient exist in both cases.
-  StepStats forward(ModelState& s, const int32_t* inputs, const int32_t* targets, const uint32_t* codes,
-                    uint64_t seed, uint64_t stream, float kappa_nats);
+  StepStats forward(ModelState& s, const int32_t* inputs, const int32_t* targets, const uint32_t* codes, uint64_t seed,
+                    uint64_t stream, float kappa_nats);
   // forward() in its three parts, for a caller that wraps the device work in a step graph
   // (Backend::begin_graph): forward_ops neither uploads nor downloads unless codes are given.
   void upload_batch(ModelState& s, const int32_t* inputs, const int32_t* targets);
@@ -95,11 +94,11 @@ class Model {
   void backward(ModelState& s);
 
   // Host copies of the last forward's results.
-  void read_codes(const ModelState& s, uint32_t* host) const;       // (B, T)
-  void read_bit_probs(const ModelState& s, float* host) const;      // (B, T, H)
-  void read_kl(const ModelState& s, float* host) const;             // (B, T) nats
-  void read_token_losses(const ModelState& s, float* host) const;   // (B, T) -log p(target)
-  void read_logits(const ModelState& s, float* host) const;         // (B, T, V)
+  void read_codes(const ModelState& s, uint32_t* host) const;      // (B, T)
+  void read_bit_probs(const ModelState& s, float* host) const;     // (B, T, H)
+  void read_kl(const ModelState& s, float* host) const;            // (B, T) nats
+  void read_token_losses(const ModelState& s, float* host) const;  // (B, T) -log p(target)
+  void read_logits(const ModelState& s, float* host) const;        // (B, T, V)
 
   // Generation with a KV cache: feed one position at a time for all B sequences.
   std::unique_ptr<DecodeState> make_decode_state(int B, int max_len);
@@ -117,8 +116,8 @@ class Model {
   // Queries at positions pos0..pos0+T-1. Without a cache (training, pos0 = 0) attention reads this
   // call's own keys and values; with one, they are appended to the cache at pos0 first and
   // attention reads its rows 0..pos0+T-1 (generation).
-  void block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
-                     int T, bool causal, int pos0 = 0, const KvCache* cache = nullptr);
+  void block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B, int T,
+                     bool causal, int pos0 = 0, const KvCache* cache = nullptr);
   void block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, const float* q_in, const float* kv_in,
                       const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal);
   void init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed, float std) const;
@@ -126,7 +125,7 @@ class Model {
   Status take_tensors(const TensorSource& source);
 
   struct LayoutOnly {};
-  Model(Backend& backend, const ModelConfig& config, LayoutOnly);  // specs only, nothing allocated
+  Model(Backend& backend, const ModelConfig& config, LayoutOnly);      // specs only, nothing allocated
   Model(Backend& backend, const ModelConfig& config, std::nullptr_t);  // params_ null when out of memory
 
   Backend& be_;
@@ -134,12 +133,12 @@ class Model {
   std::vector<ParamSpec> specs_;
   int64_t n_params_ = 0;
   bool inference_ = false;
-  float* params_ = nullptr;     // trainable: (num_params) in specs order; inference: the fp32 tensors only
+  float* params_ = nullptr;  // trainable: (num_params) in specs order; inference: the fp32 tensors only
   float* grads_ = nullptr;
-  void* uploaded_ = nullptr;    // inference off the host: the GEMM weights, in their dtypes
+  void* uploaded_ = nullptr;     // inference off the host: the GEMM weights, in their dtypes
   std::vector<WeightRef> refs_;  // per spec
-  ParamRefs w_;                 // resolved from refs_
-  GradPtrs g_;                  // resolved from grads_ once allocated
+  ParamRefs w_;                  // resolved from refs_
+  GradPtrs g_;                   // resolved from grads_ once allocated
 };
 
 }  // namespace ftx

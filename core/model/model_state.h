@@ -40,11 +40,11 @@ class ModelState {
   int B = 0, T = 0;
   float* arena = nullptr;
   size_t arena_floats = 0;
-  int32_t* tokens = nullptr;   // (2, N): inputs then targets, on the backend
-  uint32_t* codes = nullptr;   // (N)
-  std::vector<float*> xs;      // L+1 residual streams (N, C): xs[l] is the input of block l
+  int32_t* tokens = nullptr;      // (2, N): inputs then targets, on the backend
+  uint32_t* codes = nullptr;      // (N)
+  std::vector<float*> xs;         // L+1 residual streams (N, C): xs[l] is the input of block l
   std::vector<BlockActs> blocks;  // L decoder blocks
-  BlockActs enc{};      // encoder block
+  BlockActs enc{};                // encoder block
   float *zeta_b, *kv_inj, *enc_out, *enc_ln, *enc_rstd, *bit_logits, *p, *kl, *R;
   float *ln_f, *rstd_f, *logits, *losses;
   // backward scratch
@@ -64,10 +64,10 @@ class DecodeState {
   Backend& be;
   int B = 0, max_len = 0;
   float* arena = nullptr;
-  int32_t* tokens = nullptr;   // (B)
-  uint32_t* codes = nullptr;   // (B)
+  int32_t* tokens = nullptr;           // (B)
+  uint32_t* codes = nullptr;           // (B)
   std::vector<float*> kcache, vcache;  // per layer (B, max_len, NKV, HS)
-  BlockActs scratch{};  // sized for (B, 1) with att (B, NH, 1, max_len)
+  BlockActs scratch{};                 // sized for (B, 1) with att (B, NH, 1, max_len)
   float *x, *x2, *kv_in, *R, *ln_f, *rstd_f, *logits;
 };
 

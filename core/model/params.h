@@ -21,7 +21,7 @@ struct ParamSpec {
   int64_t offset = 0;  // in floats, into the fp32 arena of a trainable model
   int64_t numel = 0;
   ParamInit init = ParamInit::Normal;
-  bool decay = true;   // AdamW weight decay (matrices yes; norms, zeta no)
+  bool decay = true;  // AdamW weight decay (matrices yes; norms, zeta no)
   // Read only as the weight of matmul_forward / embedding_forward (the embedding, the block
   // projections, lm_head, the encoder readout), so it may be held in any DType; the other tensors
   // (norm weights, zeta, biases, the post-sampler that is gathered by code) are always fp32.

@@ -26,17 +26,17 @@ struct BlockTensors {
 
 template <class M, class V>
 struct ModelTensors {
-  M embed;                                // (V, C) model.embed_tokens.weight
+  M embed;                                 // (V, C) model.embed_tokens.weight
   std::vector<BlockTensors<M, V>> layers;  // L decoder blocks
-  V norm;                                 // (C) model.norm.weight
-  M head;                                 // (V, C) lm_head.weight, or embed when tied
+  V norm;                                  // (C) model.norm.weight
+  M head;                                  // (V, C) lm_head.weight, or embed when tied
   // Free Transformer only (null in the plain decoder):
-  V zeta;                                 // (C) free.zeta
-  BlockTensors<M, V> enc;                 // free.encoder.*
-  V enc_norm;                             // (C) free.encoder_norm.weight
-  M readout;                              // (H, C) free.encoder_readout.weight
-  V readout_bias;                         // (H) free.encoder_readout.bias, null when absent
-  V post_sampler;                         // (C, 2^H) free.post_sampler.weight (a gather: fp32 only)
+  V zeta;                  // (C) free.zeta
+  BlockTensors<M, V> enc;  // free.encoder.*
+  V enc_norm;              // (C) free.encoder_norm.weight
+  M readout;               // (H, C) free.encoder_readout.weight
+  V readout_bias;          // (H) free.encoder_readout.bias, null when absent
+  V post_sampler;          // (C, 2^H) free.post_sampler.weight (a gather: fp32 only)
 };
 
 using ParamRefs = ModelTensors<WeightRef, const float*>;

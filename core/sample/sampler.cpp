@@ -10,10 +10,14 @@ namespace ftx {
 
 const char* latent_kind_name(LatentKind k) {
   switch (k) {
-    case LatentKind::FromEncoder: return "from_encoder";
-    case LatentKind::Uniform: return "uniform";
-    case LatentKind::Fixed: return "fixed";
-    case LatentKind::Edited: return "edited";
+    case LatentKind::FromEncoder:
+      return "from_encoder";
+    case LatentKind::Uniform:
+      return "uniform";
+    case LatentKind::Fixed:
+      return "fixed";
+    case LatentKind::Edited:
+      return "edited";
   }
   return "?";
 }
@@ -74,8 +78,10 @@ namespace {
 std::vector<uint32_t> policy_codes(const LatentPolicy& lp, int n, int H) {
   switch (lp.kind) {
     case LatentKind::FromEncoder:
-    case LatentKind::Uniform: return uniform_codes(lp.seed, n, H);
-    case LatentKind::Fixed: return {lp.codes.begin(), lp.codes.begin() + n};
+    case LatentKind::Uniform:
+      return uniform_codes(lp.seed, n, H);
+    case LatentKind::Fixed:
+      return {lp.codes.begin(), lp.codes.begin() + n};
     case LatentKind::Edited: {
       std::vector<uint32_t> c(lp.codes.begin(), lp.codes.begin() + n);
       for (auto [pos, bit] : lp.flips) c[pos] ^= 1u << bit;

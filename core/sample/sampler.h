@@ -19,9 +19,9 @@ enum class LatentKind { FromEncoder, Uniform, Fixed, Edited };
 
 struct LatentPolicy {
   LatentKind kind = LatentKind::Uniform;
-  uint64_t seed = 0;                        // Uniform / FromEncoder: codes past the prompt
-  std::vector<uint32_t> codes;              // Fixed / Edited: one per input position
-  std::vector<std::pair<int, int>> flips;   // Edited: (position, bit) pairs to flip
+  uint64_t seed = 0;                       // Uniform / FromEncoder: codes past the prompt
+  std::vector<uint32_t> codes;             // Fixed / Edited: one per input position
+  std::vector<std::pair<int, int>> flips;  // Edited: (position, bit) pairs to flip
 
   static LatentPolicy from_encoder(uint64_t seed) { return {LatentKind::FromEncoder, seed, {}, {}}; }
   static LatentPolicy uniform(uint64_t seed) { return {LatentKind::Uniform, seed, {}, {}}; }
@@ -45,7 +45,8 @@ struct SampleConfig {
   template <class Self, class V>
   static void for_each_field(Self& s, V&& v) {
     v(s.temperature, Field{.key = "temperature", .help = "Sampling temperature (0 = greedy)", .bounds = kNonNegative});
-    v(s.top_k, Field{.key = "top_k", .help = "Sample among the k most likely tokens (0 = all)", .bounds = kNonNegative});
+    v(s.top_k,
+      Field{.key = "top_k", .help = "Sample among the k most likely tokens (0 = all)", .bounds = kNonNegative});
     v(s.max_new_tokens, Field{.key = "max_new_tokens", .bounds = kPositive});
   }
   Status validate(FieldName name = field_key) const { return check_fields(*this, name); }

@@ -18,12 +18,18 @@ namespace ftx {
 
 const char* session_state_name(SessionState s) {
   switch (s) {
-    case SessionState::Idle: return "idle";
-    case SessionState::Running: return "running";
-    case SessionState::Paused: return "paused";
-    case SessionState::Finished: return "finished";
-    case SessionState::Failed: return "failed";
-    case SessionState::Stopped: return "stopped";
+    case SessionState::Idle:
+      return "idle";
+    case SessionState::Running:
+      return "running";
+    case SessionState::Paused:
+      return "paused";
+    case SessionState::Finished:
+      return "finished";
+    case SessionState::Failed:
+      return "failed";
+    case SessionState::Stopped:
+      return "stopped";
   }
   return "?";
 }
@@ -184,8 +190,8 @@ void Session::run_one(TrainRequest& req) {
   }
   std::unique_ptr<Backend> be = std::move(*made);
   auto data = datasets_(req.train);
-  auto trainer = Trainer::start(*be, req.model, data->tokenizer().clone(), req.train, data->seq_len(), req.db_path,
-                                req.run);
+  auto trainer =
+      Trainer::start(*be, req.model, data->tokenizer().clone(), req.train, data->seq_len(), req.db_path, req.run);
   if (!trainer) {
     s.state = SessionState::Failed, s.message = trainer.error().message;
     return publish(s);

@@ -30,7 +30,7 @@ struct TrainRequest {
   ShapeOverrides shape;  // the model asked for, shaped as `ftx train` shapes it
   ModelConfig model;     // filled by prepare_request: shape_model_config(shape, the dataset's sizes)
   TrainConfig train;
-  int threads = 0;    // OpenMP threads for the worker; 0 = all cores (it runs at idle priority)
+  int threads = 0;             // OpenMP threads for the worker; 0 = all cores (it runs at idle priority)
   std::string device = "cpu";  // "cpu", "cuda" or "cuda:N" (make_backend_for)
   std::string precision;       // GEMM inputs: "" (the device's default), "fp32", "tf32" or "bf16"
 };
@@ -47,9 +47,9 @@ struct SessionSnapshot {
   std::string run;
   int step = 0, total_steps = 0;
   double ce = 0, kl = 0, loss = 0, lr = 0, kappa_nats = 0, tokens_per_s = 0, eta_s = 0;
-  std::string message;  // the last error or notice, one line
-  int queued = 0;       // sweep runs still waiting
-  uint64_t version = 0; // increases with every publication
+  std::string message;   // the last error or notice, one line
+  int queued = 0;        // sweep runs still waiting
+  uint64_t version = 0;  // increases with every publication
 };
 
 // Shapes the request's model from its ShapeOverrides and the vocabulary and sequence length of
@@ -69,8 +69,8 @@ class Session {
   Status start(std::vector<TrainRequest> requests);
   void pause();
   void resume();
-  void stop();       // the current run checkpoints and ends; queued runs are dropped
-  void step_once();  // while paused: one step, recorded like any other
+  void stop();                       // the current run checkpoints and ends; queued runs are dropped
+  void step_once();                  // while paused: one step, recorded like any other
   void set_kappa(float kappa_nats);  // applies before the next step, recorded as an event
   SessionSnapshot snapshot() const;
   bool busy() const;  // a run is active or queued

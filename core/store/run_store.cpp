@@ -197,8 +197,8 @@ Status migrate(sqlite3* db, const std::string& path) {
 // in-memory database reports.
 Status configure_writer(sqlite3* db, const std::string& path) {
   std::string mode;
-  FTX_TRY(query(db, path, "PRAGMA journal_mode=WAL", "set WAL journal",
-                [&](sqlite3_stmt* s) { mode = col_text(s, 0); }));
+  FTX_TRY(
+      query(db, path, "PRAGMA journal_mode=WAL", "set WAL journal", [&](sqlite3_stmt* s) { mode = col_text(s, 0); }));
   if (mode != "wal" && mode != "memory")
     return make_error(path + ": cannot use the WAL journal (SQLite kept '" + mode +
                       "'); put the store on a local filesystem");
@@ -242,8 +242,7 @@ std::vector<std::string> split_commas(const std::string& line) {
 // "paper table N"; a file whose header says `source` is taken verbatim.
 Result<ReferenceRow> parse_reference_line(const std::vector<std::string>& f, bool source_is_table,
                                           const std::string& where) {
-  if (f.size() != 9)
-    return make_error(where + ": expected 9 comma-separated fields, got " + std::to_string(f.size()));
+  if (f.size() != 9) return make_error(where + ": expected 9 comma-separated fields, got " + std::to_string(f.size()));
   ReferenceRow r;
   r.source = source_is_table ? "paper table " + f[0] : f[0];
   r.model_size = f[1], r.train_tokens = f[2], r.benchmark = f[3], r.metric = f[4], r.model = f[5];
@@ -358,8 +357,7 @@ Result<int64_t> RunStore::create_run(const std::string& name, const std::string&
                 "create run '" + name + "'", name, config_json);
   if (!st) {
     if (sqlite3_extended_errcode(db_) == SQLITE_CONSTRAINT_UNIQUE)
-      return make_error("run '" + name + "' already exists in " + path_ +
-                        ": resume it, or pick another name");
+      return make_error("run '" + name + "' already exists in " + path_ + ": resume it, or pick another name");
     return st.error();
   }
   return static_cast<int64_t>(sqlite3_last_insert_rowid(db_));
@@ -375,8 +373,9 @@ RunInfo read_run(sqlite3_stmt* s) {
 Result<RunInfo> RunStore::find_run(const std::string& name) {
   std::vector<RunInfo> found;
   std::string sql = std::string(kRunColumns) + "WHERE name = ?";
-  FTX_TRY(query(db_, path_, sql.c_str(), "find run '" + name + "'",
-                [&](sqlite3_stmt* s) { found.push_back(read_run(s)); }, name));
+  FTX_TRY(query(
+      db_, path_, sql.c_str(), "find run '" + name + "'", [&](sqlite3_stmt* s) { found.push_back(read_run(s)); },
+      name));
   if (found.empty()) return make_error("run '" + name + "' not found in " + path_);
   return found.front();
 }
@@ -467,13 +466,14 @@ Result<std::vector<MetricRow>> RunStore::metrics(int64_t run_id, const std::stri
 
 Result<std::vector<std::string>> RunStore::metric_keys(int64_t run_id) {
   std::vector<std::string> keys;
-  FTX_TRY(query(db_, path_, "SELECT DISTINCT key FROM metrics WHERE run_id = ? ORDER BY key", "read metric keys",
-                [&](sqlite3_stmt* s) { keys.push_back(col_text(s, 0)); }, run_id));
+  FTX_TRY(query(
+      db_, path_, "SELECT DISTINCT key FROM metrics WHERE run_id = ? ORDER BY key", "read metric keys",
+      [&](sqlite3_stmt* s) { keys.push_back(col_text(s, 0)); }, run_id));
   return keys;
 }
 
 Result<std::vector<std::pair<int64_t, MetricRow>>> RunStore::metrics_since(int64_t after, int64_t limit,
-                                                                          int64_t* last) {
+                                                                           int64_t* last) {
   std::vector<std::pair<int64_t, MetricRow>> rows;
   auto read = [&](sqlite3_stmt* s) {
     rows.emplace_back(col_int(s, 0), MetricRow{col_int(s, 2), col_text(s, 3), col_double(s, 4), col_double(s, 5)});
@@ -511,9 +511,12 @@ Status RunStore::add_event(int64_t run_id, int64_t step, const std::string& kind
 
 Result<std::vector<EventRow>> RunStore::events(int64_t run_id) {
   std::vector<EventRow> rows;
-  FTX_TRY(query(db_, path_, "SELECT step, kind, payload_json FROM events WHERE run_id = ? ORDER BY rowid",
-                "read events", [&](sqlite3_stmt* s) { rows.push_back({col_int(s, 0), col_text(s, 1), col_text(s, 2)}); },
-                run_id));
+  FTX_TRY(query(
+      db_, path_, "SELECT step, kind, payload_json FROM events WHERE run_id = ? ORDER BY rowid", "read events",
+      [&](sqlite3_stmt* s) {
+        rows.push_back({col_int(s, 0), col_text(s, 1), col_text(s, 2)});
+      },
+      run_id));
   return rows;
 }
 
@@ -524,9 +527,13 @@ Status RunStore::add_checkpoint(int64_t run_id, int64_t step, const std::string&
 
 Result<std::vector<CheckpointRow>> RunStore::checkpoints(int64_t run_id) {
   std::vector<CheckpointRow> rows;
-  FTX_TRY(query(db_, path_, "SELECT step, path, sha256 FROM checkpoints WHERE run_id = ? ORDER BY step, rowid",
-                "read checkpoints",
-                [&](sqlite3_stmt* s) { rows.push_back({col_int(s, 0), col_text(s, 1), col_text(s, 2)}); }, run_id));
+  FTX_TRY(query(
+      db_, path_, "SELECT step, path, sha256 FROM checkpoints WHERE run_id = ? ORDER BY step, rowid",
+      "read checkpoints",
+      [&](sqlite3_stmt* s) {
+        rows.push_back({col_int(s, 0), col_text(s, 1), col_text(s, 2)});
+      },
+      run_id));
   return rows;
 }
 
@@ -542,8 +549,15 @@ Result<std::vector<GenerationRow>> RunStore::generations(int64_t run_id, int64_t
   std::vector<GenerationRow> rows;
   int64_t bad_id = -1;
   auto read = [&](sqlite3_stmt* s) {
-    GenerationRow g{col_int(s, 0), run_id, step, col_text(s, 1), col_text(s, 2), col_int(s, 3),
-                    static_cast<uint64_t>(col_int(s, 4)), {}, col_text(s, 6)};
+    GenerationRow g{col_int(s, 0),
+                    run_id,
+                    step,
+                    col_text(s, 1),
+                    col_text(s, 2),
+                    col_int(s, 3),
+                    static_cast<uint64_t>(col_int(s, 4)),
+                    {},
+                    col_text(s, 6)};
     auto* p = static_cast<const unsigned char*>(sqlite3_column_blob(s, 5));  // blob before bytes
     auto bytes = static_cast<size_t>(sqlite3_column_bytes(s, 5));
     if (bytes % 4 != 0) bad_id = g.id;
@@ -555,7 +569,8 @@ Result<std::vector<GenerationRow>> RunStore::generations(int64_t run_id, int64_t
                 "WHERE run_id = ? AND step = ? ORDER BY group_id, id",
                 "read generations", read, run_id, step));
   if (bad_id >= 0)
-    return make_error(path_ + ": generation " + std::to_string(bad_id) + ": codes blob is not a whole number of uint32");
+    return make_error(path_ + ": generation " + std::to_string(bad_id) +
+                      ": codes blob is not a whole number of uint32");
   return rows;
 }
 
@@ -599,8 +614,8 @@ Status RunStore::import_reference_csv(const std::string& csv_path) {
 Result<std::vector<ReferenceRow>> RunStore::reference() {
   std::vector<ReferenceRow> rows;
   auto read = [&](sqlite3_stmt* s) {
-    ReferenceRow r{col_text(s, 0), col_text(s, 1), col_text(s, 2), col_text(s, 3), col_text(s, 4),
-                   col_text(s, 5), std::nullopt, col_text(s, 7), col_double(s, 8)};
+    ReferenceRow r{col_text(s, 0), col_text(s, 1), col_text(s, 2), col_text(s, 3),  col_text(s, 4),
+                   col_text(s, 5), std::nullopt,   col_text(s, 7), col_double(s, 8)};
     if (sqlite3_column_type(s, 6) != SQLITE_NULL) r.kappa_bits = sqlite3_column_double(s, 6);
     rows.push_back(std::move(r));
   };

@@ -78,8 +78,7 @@ class RunStore {
   // Creates the file if missing and migrates it to kSchemaVersion.
   static Result<RunStore> open(const std::string& path, int busy_timeout_ms = kDefaultBusyTimeoutMs);
   // The file must exist and already be at kSchemaVersion; every write fails.
-  static Result<RunStore> open_readonly(const std::string& path,
-                                        int busy_timeout_ms = kDefaultBusyTimeoutMs);
+  static Result<RunStore> open_readonly(const std::string& path, int busy_timeout_ms = kDefaultBusyTimeoutMs);
 
   RunStore(RunStore&& other) noexcept;
   RunStore& operator=(RunStore&& other) noexcept;
@@ -91,7 +90,7 @@ class RunStore {
 
   Result<int64_t> create_run(const std::string& name, const std::string& config_json);
   Result<RunInfo> find_run(const std::string& name);
-  Result<std::vector<RunInfo>> list_runs();  // ordered by id
+  Result<std::vector<RunInfo>> list_runs();                      // ordered by id
   Status set_status(int64_t run_id, const std::string& status);  // running/paused/done/stopped/failed
   Status set_notes(int64_t run_id, const std::string& notes);
   Status rename_run(int64_t run_id, const std::string& new_name);  // error if the name is taken
@@ -105,7 +104,7 @@ class RunStore {
   Status flush();
   size_t pending_metrics() const { return pending_.size(); }
   Result<std::vector<MetricRow>> metrics(int64_t run_id, const std::string& key_or_empty);  // by key, step
-  Result<std::vector<std::string>> metric_keys(int64_t run_id);                              // sorted
+  Result<std::vector<std::string>> metric_keys(int64_t run_id);                             // sorted
   // Tailing for live views: every run's rows stored after rowid `after` (0: from the start), in
   // rowid order, at most `limit`; *last receives the last rowid read (unchanged when none).
   Result<std::vector<std::pair<int64_t, MetricRow>>> metrics_since(int64_t after, int64_t limit, int64_t* last);
@@ -128,7 +127,7 @@ class RunStore {
   // kappa_bits,statistic,value; no quoted fields) into `reference` when that table is empty.
   Status import_reference_csv(const std::string& csv_path);
   Result<std::vector<ReferenceRow>> reference();  // in file order
-  Status integrity_check();                        // PRAGMA integrity_check == "ok"
+  Status integrity_check();                       // PRAGMA integrity_check == "ok"
 
   sqlite3* native_handle() const { return db_; }  // diagnostics and tests only
 

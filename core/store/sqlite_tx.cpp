@@ -13,11 +13,9 @@ Error sqlite_error(sqlite3* db, const std::string& path, const std::string& what
 
 Status in_transaction(sqlite3* db, const std::string& path, const std::string& what,
                       const std::function<Status()>& body) {
-  if (sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK)
-    return sqlite_error(db, path, what);
+  if (sqlite3_exec(db, "BEGIN IMMEDIATE", nullptr, nullptr, nullptr) != SQLITE_OK) return sqlite_error(db, path, what);
   Status st = body();
-  if (st.ok() && sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK)
-    st = sqlite_error(db, path, what);
+  if (st.ok() && sqlite3_exec(db, "COMMIT", nullptr, nullptr, nullptr) != SQLITE_OK) st = sqlite_error(db, path, what);
   // A failed COMMIT may leave the transaction open (SQLITE_BUSY); ROLLBACK's own failure (no
   // transaction left to end) changes nothing.
   if (!st.ok() && !sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);

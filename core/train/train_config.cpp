@@ -6,7 +6,8 @@ namespace ftx {
 
 Status TrainConfig::validate(FieldName name) const {
   FTX_TRY(check_fields(*this, name));
-  if (dataset.empty()) return make_error(name(find_field<TrainConfig>("dataset")) + ": empty (a dataset must be named)");
+  if (dataset.empty())
+    return make_error(name(find_field<TrainConfig>("dataset")) + ": empty (a dataset must be named)");
   if (!dataset_options.is_object())
     return make_error(std::string("dataset options must be a JSON object, got ") + dataset_options.type_name());
   return {};

@@ -25,14 +25,14 @@ struct TrainConfig {
   int steps = 3000;
   int batch = 64;
   float lr = 1e-3f;
-  float min_lr_frac = 0.1f;     // cosine decays to lr * min_lr_frac at the last step
-  int warmup = 100;             // linear warm-up steps
-  float weight_decay = 0.1f;    // AdamW, matrices only
+  float min_lr_frac = 0.1f;   // cosine decays to lr * min_lr_frac at the last step
+  int warmup = 100;           // linear warm-up steps
+  float weight_decay = 0.1f;  // AdamW, matrices only
   float beta1 = 0.9f, beta2 = 0.95f, adam_eps = 1e-8f;
-  float grad_clip = 1.0f;       // global L2 norm; 0 = off
+  float grad_clip = 1.0f;          // global L2 norm; 0 = off
   float kappa_nats = 0.08664340f;  // free bits per token (1/8 bit)
-  float kappa_start_nats = -1;  // < 0: constant kappa; else linear from this to kappa_nats
-  int kappa_anneal_steps = 0;   //   over this many steps
+  float kappa_start_nats = -1;     // < 0: constant kappa; else linear from this to kappa_nats
+  int kappa_anneal_steps = 0;      //   over this many steps
   uint64_t seed = 1;
   int eval_every = 500;
   int checkpoint_every = 500;
@@ -56,21 +56,27 @@ struct TrainConfig {
     v(t.beta1, Field{.key = "beta1", .bounds = half_open_range(0, 1)});
     v(t.beta2, Field{.key = "beta2", .bounds = half_open_range(0, 1)});
     v(t.adam_eps, Field{.key = "adam_eps", .bounds = kPositive});
-    v(t.grad_clip, Field{.key = "grad_clip", .help = "Clip the global gradient norm (0 = off)", .bounds = kNonNegative});
-    v(t.kappa_nats, Field{.key = "kappa_nats", .help = "Free bits per token, in nats", .bounds = kNonNegative,
+    v(t.grad_clip,
+      Field{.key = "grad_clip", .help = "Clip the global gradient norm (0 = off)", .bounds = kNonNegative});
+    v(t.kappa_nats, Field{.key = "kappa_nats",
+                          .help = "Free bits per token, in nats",
+                          .bounds = kNonNegative,
                           .note = "(free bits per token)"});
     v(t.kappa_start_nats, Field{.key = "kappa_start_nats", .note = "(< 0: constant kappa)"});
     v(t.kappa_anneal_steps,
       Field{.key = "kappa_anneal_steps", .help = "Steps of the kappa anneal", .bounds = kNonNegative});
     v(t.seed, Field{.key = "seed", .help = "Seed of data, init and latents"});
-    v(t.eval_every, Field{.key = "eval_every", .help = "Evaluate every N steps (0 = only at the end)",
-                          .bounds = kNonNegative});
-    v(t.checkpoint_every, Field{.key = "checkpoint_every", .help = "Checkpoint every N steps (0 = only at the end)",
-                                .bounds = kNonNegative});
+    v(t.eval_every,
+      Field{.key = "eval_every", .help = "Evaluate every N steps (0 = only at the end)", .bounds = kNonNegative});
+    v(t.checkpoint_every,
+      Field{
+          .key = "checkpoint_every", .help = "Checkpoint every N steps (0 = only at the end)", .bounds = kNonNegative});
     v(t.init.std, Field{.key = "init_std", .bounds = kNonNegative});
     v(t.init.scale_residual, Field{.key = "init_scale_residual"});
-    v(t.init.post_sampler_std, Field{.key = "init_post_sampler_std", .help = "Init std of the post-sampler",
-                                     .bounds = kNonNegative, .option = "post-sampler-std"});
+    v(t.init.post_sampler_std, Field{.key = "init_post_sampler_std",
+                                     .help = "Init std of the post-sampler",
+                                     .bounds = kNonNegative,
+                                     .option = "post-sampler-std"});
     v(t.init.zeta_std, Field{.key = "init_zeta_std", .bounds = kNonNegative});
     v(t.init.post_sampler_bitlinear,
       Field{.key = "init_post_sampler_bitlinear",
@@ -79,8 +85,8 @@ struct TrainConfig {
   }
 
   Status validate(FieldName name = field_key) const;  // messages name the fields through `name`
-  float kappa_at(int step) const;  // the schedule
-  float lr_at(int step) const;     // warm-up then cosine
+  float kappa_at(int step) const;                     // the schedule
+  float lr_at(int step) const;                        // warm-up then cosine
 };
 
 // The "train" object of run rows and trainer.json: the fields by key, then dataset_options' keys.

@@ -8,8 +8,8 @@
 
 #include <unistd.h>
 
-#include <nlohmann/json.hpp>
 #include <omp.h>
+#include <nlohmann/json.hpp>
 
 #include "core/io/checkpoint.h"
 #include "core/io/config_json.h"
@@ -105,7 +105,8 @@ Result<CheckpointRef> find_run_checkpoint(RunStore& store, const std::string& ru
     if (!pick) {
       std::string have;
       for (const auto& r : *rows) have += (have.empty() ? "" : ", ") + std::to_string(r.step);
-      return make_error("run '" + run + "' has no checkpoint at step " + std::to_string(*step) + " (have: " + have + ")");
+      return make_error("run '" + run + "' has no checkpoint at step " + std::to_string(*step) + " (have: " + have +
+                        ")");
     }
   }
   return CheckpointRef{resolve_checkpoint_path(store.path(), pick->path), static_cast<int>(pick->step)};
@@ -113,8 +114,13 @@ Result<CheckpointRef> find_run_checkpoint(RunStore& store, const std::string& ru
 
 Trainer::Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
                  const TrainConfig& tcfg, std::string db, std::string run)
-    : be_(be), store_(std::move(store)), model_(std::move(model)), tokenizer_(std::move(tokenizer)), tcfg_(tcfg),
-      db_path_(std::move(db)), run_(std::move(run)) {
+    : be_(be),
+      store_(std::move(store)),
+      model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)),
+      tcfg_(tcfg),
+      db_path_(std::move(db)),
+      run_(std::move(run)) {
   const size_t bytes = model_->num_params() * sizeof(float);
   // Null when out of memory: make() then reports the whole training footprint.
   adam_m_ = static_cast<float*>(be_.try_alloc(bytes).value_or(nullptr));
@@ -130,8 +136,8 @@ Result<std::unique_ptr<Trainer>> Trainer::make(Backend& be, RunStore store, cons
                                                std::string db, std::string run) {
   auto model = Model::create(be, mcfg);
   if (!model) return model.error();
-  std::unique_ptr<Trainer> t(new Trainer(be, std::move(store), std::move(*model), std::move(tokenizer), tcfg,
-                                         std::move(db), std::move(run)));
+  std::unique_ptr<Trainer> t(
+      new Trainer(be, std::move(store), std::move(*model), std::move(tokenizer), tcfg, std::move(db), std::move(run)));
   if (!t->adam_m_ || !t->adam_v_ || !t->grad_norm_ || !t->model_->allocate_grads().ok())
     return make_error(std::string(be.name()) + ": not enough memory to train " +
                       std::to_string(t->model_->num_params()) +
@@ -169,7 +175,8 @@ Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& 
 
 Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string& db_path, const std::string& run,
                                                  std::optional<int> steps) {
-  if (!std::filesystem::exists(db_path)) return make_error(db_path + ": no such run store (run '" + run + "' cannot be resumed)");
+  if (!std::filesystem::exists(db_path))
+    return make_error(db_path + ": no such run store (run '" + run + "' cannot be resumed)");
   auto store = RunStore::open(db_path);
   if (!store) return store.error();
   auto info = store->find_run(run);
@@ -201,8 +208,9 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
   FTX_TRY(t->store_.delete_metrics_after(info->id, t->step_));
   const int threads = pos->threads;
   t->thread_change_ = threads > 0 && threads != omp_get_max_threads();
-  FTX_TRY(t->store_.add_event(info->id, t->step_, "resumed",
-                              json{{"checkpoint", dir}, {"threads_before", threads}, {"threads", omp_get_max_threads()}}.dump()));
+  FTX_TRY(t->store_.add_event(
+      info->id, t->step_, "resumed",
+      json{{"checkpoint", dir}, {"threads_before", threads}, {"threads", omp_get_max_threads()}}.dump()));
   return t;
 }
 

@@ -72,8 +72,9 @@ class Trainer {
   // sequences of seq_len tokens would not fit in memory. The tokenizer (null: token ids only) is
   // stored with the run's configuration and every checkpoint.
   static Result<std::unique_ptr<Trainer>> start(Backend& be, const ModelConfig& model_cfg,
-                                                std::shared_ptr<const Tokenizer> tokenizer, const TrainConfig& train_cfg,
-                                                int seq_len, const std::string& db_path, const std::string& run);
+                                                std::shared_ptr<const Tokenizer> tokenizer,
+                                                const TrainConfig& train_cfg, int seq_len, const std::string& db_path,
+                                                const std::string& run);
   // Continue a run from its latest checkpoint; its stored configs and tokenizer are used (steps
   // may be raised).
   static Result<std::unique_ptr<Trainer>> resume(Backend& be, const std::string& db_path, const std::string& run,
@@ -131,8 +132,8 @@ class Trainer {
   int64_t data_position_ = 0;
   std::vector<AdamWSegment> adam_segments_;  // one per parameter tensor, its weight decay
   float* grad_norm_ = nullptr;               // (1) on the backend: clip_grad_norm's output
-  float* adam_m_ = nullptr;  // (num_params)
-  float* adam_v_ = nullptr;  // (num_params)
+  float* adam_m_ = nullptr;                  // (num_params)
+  float* adam_v_ = nullptr;                  // (num_params)
   std::vector<int32_t> batch_, inputs_, targets_;
 };
 

@@ -41,9 +41,9 @@ constexpr Bounds closed_range(double lo, double hi) { return {lo, hi, false, fal
 constexpr Bounds half_open_range(double lo, double hi) { return {lo, hi, false, true}; }  // [lo, hi)
 
 struct Field {
-  const char* key = "";       // the JSON key, and the field's name in core's messages
-  std::string help = {};      // one line for --help; empty: not a command-line option
-  Bounds bounds = kAnyValue;  // numeric fields only
+  const char* key = "";          // the JSON key, and the field's name in core's messages
+  std::string help = {};         // one line for --help; empty: not a command-line option
+  Bounds bounds = kAnyValue;     // numeric fields only
   const char* note = nullptr;    // added to a bounds message, e.g. "(H, latent bits per position)"
   const char* option = nullptr;  // the command-line name when it is not the key with '-' for '_'
 };
@@ -139,7 +139,9 @@ std::string read_value(const nlohmann::json& v, M& out) {
                           ? v.get<uint64_t>() <= static_cast<uint64_t>(L::max())
                           : v.get<int64_t>() >= static_cast<int64_t>(L::min()) &&
                                 (v.get<int64_t>() < 0 || static_cast<uint64_t>(v.get<int64_t>()) <= L::max());
-    if (!fits) return "must be an integer in " + std::to_string(L::min()) + ".." + std::to_string(L::max()) + ", got " + v.dump();
+    if (!fits)
+      return "must be an integer in " + std::to_string(L::min()) + ".." + std::to_string(L::max()) + ", got " +
+             v.dump();
     out = v.is_number_unsigned() ? static_cast<M>(v.get<uint64_t>()) : static_cast<M>(v.get<int64_t>());
   } else {
     static_assert(std::is_floating_point_v<M>, "unsupported field type");

@@ -63,55 +63,51 @@ class CpuBackend final : public Backend {
   void synchronize() override {}
 
   // ---- elementwise / reductions ----
-  void add(float* out, const float* a, const float* b, size_t n) override {
-    cpu::add(out, a, b, n);
-  }
+  void add(float* out, const float* a, const float* b, size_t n) override { cpu::add(out, a, b, n); }
   void add_inplace(float* acc, const float* x, size_t n) override { cpu::add_inplace(acc, x, n); }
   void scale(float* x, float s, size_t n) override { cpu::scale(x, s, n); }
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
-  void broadcast_rows(float* out, const float* v, int N, int C) override {
-    cpu::broadcast_rows(out, v, N, C);
-  }
-  void sum_rows(float* dv, const float* dout, int N, int C) override {
-    cpu::sum_rows(dv, dout, N, C);
-  }
+  void broadcast_rows(float* out, const float* v, int N, int C) override { cpu::broadcast_rows(out, v, N, C); }
+  void sum_rows(float* dv, const float* dout, int N, int C) override { cpu::sum_rows(dv, dout, N, C); }
 
   // ---- embedding ----
   void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
     switch (wte.dtype) {
-      case DType::F32: return cpu::embedding_forward(out, tok, wte.f32(), N, C);
-      case DType::BF16: return cpu::embedding_forward_bf16(out, tok, wte.bf16(), N, C);
+      case DType::F32:
+        return cpu::embedding_forward(out, tok, wte.f32(), N, C);
+      case DType::BF16:
+        return cpu::embedding_forward_bf16(out, tok, wte.bf16(), N, C);
     }
     FT_ASSERT(false, "embedding_forward: no %s path", dtype_name(wte.dtype));
   }
-  void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N,
-                          int C) override {
+  void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) override {
     cpu::embedding_backward(dwte, dout, tok, N, C);
   }
 
   // ---- RMSNorm ----
-  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C,
-                       float eps) override {
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override {
     cpu::rmsnorm_forward(out, rstd, x, w, N, C, eps);
   }
-  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w,
-                        const float* rstd, int N, int C) override {
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                        int N, int C) override {
     cpu::rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
   }
 
   // ---- matmul ----
-  void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC,
-                      bool accumulate) override {
+  void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC, bool accumulate) override {
     switch (w.dtype) {
-      case DType::F32: return cpu::matmul_forward(out, inp, w.f32(), N, IC, OC, accumulate);
-      case DType::BF16: return cpu::matmul_forward_bf16w(out, inp, w.bf16(), N, IC, OC, accumulate);
+      case DType::F32:
+        return cpu::matmul_forward(out, inp, w.f32(), N, IC, OC, accumulate);
+      case DType::BF16:
+        return cpu::matmul_forward_bf16w(out, inp, w.bf16(), N, IC, OC, accumulate);
     }
     FT_ASSERT(false, "matmul_forward: no %s path", dtype_name(w.dtype));
   }
-  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, WeightRef w,
-                       int N, int IC, int OC, bool accumulate_dinp) override {
+  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, WeightRef w, int N, int IC, int OC,
+                       bool accumulate_dinp) override {
     switch (w.dtype) {
-      case DType::F32: return cpu::matmul_backward(dinp, dw, dout, inp, w.f32(), N, IC, OC, accumulate_dinp);
+      case DType::F32:
+        return cpu::matmul_backward(dinp, dw, dout, inp, w.f32(), N, IC, OC, accumulate_dinp);
       case DType::BF16:
         FT_ASSERT(dw == nullptr, "matmul_backward: a bf16 weight is frozen (dw must be null)");
         return cpu::matmul_backward_bf16w(dinp, dout, w.bf16(), N, IC, OC, accumulate_dinp);
@@ -135,9 +131,8 @@ class CpuBackend final : public Backend {
                          const AttnShape& s) override {
     cpu::attention_forward(out, att, q, k, v, s);
   }
-  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* /*out*/,
-                          const float* att, const float* q, const float* k, const float* v,
-                          const AttnShape& s) override {
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* /*out*/, const float* att,
+                          const float* q, const float* k, const float* v, const AttnShape& s) override {
     cpu::attention_backward(dq, dk, dv, dout, att, q, k, v, s);
   }
 
@@ -145,43 +140,37 @@ class CpuBackend final : public Backend {
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
     cpu::swiglu_forward(out, gate, up, n);
   }
-  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate,
-                       const float* up, size_t n) override {
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       size_t n) override {
     cpu::swiglu_backward(dgate, dup, dout, gate, up, n);
   }
 
   // ---- cross-entropy ----
-  void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N,
-                            int V) override {
+  void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
     cpu::crossentropy_forward(losses, logits, targets, N, V);
   }
-  void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N,
-                             int V, float scale) override {
+  void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V,
+                             float scale) override {
     cpu::crossentropy_backward(dlogits, logits, targets, N, V, scale);
   }
 
   // ---- binary mapper ----
-  void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H,
-                             uint64_t seed, uint64_t stream) override {
+  void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, uint64_t seed,
+                             uint64_t stream) override {
     cpu::binary_mapper_forward(codes, p, logits, N, H, seed, stream);
   }
-  void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p,
-                              int N, int C, int H) override {
+  void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
+                              int H) override {
     cpu::binary_mapper_backward(dlogits, dR, W, p, N, C, H);
   }
-  void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C,
-                            int H) override {
+  void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H) override {
     cpu::post_sampler_forward(R, codes, W, N, C, H);
   }
-  void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C,
-                             int H) override {
+  void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H) override {
     cpu::post_sampler_backward(dW, dR, codes, N, C, H);
   }
-  void kl_forward(float* kl, const float* p, int N, int H) override {
-    cpu::kl_forward(kl, p, N, H);
-  }
-  void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa,
-                   float scale) override {
+  void kl_forward(float* kl, const float* p, int N, int H) override { cpu::kl_forward(kl, p, N, H); }
+  void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale) override {
     cpu::kl_backward(dlogits, p, kl, N, H, kappa, scale);
   }
 
@@ -191,8 +180,8 @@ class CpuBackend final : public Backend {
     *norm = static_cast<float>(total);
     if (max_norm > 0 && total > max_norm) cpu::scale(g, static_cast<float>(max_norm / total), n);
   }
-  void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments,
-                    int n_segments, const AdamWStep& s) override {
+  void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments, int n_segments,
+                    const AdamWStep& s) override {
     for (int i = 0; i < n_segments; ++i) {
       const size_t o = segments[i].offset;
       cpu::adamw_update(param + o, grad + o, m + o, v + o, segments[i].numel, s.lr, s.beta1, s.beta2, s.eps,

@@ -14,8 +14,7 @@ namespace ftx::cpu {
 
 // param, grad, m, v: (n)
 template <class T>
-void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, T beta2, T eps,
-                  T weight_decay, int t) {
+void adamw_update(T* param, const T* grad, T* m, T* v, size_t n, T lr, T beta1, T beta2, T eps, T weight_decay, int t) {
   FT_ASSERT(t >= 1, "adamw: step %d (steps count from 1)", t);
   const T inv_bc1 = static_cast<T>(1.0 / (1.0 - std::pow(static_cast<double>(beta1), t)));
   const T inv_bc2 = static_cast<T>(1.0 / (1.0 - std::pow(static_cast<double>(beta2), t)));

@@ -23,9 +23,7 @@
 namespace ftx::cpu {
 
 // Keys visible to query row i: all Tk, or j <= q_pos0 + i when causal.
-inline int attn_visible(const AttnShape& s, int i) {
-  return s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk;
-}
+inline int attn_visible(const AttnShape& s, int i) { return s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk; }
 
 // In place on the scores of one (b, head): row i becomes softmax over its visible keys, zeros
 // after them. a (Tq, Tk)
@@ -76,19 +74,17 @@ inline void attn_for_each_kv_head(const AttnShape& s, Body&& body) {
 // out (B, Tq, NH, HS), att (B, NH, Tq, Tk); q (B, Tq, NH, HS); k, v (B, Tk_cap, NKV, HS)
 template <class T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const AttnShape& s) {
-  FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk <= s.Tk_cap,
-            "attention: NH %d NKV %d Tk %d Tk_cap %d", s.NH, s.NKV, s.Tk, s.Tk_cap);
+  FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk <= s.Tk_cap, "attention: NH %d NKV %d Tk %d Tk_cap %d",
+            s.NH, s.NKV, s.Tk, s.Tk_cap);
   const int group = s.NH / s.NKV;
   const T scale = T(1) / std::sqrt(T(s.HS));
   attn_for_each_kv_head(s, [&](int b, int kh) {
     for (int h = kh * group; h < (kh + 1) * group; ++h) {
       const AttnHead x = attn_head(s, b, h, s.Tk_cap);
       T* a = att + x.att_off;  // (Tq, Tk)
-      gemm(false, true, s.Tq, s.Tk, s.HS, scale, q + x.q_off, x.ldq, k + x.kv_off, x.ldkv, T(0), a,
-           s.Tk);
+      gemm(false, true, s.Tq, s.Tk, s.HS, scale, q + x.q_off, x.ldq, k + x.kv_off, x.ldkv, T(0), a, s.Tk);
       attn_softmax_rows(a, s);
-      gemm(false, false, s.Tq, s.HS, s.Tk, T(1), a, s.Tk, v + x.kv_off, x.ldkv, T(0),
-           out + x.q_off, x.ldq);
+      gemm(false, false, s.Tq, s.HS, s.Tk, T(1), a, s.Tk, v + x.kv_off, x.ldkv, T(0), out + x.q_off, x.ldq);
     }
   });
 }
@@ -111,8 +107,8 @@ void attn_softmax_backward_rows(T* dp, const T* a, const AttnShape& s) {
 
 // dq (B, Tq, NH, HS), dk, dv (B, Tk, NKV, HS) overwritten; requires Tk_cap == Tk.
 template <class T>
-void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k,
-                        const T* v, const AttnShape& s) {
+void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v,
+                        const AttnShape& s) {
   FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk_cap == s.Tk,
             "attention backward: NH %d NKV %d Tk %d Tk_cap %d", s.NH, s.NKV, s.Tk, s.Tk_cap);
   const int group = s.NH / s.NKV;
@@ -124,15 +120,11 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
       const T* a = att + x.att_off;
       const T beta = h == kh * group ? T(0) : T(1);  // first head of the group overwrites dk, dv
       // dV += P^T dO;  dP = dO V^T;  dS = softmax backward;  dQ = scale dS K;  dK += scale dS^T Q
-      gemm(true, false, s.Tk, s.HS, s.Tq, T(1), a, s.Tk, dout + x.q_off, x.ldq, beta,
-           dv + x.kv_off, x.ldkv);
-      gemm(false, true, s.Tq, s.Tk, s.HS, T(1), dout + x.q_off, x.ldq, v + x.kv_off, x.ldkv, T(0),
-           ds, s.Tk);
+      gemm(true, false, s.Tk, s.HS, s.Tq, T(1), a, s.Tk, dout + x.q_off, x.ldq, beta, dv + x.kv_off, x.ldkv);
+      gemm(false, true, s.Tq, s.Tk, s.HS, T(1), dout + x.q_off, x.ldq, v + x.kv_off, x.ldkv, T(0), ds, s.Tk);
       attn_softmax_backward_rows(ds, a, s);
-      gemm(false, false, s.Tq, s.HS, s.Tk, scale, ds, s.Tk, k + x.kv_off, x.ldkv, T(0),
-           dq + x.q_off, x.ldq);
-      gemm(true, false, s.Tk, s.HS, s.Tq, scale, ds, s.Tk, q + x.q_off, x.ldq, beta,
-           dk + x.kv_off, x.ldkv);
+      gemm(false, false, s.Tq, s.HS, s.Tk, scale, ds, s.Tk, k + x.kv_off, x.ldkv, T(0), dq + x.q_off, x.ldq);
+      gemm(true, false, s.Tk, s.HS, s.Tq, scale, ds, s.Tk, q + x.q_off, x.ldq, beta, dk + x.kv_off, x.ldkv);
     }
   });
 }

@@ -38,8 +38,7 @@ struct MapperTiles {
 // codes (N), p (N, H) = sigmoid(logits (N, H)); bit h of row n set iff
 // philox_uniform(seed, stream, n*H + h) < p[n,h]. The sigmoid is computed in double.
 template <class T>
-void binary_mapper_forward(uint32_t* codes, T* p, const T* logits, int N, int H, uint64_t seed,
-                           uint64_t stream) {
+void binary_mapper_forward(uint32_t* codes, T* p, const T* logits, int N, int H, uint64_t seed, uint64_t stream) {
   FT_ASSERT(H >= 1 && H <= 31, "binary mapper: H = %d", H);
 #pragma omp parallel for schedule(static) if (go_parallel(size_t(N) * H * 64))
   for (int n = 0; n < N; ++n) {
@@ -96,8 +95,8 @@ void mapper_reduce_tile(T* a, T* table, const T* ph, int H, int k, size_t d0, do
 
 // Rows [n0, n1) of binary_mapper_backward, on the calling thread (sequential GEMMs).
 template <class T>
-void mapper_backward_rows(T* dlogits, const T* dR, const T* W, const T* p, int n0, int n1, int C,
-                          int H, int k, int tile_rows) {
+void mapper_backward_rows(T* dlogits, const T* dR, const T* W, const T* p, int n0, int n1, int C, int H, int k,
+                          int tile_rows) {
   const int K = 1 << k;
   const size_t D = size_t(1) << H;
   T* tile = thread_scratch<T, 0>(size_t(tile_rows) * K);               // (tile_rows, 2^k)
@@ -107,8 +106,7 @@ void mapper_backward_rows(T* dlogits, const T* dR, const T* W, const T* p, int n
   for (size_t d0 = 0; d0 < D; d0 += K) {
     for (int r0 = n0; r0 < n1; r0 += tile_rows) {
       const int m = std::min(tile_rows, n1 - r0);
-      gemm(false, false, m, K, C, T(1), dR + size_t(r0) * C, C, W + d0, static_cast<int>(D), T(0),
-           tile, K);
+      gemm(false, false, m, K, C, T(1), dR + size_t(r0) * C, C, W + d0, static_cast<int>(D), T(0), tile, K);
       for (int r = 0; r < m; ++r) {
         mapper_reduce_tile(tile + size_t(r) * K, table, p + size_t(r0 + r) * H, H, k, d0,
                            acc + size_t(r0 + r - n0) * (H + 1));

@@ -42,8 +42,7 @@ void crossentropy_forward(T* losses, const T* logits, const int32_t* targets, in
 
 // dlogits (N, V) = scale * (softmax(logits) - onehot(target)); dlogits may alias logits.
 template <class T>
-void crossentropy_backward(T* dlogits, const T* logits, const int32_t* targets, int N, int V,
-                           T scale) {
+void crossentropy_backward(T* dlogits, const T* logits, const int32_t* targets, int N, int V, T scale) {
 #pragma omp parallel for schedule(static) if (go_parallel(size_t(N) * V * 8))
   for (int n = 0; n < N; ++n) {
     const T* l = logits + size_t(n) * V;

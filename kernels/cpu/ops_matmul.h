@@ -41,19 +41,19 @@ void blas_call(int M, int N, int K, F&& f) {
 }
 
 // C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C; row-major, leading dimensions explicit.
-inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A,
-                 int lda, const float* B, int ldb, float beta, float* Cm, int ldc) {
+inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
+                 int ldb, float beta, float* Cm, int ldc) {
   blas_call(M, N, K, [&] {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
+    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                A, lda, B, ldb, beta, Cm, ldc);
   });
 }
 
-inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A,
-                 int lda, const double* B, int ldb, double beta, double* Cm, int ldc) {
+inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
+                 const double* B, int ldb, double beta, double* Cm, int ldc) {
   blas_call(M, N, K, [&] {
-    cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-                trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
+    cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+                A, lda, B, ldb, beta, Cm, ldc);
   });
 }
 

@@ -51,8 +51,7 @@ void rmsnorm_backward_weight(T* dw, const T* dout, const T* x, const T* rstd, in
 
 // dx (N, C) +=, dw (C) +=; dout, x (N, C), w (C), rstd (N)
 template <class T>
-void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int N,
-                      int C) {
+void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int N, int C) {
 #pragma omp parallel for schedule(static) if (go_parallel(size_t(N) * C))
   for (int n = 0; n < N; ++n) {
     const T* g = dout + size_t(n) * C;

@@ -61,8 +61,7 @@ __device__ inline int visible_keys(const AttnShape& s, int i) {
 // Copies rows [r0, r0 + n) of a strided (rows, HS) matrix into shared dst (kRows, stride), zero for
 // rows past n: zeros (not garbage) so that a masked score times a tile entry can never be NaN.
 template <int kRows>
-__device__ void load_tile(float* dst, int stride, const float* src, size_t ld, int r0, int n,
-                          int HS) {
+__device__ void load_tile(float* dst, int stride, const float* src, size_t ld, int r0, int n, int HS) {
   for (int idx = threadIdx.x; idx < kRows * HS; idx += kThreads) {
     const int r = idx / HS, d = idx - r * HS;
     dst[r * stride + d] = r < n ? src[size_t(r0 + r) * ld + d] : 0.f;
@@ -80,16 +79,15 @@ __device__ float warp_dot(const float* a, const float* b, int HS) {
 // grid (ceil(Tq / kRowsPerBlock), NH, B). Warp w owns the query rows i0 + w + kWarps t.
 template <int kChunks>
 __global__ void __launch_bounds__(kThreads)
-    attention_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v,
-                             AttnShape s, float scale) {
+    attention_forward_kernel(float* out, float* lse, const float* q, const float* k, const float* v, AttnShape s,
+                             float scale) {
   FTX_DYNAMIC_SHARED(float, smem);
   const int HS = s.HS, ks = lane_row_stride(HS);
   float* sk = smem;             // (kTile, ks)   key j0 + lane, read by lane
   float* sv = sk + kTile * ks;  // (kTile, HS)   read by dims
   float* sq = sv + kTile * HS;  // (kRowsPerBlock, HS)  broadcast
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int b = blockIdx.z, h = blockIdx.y, kh = h / (s.NH / s.NKV),
-            i0 = blockIdx.x * kRowsPerBlock;
+  const int b = blockIdx.z, h = blockIdx.y, kh = h / (s.NH / s.NKV), i0 = blockIdx.x * kRowsPerBlock;
   const size_t ldq = size_t(s.NH) * HS, ldkv = size_t(s.NKV) * HS;
   const float* qh = q + (size_t(b) * s.Tq * s.NH + h) * HS;
   const float* kb = k + (size_t(b) * s.Tk_cap * s.NKV + kh) * HS;
@@ -167,8 +165,7 @@ __global__ void __launch_bounds__(kThreads)
       const int d = c * kWarp + lane;
       if (d < HS) orow[d] = o[t][c] * inv;
     }
-    if (lane == 0)
-      lse[(size_t(b) * s.NH + h) * s.Tq + i] = l[t] > 0.f ? m[t] + logf(l[t]) : -INFINITY;
+    if (lane == 0) lse[(size_t(b) * s.NH + h) * s.Tq + i] = l[t] > 0.f ? m[t] + logf(l[t]) : -INFINITY;
   }
 }
 
@@ -177,9 +174,8 @@ __global__ void __launch_bounds__(kThreads)
 // scores key j0 + lane: dS_ij = P_ij (dP_ij - D_i), then dq_i += dS_ij k_j by dims.
 template <int kChunks>
 __global__ void __launch_bounds__(kThreads)
-    attention_backward_dq_kernel(float* dq, const float* dout, const float* out, const float* lse,
-                                 const float* q, const float* k, const float* v, AttnShape s,
-                                 float scale) {
+    attention_backward_dq_kernel(float* dq, const float* dout, const float* out, const float* lse, const float* q,
+                                 const float* k, const float* v, AttnShape s, float scale) {
   FTX_DYNAMIC_SHARED(float, smem);
   const int HS = s.HS, ks = lane_row_stride(HS);
   float* sk = smem;                      // (kTile, ks)  read by lane and by dims
@@ -187,8 +183,7 @@ __global__ void __launch_bounds__(kThreads)
   float* sq = sv + kTile * ks;           // (kRowsPerBlock, HS)  broadcast
   float* sdo = sq + kRowsPerBlock * HS;  // (kRowsPerBlock, HS)  broadcast
   const int lane = threadIdx.x % kWarp, warp = threadIdx.x / kWarp;
-  const int b = blockIdx.z, h = blockIdx.y, kh = h / (s.NH / s.NKV),
-            i0 = blockIdx.x * kRowsPerBlock;
+  const int b = blockIdx.z, h = blockIdx.y, kh = h / (s.NH / s.NKV), i0 = blockIdx.x * kRowsPerBlock;
   const size_t ldq = size_t(s.NH) * HS, ldkv = size_t(s.NKV) * HS;
   const size_t q_off = (size_t(b) * s.Tq * s.NH + h) * HS;
   const float* kb = k + (size_t(b) * s.Tk * s.NKV + kh) * HS;
@@ -208,8 +203,7 @@ __global__ void __launch_bounds__(kThreads)
     jn[t] = visible_keys(s, i);
     const bool valid = i < s.Tq;  // warp-uniform
     row_lse[t] = valid ? lse[(size_t(b) * s.NH + h) * s.Tq + i] : 0.f;
-    row_d[t] =
-        valid ? warp_dot(dout + q_off + size_t(i) * ldq, out + q_off + size_t(i) * ldq, HS) : 0.f;
+    row_d[t] = valid ? warp_dot(dout + q_off + size_t(i) * ldq, out + q_off + size_t(i) * ldq, HS) : 0.f;
 #pragma unroll
     for (int c = 0; c < kChunks; ++c) acc[t][c] = 0.f;
   }
@@ -269,9 +263,8 @@ __global__ void __launch_bounds__(kThreads)
 // dv_j += P_ij dout_i, dk_j += dS_ij q_i by dims.
 template <int kChunks>
 __global__ void __launch_bounds__(kThreads)
-    attention_backward_dkv_kernel(float* dk, float* dv, const float* dout, const float* out,
-                                  const float* lse, const float* q, const float* k, const float* v,
-                                  AttnShape s, float scale) {
+    attention_backward_dkv_kernel(float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                                  const float* q, const float* k, const float* v, AttnShape s, float scale) {
   FTX_DYNAMIC_SHARED(float, smem);
   const int HS = s.HS, qs = lane_row_stride(HS);
   float* sq = smem;                        // (kTile, qs)  read by lane and by dims
@@ -310,9 +303,7 @@ __global__ void __launch_bounds__(kThreads)
       load_tile<kTile>(sdo, qs, dout + q_off, ldq, i0, nq, HS);
       for (int r = warp; r < kTile; r += kWarps) {
         const int i = i0 + r;
-        const float d_i =
-            i < s.Tq ? warp_dot(dout + q_off + size_t(i) * ldq, out + q_off + size_t(i) * ldq, HS)
-                     : 0.f;
+        const float d_i = i < s.Tq ? warp_dot(dout + q_off + size_t(i) * ldq, out + q_off + size_t(i) * ldq, HS) : 0.f;
         if (lane == 0) {
           s_d[r] = d_i;
           s_lse[r] = i < s.Tq ? lse_h[i] : 0.f;
@@ -395,26 +386,22 @@ void with_chunks(int HS, F&& f) {
 // Dynamic shared memory above 48 KB needs the kernel's opt-in (here at HS >= about 128).
 template <class Kernel>
 void allow_smem(Kernel* kernel, size_t bytes) {
-  FTX_CUDA_CHECK(
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
+  FTX_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes)));
 }
 
 void check_shape(const AttnShape& s) {
-  FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk <= s.Tk_cap && s.HS >= 1 &&
-                s.HS <= kMaxHeadSize,
-            "cuda attention: NH %d NKV %d HS %d Tk %d Tk_cap %d", s.NH, s.NKV, s.HS, s.Tk,
-            s.Tk_cap);
+  FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk <= s.Tk_cap && s.HS >= 1 && s.HS <= kMaxHeadSize,
+            "cuda attention: NH %d NKV %d HS %d Tk %d Tk_cap %d", s.NH, s.NKV, s.HS, s.Tk, s.Tk_cap);
 }
 
 }  // namespace
 
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const AttnShape& s, cudaStream_t st) {
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const AttnShape& s,
+                       cudaStream_t st) {
   if (size_t(s.B) * s.NH == 0 || s.Tq == 0) return;
   check_shape(s);
   const float scale = 1.f / std::sqrt(float(s.HS));
-  const size_t bytes = sizeof(float) * (size_t(kTile) * lane_row_stride(s.HS) +
-                                        size_t(kTile + kRowsPerBlock) * s.HS);
+  const size_t bytes = sizeof(float) * (size_t(kTile) * lane_row_stride(s.HS) + size_t(kTile + kRowsPerBlock) * s.HS);
   const dim3 grid(blocks_for(size_t(s.Tq), kRowsPerBlock), s.NH, s.B);
   with_chunks(s.HS, [&](auto chunks) {
     constexpr int kChunks = decltype(chunks)::value;
@@ -424,15 +411,13 @@ void attention_forward(float* out, float* lse, const float* q, const float* k, c
   });
 }
 
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                        const float* lse, const float* q, const float* k, const float* v,
-                        const AttnShape& s, cudaStream_t st) {
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                        const float* q, const float* k, const float* v, const AttnShape& s, cudaStream_t st) {
   if (size_t(s.B) * s.NH == 0 || s.Tq == 0) return;
   check_shape(s);
   FT_ASSERT(s.Tk_cap == s.Tk, "cuda attention backward: Tk %d Tk_cap %d", s.Tk, s.Tk_cap);
   const float scale = 1.f / std::sqrt(float(s.HS));
-  const size_t tiles = sizeof(float) * (2 * size_t(kTile) * lane_row_stride(s.HS) +
-                                        2 * size_t(kRowsPerBlock) * s.HS);
+  const size_t tiles = sizeof(float) * (2 * size_t(kTile) * lane_row_stride(s.HS) + 2 * size_t(kRowsPerBlock) * s.HS);
   const size_t dq_bytes = tiles;
   const size_t dkv_bytes = tiles + sizeof(float) * 2 * kTile;  // + lse and D of the query tile
   const dim3 dq_grid(blocks_for(size_t(s.Tq), kRowsPerBlock), s.NH, s.B);

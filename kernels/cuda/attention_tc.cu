@@ -49,7 +49,7 @@ constexpr int kLdH = HS + 8;   // bf16 (rows, HS) tiles: Q, K, V, dO
 constexpr int kLdP = kBc + 8;  // bf16 (kBr, kBc): P, dS
 constexpr int kLdS = kBc + 4;  // fp32 (kBr, kBc): S, dP
 template <int HS>
-constexpr int kLdO = HS + 4;   // fp32 (kBr, HS): O, and the staging of dq / dk / dv
+constexpr int kLdO = HS + 4;  // fp32 (kBr, HS): O, and the staging of dq / dk / dv
 
 using FragA = wmma::fragment<wmma::matrix_a, kF, kF, kF, bf16, wmma::row_major>;
 using FragAT = wmma::fragment<wmma::matrix_a, kF, kF, kF, bf16, wmma::col_major>;  // a transposed
@@ -112,13 +112,13 @@ __global__ void __launch_bounds__(kTcThreads)
                                 float scale) {
   FTX_DYNAMIC_SHARED(float, smem);
   constexpr int LH = kLdH<HS>, LO = kLdO<HS>;
-  bf16* Qs = reinterpret_cast<bf16*>(smem);  // (kBr, HS)
-  bf16* Ks = Qs + kBr * LH;                   // (kBc, HS)
-  bf16* Vs = Ks + kBc * LH;                   // (kBc, HS)
-  bf16* Ps = Vs + kBc * LH;                   // (kBr, kBc) probabilities of the tile
+  bf16* Qs = reinterpret_cast<bf16*>(smem);               // (kBr, HS)
+  bf16* Ks = Qs + kBr * LH;                               // (kBc, HS)
+  bf16* Vs = Ks + kBc * LH;                               // (kBc, HS)
+  bf16* Ps = Vs + kBc * LH;                               // (kBr, kBc) probabilities of the tile
   float* Ss = reinterpret_cast<float*>(Ps + kBr * kLdP);  // (kBr, kBc) scores
-  float* Os = Ss + kBr * kLdS;                             // (kBr, HS) unnormalised output
-  float* alpha = Os + kBr * LO;                            // (kBr) rescale of the tile
+  float* Os = Ss + kBr * kLdS;                            // (kBr, HS) unnormalised output
+  float* alpha = Os + kBr * LO;                           // (kBr) rescale of the tile
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int i0 = blockIdx.x * kBr, h = blockIdx.y, b = blockIdx.z, kh = h / (s.NH / s.NKV);
@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(kTcThreads)
     stage_tile<HS>(Vs, vb, ks, j0, s.Tk);
     __syncthreads();
     for (int n = 0; n < kBc / kF; ++n)  // S_w = Q_w K^T
-      product16<HS, FragA, FragBT>(Ss + warp * kF * kLdS + n * kF, kLdS, Qs + warp * kF * LH, LH, kF,
-                                   Ks + n * kF * LH, LH, kF);
+      product16<HS, FragA, FragBT>(Ss + warp * kF * kLdS + n * kF, kLdS, Qs + warp * kF * LH, LH, kF, Ks + n * kF * LH,
+                                   LH, kF);
     __syncwarp();
     float* srow = Ss + r * kLdS;
     float mx = -INFINITY;
@@ -200,15 +200,15 @@ __global__ void __launch_bounds__(kTcThreads)
                                     const float* k, const float* v, AttnShape s, float scale) {
   FTX_DYNAMIC_SHARED(float, smem);
   constexpr int LH = kLdH<HS>, LO = kLdO<HS>;
-  bf16* Qs = reinterpret_cast<bf16*>(smem);  // (kBr, HS)
-  bf16* dOs = Qs + kBr * LH;                  // (kBr, HS)
-  bf16* Ks = dOs + kBr * LH;                  // (kBc, HS)
-  bf16* Vs = Ks + kBc * LH;                   // (kBc, HS)
-  bf16* dSs = Vs + kBc * LH;                  // (kBr, kBc)
+  bf16* Qs = reinterpret_cast<bf16*>(smem);                // (kBr, HS)
+  bf16* dOs = Qs + kBr * LH;                               // (kBr, HS)
+  bf16* Ks = dOs + kBr * LH;                               // (kBc, HS)
+  bf16* Vs = Ks + kBc * LH;                                // (kBc, HS)
+  bf16* dSs = Vs + kBc * LH;                               // (kBr, kBc)
   float* Ss = reinterpret_cast<float*>(dSs + kBr * kLdP);  // (kBr, kBc); with dPs: dq staging at the end
-  float* dPs = Ss + kBr * kLdS;                             // (kBr, kBc)
-  float* Ls = dPs + kBr * kLdS;                             // (kBr) log-sum-exp
-  float* Ds = Ls + kBr;                                   // (kBr) D_i
+  float* dPs = Ss + kBr * kLdS;                            // (kBr, kBc)
+  float* Ls = dPs + kBr * kLdS;                            // (kBr) log-sum-exp
+  float* Ds = Ls + kBr;                                    // (kBr) D_i
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int i0 = blockIdx.x * kBr, h = blockIdx.y, b = blockIdx.z, kh = h / (s.NH / s.NKV);
@@ -271,16 +271,16 @@ __global__ void __launch_bounds__(kTcThreads)
                                      const float* q, const float* k, const float* v, AttnShape s, float scale) {
   FTX_DYNAMIC_SHARED(float, smem);
   constexpr int LH = kLdH<HS>, LO = kLdO<HS>;
-  bf16* Ks = reinterpret_cast<bf16*>(smem);  // (kBc, HS) this block's keys
-  bf16* Vs = Ks + kBc * LH;                   // (kBc, HS)
-  bf16* Qs = Vs + kBc * LH;                   // (kBr, HS) the current query tile
-  bf16* dOs = Qs + kBr * LH;                  // (kBr, HS)
-  bf16* Ps = dOs + kBr * LH;                  // (kBr, kBc)
-  bf16* dSs = Ps + kBr * kLdP;                // (kBr, kBc)
+  bf16* Ks = reinterpret_cast<bf16*>(smem);                // (kBc, HS) this block's keys
+  bf16* Vs = Ks + kBc * LH;                                // (kBc, HS)
+  bf16* Qs = Vs + kBc * LH;                                // (kBr, HS) the current query tile
+  bf16* dOs = Qs + kBr * LH;                               // (kBr, HS)
+  bf16* Ps = dOs + kBr * LH;                               // (kBr, kBc)
+  bf16* dSs = Ps + kBr * kLdP;                             // (kBr, kBc)
   float* Ss = reinterpret_cast<float*>(dSs + kBr * kLdP);  // (kBr, kBc); with dPs: dk/dv staging at the end
-  float* dPs = Ss + kBr * kLdS;                             // (kBr, kBc)
-  float* Ls = dPs + kBr * kLdS;                             // (kBr)
-  float* Ds = Ls + kBr;                                   // (kBr)
+  float* dPs = Ss + kBr * kLdS;                            // (kBr, kBc)
+  float* Ls = dPs + kBr * kLdS;                            // (kBr)
+  float* Ds = Ls + kBr;                                    // (kBr)
 
   const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
   const int j0 = blockIdx.x * kBc, kh = blockIdx.y, b = blockIdx.z, group = s.NH / s.NKV;
@@ -314,8 +314,7 @@ __global__ void __launch_bounds__(kTcThreads)
       __syncwarp();
       for (int e = lane; e < kBr * kF; e += kWarp) {
         const int r = e / kF, c = warp * kF + e % kF;
-        const float p =
-            j0 + c < tc_visible_keys(s, i0 + r) ? expf(Ss[r * kLdS + c] * scale - Ls[r]) : 0.0f;
+        const float p = j0 + c < tc_visible_keys(s, i0 + r) ? expf(Ss[r * kLdS + c] * scale - Ls[r]) : 0.0f;
         Ps[r * kLdP + c] = __float2bfloat16(p);
         dSs[r * kLdP + c] = __float2bfloat16(p * (dPs[r * kLdS + c] - Ds[r]));
       }
@@ -385,8 +384,8 @@ void tc_forward(float* out, float* lse, const float* q, const float* k, const fl
 }
 
 template <int HS>
-void tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
-                 const float* q, const float* k, const float* v, const AttnShape& s, cudaStream_t st) {
+void tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse, const float* q,
+                 const float* k, const float* v, const AttnShape& s, cudaStream_t st) {
   const float scale = 1.0f / sqrtf(float(HS));
   const size_t dq_bytes = dq_smem<HS>(), dkv_bytes = dkv_smem<HS>();
   allow_tc_smem(attention_tc_backward_dq_kernel<HS>, dq_bytes);
@@ -409,9 +408,15 @@ void attention_tc_forward(float* out, float* lse, const float* q, const float* k
                           cudaStream_t st) {
   FT_ASSERT(attention_tc_supports(s), "tensor-core attention: unsupported shape HS=%d Tq=%d", s.HS, s.Tq);
   switch (s.HS) {
-    case 32: tc_forward<32>(out, lse, q, k, v, s, st); break;
-    case 64: tc_forward<64>(out, lse, q, k, v, s, st); break;
-    default: tc_forward<128>(out, lse, q, k, v, s, st); break;
+    case 32:
+      tc_forward<32>(out, lse, q, k, v, s, st);
+      break;
+    case 64:
+      tc_forward<64>(out, lse, q, k, v, s, st);
+      break;
+    default:
+      tc_forward<128>(out, lse, q, k, v, s, st);
+      break;
   }
 }
 
@@ -419,9 +424,15 @@ void attention_tc_backward(float* dq, float* dk, float* dv, const float* dout, c
                            const float* q, const float* k, const float* v, const AttnShape& s, cudaStream_t st) {
   FT_ASSERT(attention_tc_supports(s), "tensor-core attention: unsupported shape HS=%d Tq=%d", s.HS, s.Tq);
   switch (s.HS) {
-    case 32: tc_backward<32>(dq, dk, dv, dout, out, lse, q, k, v, s, st); break;
-    case 64: tc_backward<64>(dq, dk, dv, dout, out, lse, q, k, v, s, st); break;
-    default: tc_backward<128>(dq, dk, dv, dout, out, lse, q, k, v, s, st); break;
+    case 32:
+      tc_backward<32>(dq, dk, dv, dout, out, lse, q, k, v, s, st);
+      break;
+    case 64:
+      tc_backward<64>(dq, dk, dv, dout, out, lse, q, k, v, s, st);
+      break;
+    default:
+      tc_backward<128>(dq, dk, dv, dout, out, lse, q, k, v, s, st);
+      break;
   }
 }
 

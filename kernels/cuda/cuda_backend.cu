@@ -241,8 +241,8 @@ class CudaBackend final : public Backend {
   void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC, bool accumulate) override {
     gemm("matmul_forward", CUBLAS_OP_T, CUBLAS_OP_N, OC, N, IC, w, IC, inp, IC, out, OC, accumulate);
   }
-  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, WeightRef w, int N, int IC,
-                       int OC, bool accumulate_dinp) override {
+  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, WeightRef w, int N, int IC, int OC,
+                       bool accumulate_dinp) override {
     FT_ASSERT(dw == nullptr || w.dtype == DType::F32, "matmul_backward: a %s weight is frozen (dw must be null)",
               dtype_name(w.dtype));
     if (dinp != nullptr)
@@ -314,9 +314,7 @@ class CudaBackend final : public Backend {
   void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H) override {
     op("post_sampler_backward", cuda::post_sampler_backward, dW, dR, codes, N, C, H);
   }
-  void kl_forward(float* kl, const float* p, int N, int H) override {
-    op("kl_forward", cuda::kl_forward, kl, p, N, H);
-  }
+  void kl_forward(float* kl, const float* p, int N, int H) override { op("kl_forward", cuda::kl_forward, kl, p, N, H); }
   void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale) override {
     op("kl_backward", cuda::kl_backward, dlogits, p, kl, N, H, graph_->scalar(kappa), scale);
   }
@@ -325,8 +323,8 @@ class CudaBackend final : public Backend {
   void clip_grad_norm(float* g, size_t n, float max_norm, float* norm) override {
     op("clip_grad_norm", cuda::clip_grad_norm, g, n, max_norm, norm, partial_, clip_factor_);
   }
-  void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments,
-                    int n_segments, const AdamWStep& s) override {
+  void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments, int n_segments,
+                    const AdamWStep& s) override {
     FT_ASSERT(s.t >= 1, "adamw: step %d (steps count from 1)", s.t);
     size_t end = 0;
     for (int i = 0; i < n_segments; ++i) {
@@ -339,16 +337,18 @@ class CudaBackend final : public Backend {
     const auto bc2 = graph_->scalar(float(1.0 / (1.0 - std::pow(double(s.beta2), s.t))));
     const auto* table = static_cast<const AdamWSegment*>(graph_->table(segments, sizeof(AdamWSegment) * n_segments));
     __nv_bfloat16* mirror = precision_ == MatmulPrecision::Bf16 ? mirror_of(param) : nullptr;
-    op("adamw_update", cuda::adamw, param, grad, m, v, mirror, table, n_segments, end, lr, s.beta1, s.beta2, s.eps,
-       bc1, bc2);
+    op("adamw_update", cuda::adamw, param, grad, m, v, mirror, table, n_segments, end, lr, s.beta1, s.beta2, s.eps, bc1,
+       bc2);
   }
 
   // ---- precision and step graphs ----
   Status set_matmul_precision(MatmulPrecision p) override {
     outside_graph("set_matmul_precision");
     precision_ = p;
-    if (p == MatmulPrecision::Bf16) refresh_mirror();
-    else free_mirror();  // only bf16 GEMMs read it
+    if (p == MatmulPrecision::Bf16)
+      refresh_mirror();
+    else
+      free_mirror();  // only bf16 GEMMs read it
     return {};
   }
   MatmulPrecision matmul_precision() const override { return precision_; }
@@ -580,8 +580,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   void* cublas_workspace_ = nullptr;
-  double* partial_ = nullptr;      // sum_squares / clip_grad_norm partials (kReduceBlocks)
-  float* clip_factor_ = nullptr;   // (1): clip_grad_norm's factor, read by its scaling kernel
+  double* partial_ = nullptr;     // sum_squares / clip_grad_norm partials (kReduceBlocks)
+  float* clip_factor_ = nullptr;  // (1): clip_grad_norm's factor, read by its scaling kernel
   std::unique_ptr<cuda::StepGraph> graph_;
   MatmulPrecision precision_ = MatmulPrecision::Tf32;
   const float* tracked_ = nullptr;  // track_weights: the weights whose bf16 copy is mirror_

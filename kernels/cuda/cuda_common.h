@@ -9,23 +9,22 @@
 #include <cstdio>
 #include <cstdlib>
 
-#define FTX_CUDA_CHECK(call)                                                                    \
-  do {                                                                                          \
-    cudaError_t err_ = (call);                                                                  \
-    if (err_ != cudaSuccess) {                                                                  \
-      std::fprintf(stderr, "%s:%d: CUDA error: %s: %s\n", __FILE__, __LINE__, #call,            \
-                   cudaGetErrorString(err_));                                                   \
-      std::abort();                                                                             \
-    }                                                                                           \
+#define FTX_CUDA_CHECK(call)                                                                                    \
+  do {                                                                                                          \
+    cudaError_t err_ = (call);                                                                                  \
+    if (err_ != cudaSuccess) {                                                                                  \
+      std::fprintf(stderr, "%s:%d: CUDA error: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(err_)); \
+      std::abort();                                                                                             \
+    }                                                                                                           \
   } while (0)
 
-#define FTX_CUBLAS_CHECK(call)                                                                  \
-  do {                                                                                          \
-    cublasStatus_t st_ = (call);                                                                \
-    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+#define FTX_CUBLAS_CHECK(call)                                                                   \
+  do {                                                                                           \
+    cublasStatus_t st_ = (call);                                                                 \
+    if (st_ != CUBLAS_STATUS_SUCCESS) {                                                          \
       std::fprintf(stderr, "%s:%d: cuBLAS error %d: %s\n", __FILE__, __LINE__, int(st_), #call); \
-      std::abort();                                                                             \
-    }                                                                                           \
+      std::abort();                                                                              \
+    }                                                                                            \
   } while (0)
 
 // kernel<<<grid, block, smem_bytes, stream>>>(args...), and the block's dynamic shared memory. Macros

@@ -28,22 +28,19 @@ void sum_rows(float* dv, const float* dout, int N, int C, cudaStream_t st);
 void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C, cudaStream_t st);
 void embedding_forward(float* out, const int32_t* tok, const __nv_bfloat16* wte, int N, int C, cudaStream_t st);
 void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C, cudaStream_t st);
-void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps,
-                     cudaStream_t st);
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                      int N, int C, cudaStream_t st);
+void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps, cudaStream_t st);
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
+                      int C, cudaStream_t st);
 void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign, cudaStream_t st);
 void swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n,
                      cudaStream_t st);
-void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
-                          cudaStream_t st);
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V, cudaStream_t st);
 void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V, float scale,
                            cudaStream_t st);
 // *norm = ||g||, then g *= max_norm / norm when max_norm > 0 and the norm exceeds it; partial
 // (kReduceBlocks doubles) and factor (1 float) are scratch in device memory.
-void clip_grad_norm(float* g, size_t n, float max_norm, float* norm, double* partial, float* factor,
-                    cudaStream_t st);
+void clip_grad_norm(float* g, size_t n, float max_norm, float* norm, double* partial, float* factor, cudaStream_t st);
 // AdamW over the segments in `table` (device memory, sorted, disjoint; end = the last one's end);
 // mirror (nullable) gets the new parameters in bf16.
 void adamw(float* param, const float* grad, float* m, float* v, __nv_bfloat16* mirror, const AdamWSegment* table,
@@ -54,37 +51,34 @@ void to_bf16(__nv_bfloat16* out, const float* x, size_t n, cudaStream_t st);
 // ---- attention.cu: flash-style, the probabilities are never stored ----------------------------
 // saved: log-sum-exp of the scaled scores per query row, (B, NH, Tq). A row with no visible key
 // (cannot happen for causal with q_pos0 >= 0) would be a bug.
-void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                       const AttnShape& s, cudaStream_t st);
+void attention_forward(float* out, float* lse, const float* q, const float* k, const float* v, const AttnShape& s,
+                       cudaStream_t st);
 // dq, dk, dv overwritten; dk/dv (B, Tk, NKV, HS). `out` is the forward's output (for
 // D_i = <dout_i, out_i>). Scratch from the caller: none; dk/dv accumulate across the query heads of
 // a GQA group inside the kernel.
-void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                        const float* lse, const float* q, const float* k, const float* v,
-                        const AttnShape& s, cudaStream_t st);
+void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                        const float* q, const float* k, const float* v, const AttnShape& s, cudaStream_t st);
 
 // ---- attention_tc.cu: the same ops on bf16 tensor cores (MatmulPrecision::Bf16), same saved
 // log-sum-exp; for head sizes 32, 64, 128 and at least 16 query rows (else attention.cu).
 bool attention_tc_supports(const AttnShape& s);
-void attention_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v,
-                          const AttnShape& s, cudaStream_t st);
-void attention_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* out,
-                           const float* lse, const float* q, const float* k, const float* v,
-                           const AttnShape& s, cudaStream_t st);
+void attention_tc_forward(float* out, float* lse, const float* q, const float* k, const float* v, const AttnShape& s,
+                          cudaStream_t st);
+void attention_tc_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* lse,
+                           const float* q, const float* k, const float* v, const AttnShape& s, cudaStream_t st);
 
 // ---- latent.cu: the binary mapper, the post-sampler gather, the KL with free bits --------------
 void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, Dyn<uint64_t> seed,
                            Dyn<uint64_t> stream, cudaStream_t st);
 // Column-major C (m x n) = A (m x k, ld lda) B (k x n, ld ldb), no transposes, C overwritten: the
 // backend's GEMM at its precision, on `st`.
-using TileGemm = std::function<void(int m, int n, int k, const float* A, int lda, const float* B, int ldb,
-                                    float* C, int ldc)>;
+using TileGemm =
+    std::function<void(int m, int n, int k, const float* A, int lda, const float* B, int ldb, float* C, int ldc)>;
 // Tiled over codes: never holds N x 2^H.
-void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
-                            int H, const TileGemm& gemm, cudaStream_t st);
+void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C, int H,
+                            const TileGemm& gemm, cudaStream_t st);
 void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H, cudaStream_t st);
-void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H,
-                           cudaStream_t st);
+void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H, cudaStream_t st);
 void kl_forward(float* kl, const float* p, int N, int H, cudaStream_t st);
 void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa, float scale,
                  cudaStream_t st);

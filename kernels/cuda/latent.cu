@@ -65,8 +65,8 @@ __global__ void mapper_forward_kernel(uint32_t* codes, float* p, const float* lo
 // acc[h] += sum over the tile's codes with bit h set of a, acc[H] += sum of a, a = dG * G.
 // tile (N, 2^k) holds dG. Lanes stride over the codes; each lane keeps its partial sums in
 // registers (the arrays are indexed only by unrolled loops), then the warp adds them up.
-__global__ void mapper_reduce_tile_kernel(double* acc, const float* tile, const float* p, int N,
-                                          int H, int k, uint32_t d0) {
+__global__ void mapper_reduce_tile_kernel(double* acc, const float* tile, const float* p, int N, int H, int k,
+                                          uint32_t d0) {
   const int n = blockIdx.x * kRowsPerBlock + threadIdx.x / kWarp;
   const int lane = threadIdx.x % kWarp;
   if (n >= N) return;  // whole warps: the shuffles below see full warps
@@ -124,8 +124,7 @@ __global__ void mapper_reduce_tile_kernel(double* acc, const float* tile, const 
 }
 
 // dlogits[n,h] += S_{n,h} - p[n,h] * S_n from the accumulated sums; one thread per element.
-__global__ void mapper_apply_kernel(float* dlogits, const double* acc, const float* p, int N,
-                                    int H) {
+__global__ void mapper_apply_kernel(float* dlogits, const double* acc, const float* p, int N, int H) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(N) * H) return;
   const size_t n = i / H, h = i % H;
@@ -135,8 +134,7 @@ __global__ void mapper_apply_kernel(float* dlogits, const double* acc, const flo
 
 // One block per row: the row's code is read once, its C columns are strided over by the threads.
 // A code >= 2^H is a bug (the CPU asserts): trap rather than touch memory outside W.
-__global__ void post_sampler_forward_kernel(float* R, const uint32_t* codes, const float* W, int C,
-                                            int H) {
+__global__ void post_sampler_forward_kernel(float* R, const uint32_t* codes, const float* W, int C, int H) {
   const size_t n = blockIdx.x;
   const uint32_t code = codes[n];
   if (code >> H) __trap();
@@ -144,8 +142,7 @@ __global__ void post_sampler_forward_kernel(float* R, const uint32_t* codes, con
   for (int c = threadIdx.x; c < C; c += blockDim.x) r[c] = W[(size_t(c) << H) + code];
 }
 
-__global__ void post_sampler_backward_kernel(float* dW, const float* dR, const uint32_t* codes,
-                                             int C, int H) {
+__global__ void post_sampler_backward_kernel(float* dW, const float* dR, const uint32_t* codes, int C, int H) {
   const size_t n = blockIdx.x;
   const uint32_t code = codes[n];
   if (code >> H) __trap();
@@ -171,8 +168,8 @@ __global__ void kl_forward_kernel(float* kl, const float* p, int N, int H) {
 
 // One thread per element; rows at or under kappa, and p = 0 or 1 (derivative's limit 0), add
 // nothing.
-__global__ void kl_backward_kernel(float* dlogits, const float* p, const float* kl, int N, int H,
-                                   Dyn<float> kappa, float scale) {
+__global__ void kl_backward_kernel(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa,
+                                   float scale) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(N) * H) return;
   if (!(kl[i / H] > kappa.get())) return;
@@ -191,27 +188,24 @@ int mapper_tile_log2(int N, int H) {
 
 }  // namespace
 
-void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H,
-                           Dyn<uint64_t> seed, Dyn<uint64_t> stream, cudaStream_t st) {
+void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, Dyn<uint64_t> seed,
+                           Dyn<uint64_t> stream, cudaStream_t st) {
   FT_ASSERT(H >= 1 && H <= 31, "binary mapper: H = %d", H);
   if (N == 0) return;
-  FTX_LAUNCH(mapper_forward_kernel, blocks_for(N, kThreads), kThreads, 0, st, codes, p, logits, N, H, seed,
-                                                                      stream);
+  FTX_LAUNCH(mapper_forward_kernel, blocks_for(N, kThreads), kThreads, 0, st, codes, p, logits, N, H, seed, stream);
   FTX_CUDA_LAUNCHED();
 }
 
-void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N,
-                            int C, int H, const TileGemm& gemm, cudaStream_t st) {
+void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C, int H,
+                            const TileGemm& gemm, cudaStream_t st) {
   FT_ASSERT(H >= 1 && H <= kMaxH, "binary mapper backward: H = %d", H);
   if (N == 0 || C == 0) return;  // C = 0: every dG is 0, nothing to add
   const int k = mapper_tile_log2(N, H);
   const uint32_t D = 1u << H, Dt = 1u << k;
   float* tile = nullptr;  // (N, Dt)
   double* acc = nullptr;  // (N, H + 1)
-  FTX_CUDA_CHECK(
-      cudaMallocAsync(reinterpret_cast<void**>(&tile), size_t(N) * Dt * sizeof(float), st));
-  FTX_CUDA_CHECK(
-      cudaMallocAsync(reinterpret_cast<void**>(&acc), size_t(N) * (H + 1) * sizeof(double), st));
+  FTX_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&tile), size_t(N) * Dt * sizeof(float), st));
+  FTX_CUDA_CHECK(cudaMallocAsync(reinterpret_cast<void**>(&acc), size_t(N) * (H + 1) * sizeof(double), st));
   FTX_CUDA_CHECK(cudaMemsetAsync(acc, 0, size_t(N) * (H + 1) * sizeof(double), st));
 
   for (uint32_t d0 = 0; d0 < D; d0 += Dt) {
@@ -221,26 +215,22 @@ void binary_mapper_backward(float* dlogits, const float* dR, const float* W, con
     // transpose. So compute the column-major tile^T (Dt x N, ld Dt) = W_slice^T (Dt x C, ld D,
     // starting at W + d0) times dR^T (C x N, ld C): both operands as stored, no transposes.
     gemm(static_cast<int>(Dt), N, C, W + d0, static_cast<int>(D), dR, C, tile, static_cast<int>(Dt));
-    FTX_LAUNCH(mapper_reduce_tile_kernel, blocks_for(N, kRowsPerBlock), kThreads, 0, st, acc, tile, p, N, H,
-                                                                                 k, d0);
+    FTX_LAUNCH(mapper_reduce_tile_kernel, blocks_for(N, kRowsPerBlock), kThreads, 0, st, acc, tile, p, N, H, k, d0);
     FTX_CUDA_LAUNCHED();
   }
-  FTX_LAUNCH(mapper_apply_kernel, blocks_for(size_t(N) * H, kThreads), kThreads, 0, st, dlogits, acc, p, N,
-                                                                                H);
+  FTX_LAUNCH(mapper_apply_kernel, blocks_for(size_t(N) * H, kThreads), kThreads, 0, st, dlogits, acc, p, N, H);
   FTX_CUDA_LAUNCHED();
   FTX_CUDA_CHECK(cudaFreeAsync(tile, st));
   FTX_CUDA_CHECK(cudaFreeAsync(acc, st));
 }
 
-void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H,
-                          cudaStream_t st) {
+void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H, cudaStream_t st) {
   if (N == 0 || C == 0) return;
   FTX_LAUNCH(post_sampler_forward_kernel, N, kThreads, 0, st, R, codes, W, C, H);
   FTX_CUDA_LAUNCHED();
 }
 
-void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H,
-                           cudaStream_t st) {
+void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H, cudaStream_t st) {
   if (N == 0 || C == 0) return;
   FTX_LAUNCH(post_sampler_backward_kernel, N, kThreads, 0, st, dW, dR, codes, C, H);
   FTX_CUDA_LAUNCHED();
@@ -252,11 +242,11 @@ void kl_forward(float* kl, const float* p, int N, int H, cudaStream_t st) {
   FTX_CUDA_LAUNCHED();
 }
 
-void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa,
-                 float scale, cudaStream_t st) {
+void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa, float scale,
+                 cudaStream_t st) {
   if (N == 0 || H == 0) return;
-  FTX_LAUNCH(kl_backward_kernel, blocks_for(size_t(N) * H, kThreads), kThreads, 0, st, dlogits, p, kl, N, H,
-                                                                               kappa, scale);
+  FTX_LAUNCH(kl_backward_kernel, blocks_for(size_t(N) * H, kThreads), kThreads, 0, st, dlogits, p, kl, N, H, kappa,
+             scale);
   FTX_CUDA_LAUNCHED();
 }
 

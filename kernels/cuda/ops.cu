@@ -21,9 +21,9 @@
 namespace ftx::cuda {
 namespace {
 
-constexpr unsigned kThreads = 256;      // elementwise kernels
-constexpr unsigned kRowWarps = 8;       // row kernels (RMSNorm): one warp per row, 8 rows a block
-constexpr unsigned kColumnRows = 16;    // column sums: 32 columns x 16 row lanes a block
+constexpr unsigned kThreads = 256;    // elementwise kernels
+constexpr unsigned kRowWarps = 8;     // row kernels (RMSNorm): one warp per row, 8 rows a block
+constexpr unsigned kColumnRows = 16;  // column sums: 32 columns x 16 row lanes a block
 
 // Logistic sigmoid as the CPU computes it: only exp of non-positive arguments, stable both ways.
 __device__ __forceinline__ float sigmoidf(float x) {
@@ -150,8 +150,8 @@ __global__ void rmsnorm_backward_dx_kernel(float* dx, const float* dout, const f
   for (int c = lane; c < C; c += 32) d[c] += r * (w[c] * g[c] - xr[c] * k);
 }
 
-__global__ void rmsnorm_backward_dw_kernel(float* dw, const float* dout, const float* x, const float* rstd,
-                                           int N, int C) {
+__global__ void rmsnorm_backward_dw_kernel(float* dw, const float* dout, const float* x, const float* rstd, int N,
+                                           int C) {
   column_sum(dw, N, C, [=] __device__(int n, int c) {
     const size_t i = size_t(n) * C + c;
     return double(dout[i] * x[i]) * double(rstd[n]);
@@ -165,7 +165,7 @@ __global__ void rope_kernel(float* x, int B, int T, int nh, int HS, int pos0, do
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(B) * T * nh * half) return;
   const int pair = int(i % half);
-  const size_t row = i / half;                // (b, t, h)
+  const size_t row = i / half;  // (b, t, h)
   const int t = int((row / nh) % T);
   const double angle = double(pos0 + t) * pow(theta, -2.0 * pair / HS);
   const float cs = float(cos(angle)), sn = float(sign * sin(angle));
@@ -184,8 +184,8 @@ __global__ void swiglu_forward_kernel(float* out, const float* gate, const float
   out[i] = g * sigmoidf(g) * up[i];
 }
 
-__global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout, const float* gate,
-                                       const float* up, size_t n) {
+__global__ void swiglu_backward_kernel(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                                       size_t n) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
   const float g = gate[i], s = sigmoidf(g), d = dout[i];
@@ -268,14 +268,16 @@ constexpr size_t kAdamChunk = 8192;  // elements per block
 // element takes the weight decay of its segment (segments sorted, disjoint; gaps are skipped).
 // With a bf16 mirror of the parameters (MatmulPrecision::Bf16), the new value is written there too.
 __global__ void adamw_kernel(float* param, const float* grad, float* m, float* v, __nv_bfloat16* mirror,
-                             const AdamWSegment* segs, int nseg, Dyn<float> lr_arg, float beta1, float beta2,
-                             float eps, Dyn<float> inv_bc1_arg, Dyn<float> inv_bc2_arg) {
+                             const AdamWSegment* segs, int nseg, Dyn<float> lr_arg, float beta1, float beta2, float eps,
+                             Dyn<float> inv_bc1_arg, Dyn<float> inv_bc2_arg) {
   const size_t start = size_t(blockIdx.x) * kAdamChunk, stop = start + kAdamChunk;
   int lo = 0, hi = nseg;  // first segment that ends after start
   while (lo < hi) {
     const int mid = (lo + hi) / 2;
-    if (segs[mid].offset + segs[mid].numel <= start) lo = mid + 1;
-    else hi = mid;
+    if (segs[mid].offset + segs[mid].numel <= start)
+      lo = mid + 1;
+    else
+      hi = mid;
   }
   const float lr = lr_arg.get(), inv_bc1 = inv_bc1_arg.get(), inv_bc2 = inv_bc2_arg.get();
   int sg = lo;
@@ -356,8 +358,7 @@ void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, 
 void embedding_forward(float* out, const int32_t* tok, const __nv_bfloat16* wte, int N, int C, cudaStream_t st) {
   const size_t n = size_t(N) * C;
   if (n == 0) return;
-  FTX_LAUNCH(embedding_forward_kernel<__nv_bfloat16>, blocks_for(n, kThreads), kThreads, 0, st, out, tok, wte, N,
-             C);
+  FTX_LAUNCH(embedding_forward_kernel<__nv_bfloat16>, blocks_for(n, kThreads), kThreads, 0, st, out, tok, wte, N, C);
   FTX_CUDA_LAUNCHED();
 }
 
@@ -376,14 +377,14 @@ void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, in
   FTX_CUDA_LAUNCHED();
 }
 
-void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
-                      int N, int C, cudaStream_t st) {
+void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
+                      int C, cudaStream_t st) {
   if (N == 0) return;
-  FTX_LAUNCH(rmsnorm_backward_dx_kernel, blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, st, dx, dout, x, w,
-             rstd, N, C);
-  FTX_CUDA_LAUNCHED();
-  FTX_LAUNCH(rmsnorm_backward_dw_kernel, blocks_for(size_t(C), 32), dim3(32, kColumnRows), 0, st, dw, dout, x, rstd,
+  FTX_LAUNCH(rmsnorm_backward_dx_kernel, blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, st, dx, dout, x, w, rstd,
              N, C);
+  FTX_CUDA_LAUNCHED();
+  FTX_LAUNCH(rmsnorm_backward_dw_kernel, blocks_for(size_t(C), 32), dim3(32, kColumnRows), 0, st, dw, dout, x, rstd, N,
+             C);
   FTX_CUDA_LAUNCHED();
 }
 
@@ -408,8 +409,7 @@ void swiglu_backward(float* dgate, float* dup, const float* dout, const float* g
   FTX_CUDA_LAUNCHED();
 }
 
-void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V,
-                          cudaStream_t st) {
+void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V, cudaStream_t st) {
   if (N == 0) return;
   FTX_LAUNCH(crossentropy_forward_kernel, N, kThreads, 0, st, losses, logits, targets, V);
   FTX_CUDA_LAUNCHED();
@@ -422,8 +422,7 @@ void crossentropy_backward(float* dlogits, const float* logits, const int32_t* t
   FTX_CUDA_LAUNCHED();
 }
 
-void clip_grad_norm(float* g, size_t n, float max_norm, float* norm, double* partial, float* factor,
-                    cudaStream_t st) {
+void clip_grad_norm(float* g, size_t n, float max_norm, float* norm, double* partial, float* factor, cudaStream_t st) {
   sum_squares_partials(partial, g, n, st);
   FTX_LAUNCH(clip_factor_kernel, 1, 32, 0, st, norm, factor, partial, max_norm);
   FTX_CUDA_LAUNCHED();

@@ -39,7 +39,9 @@ void StepGraph::begin() {
 void StepGraph::run(Op&& op) {
   switch (mode_) {
     case Mode::Idle:
-    case Mode::Eager: op.launch(); return;
+    case Mode::Eager:
+      op.launch();
+      return;
     case Mode::Capture:
       op.launch();
       keys_.push_back(std::move(op.key));

@@ -79,10 +79,10 @@ class StepGraph {
   bool enabled_ = true;  // FTX_CUDA_GRAPHS=0 turns graphs off (steps run op by op)
   Mode mode_ = Mode::Idle;
   cudaGraphExec_t exec_ = nullptr;
-  std::vector<std::vector<uint64_t>> recorded_;   // keys of the graph in exec_
-  std::vector<std::vector<uint64_t>> keys_;       // keys of this step
-  std::vector<std::function<void()>> launches_;   // deferred closures of this step (Replay)
-  bool matches_ = true;                           // keys_ so far equal recorded_'s prefix
+  std::vector<std::vector<uint64_t>> recorded_;  // keys of the graph in exec_
+  std::vector<std::vector<uint64_t>> keys_;      // keys of this step
+  std::vector<std::function<void()>> launches_;  // deferred closures of this step (Replay)
+  bool matches_ = true;                          // keys_ so far equal recorded_'s prefix
   int misses_in_a_row_ = 0;
   int captures_ = 0, replays_ = 0;
   std::vector<unsigned char> host_slots_;

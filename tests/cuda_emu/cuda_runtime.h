@@ -66,12 +66,14 @@ using cudaGraph_t = EmuGraph*;
 using cudaGraphExec_t = EmuGraph*;
 
 namespace ftx_emu {
-inline EmuGraph* capturing = nullptr;  // the graph a stream capture records into
+inline EmuGraph* capturing = nullptr;    // the graph a stream capture records into
 inline size_t device_memory = SIZE_MAX;  // a test may shrink the emulated GPU: larger cudaMallocs fail
 // Runs `op` now, or records it when a capture is under way.
 inline void enqueue(std::function<void()> op) {
-  if (capturing != nullptr) capturing->nodes.push_back(std::move(op));
-  else op();
+  if (capturing != nullptr)
+    capturing->nodes.push_back(std::move(op));
+  else
+    op();
 }
 }  // namespace ftx_emu
 
@@ -207,7 +209,7 @@ struct Fiber {
 struct Block {
   Barrier all;
   std::vector<Barrier> warps;
-  std::vector<std::array<uint64_t, 32>> slots;  // shuffle exchange, one row per warp
+  std::vector<std::array<uint64_t, 32>> slots;                                // shuffle exchange, one row per warp
   std::unique_ptr<double[], decltype(&std::free)> smem{nullptr, &std::free};  // 128-byte aligned, like a GPU's
   std::vector<Fiber> fibers;
   ucontext_t scheduler{};

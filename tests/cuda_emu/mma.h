@@ -29,7 +29,8 @@ struct fragment {
 template <class T>
 void check_wmma_operand(const T* p, unsigned ldm) {
   if (reinterpret_cast<uintptr_t>(p) % 32 != 0 || (ldm * sizeof(T)) % 16 != 0) {
-    std::fprintf(stderr, "WMMA operand breaks the alignment rules: pointer %p, ldm %u\n", static_cast<const void*>(p), ldm);
+    std::fprintf(stderr, "WMMA operand breaks the alignment rules: pointer %p, ldm %u\n", static_cast<const void*>(p),
+                 ldm);
     std::abort();
   }
 }
