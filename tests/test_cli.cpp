@@ -137,14 +137,6 @@ TEST_F(CliTrainArgs, DatasetOptionsAndFieldBoundsNameTheirFlags) {
 // lists (commit 41a336e wrote exactly this for these flags), and the model the row records is
 // the one shape_model_config makes for the same overrides (the studio's Train form gets it too).
 TEST_F(CliTrainArgs, RunRowsHoldTheShapedModelAndTheTrainKeysOfEveryRunSoFar) {
-  constexpr const char* kRowBeforeFieldLists =
-      R"({"adam_eps":9.99999993922529e-09,"batch":2,"beta1":0.8999999761581421,"beta2":0.949999988079071,)"
-      R"("checkpoint_every":0,"coinflip_eps":0.25,"coinflip_len":32,"dataset":"coinflip","eval_every":0,)"
-      R"("grad_clip":1.0,"init_post_sampler_bitlinear":false,"init_post_sampler_std":0.03999999910593033,)"
-      R"("init_scale_residual":true,"init_std":0.019999999552965164,"init_zeta_std":1.0,"kappa_anneal_steps":0,)"
-      R"("kappa_nats":0.010830424726009369,"kappa_start_nats":-1.0,"lr":0.003000000026077032,)"
-      R"("min_lr_frac":0.10000000149011612,"preset":"tiny","seed":7,"steps":1,"warmup":100,)"
-      R"("weight_decay":0.10000000149011612})";
   const std::string db = dir_ + "/rows.db";
   const Outcome coin = ftx({"train",
                             "--db",
@@ -193,7 +185,7 @@ TEST_F(CliTrainArgs, RunRowsHoldTheShapedModelAndTheTrainKeysOfEveryRunSoFar) {
     return info.ok() ? json::parse(info->config_json) : json();
   };
   const json coin_row = row("coin"), custom_row = row("custom");
-  EXPECT_EQ(coin_row["train"].dump(), kRowBeforeFieldLists);
+  EXPECT_EQ(coin_row["train"].dump(), test::kTrainJsonBeforeFieldLists);
 
   const CharTokenizer coin_tokens(">01"), synthetic_tokens(kSyntheticAlphabet);
   ShapeOverrides tiny;

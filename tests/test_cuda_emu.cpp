@@ -151,6 +151,18 @@ AttnRef attention_reference(const AttnShape& s, const std::vector<float>& q, con
 // The fp32 kernels (tc = false) or the tensor-core ones; backward when Tk_cap == Tk.
 // ctest runs this file twice, the second time with FTX_EMU_ORDER=reverse: the emulation must
 // then really start with the last block and the last thread.
+// A host vector in a fresh device buffer of `be`, and n floats of a device buffer back.
+float* to_device(Backend& be, const std::vector<float>& host) {
+  auto* p = static_cast<float*>(be.alloc(host.size() * sizeof(float)));
+  be.upload(p, host.data(), host.size() * sizeof(float));
+  return p;
+}
+std::vector<float> to_host(Backend& be, const float* p, size_t n) {
+  std::vector<float> h(n);
+  be.download(h.data(), p, n * sizeof(float));
+  return h;
+}
+
 TEST(CudaEmu, RunsBlocksAndThreadsInTheOrderAsked) {
   static std::vector<unsigned> seen;  // (block, thread) in the order they ran, as block * 64 + thread
   seen.clear();
@@ -694,16 +706,8 @@ TEST(CudaEmu, Bf16GemmsRoundASharedInputOnceAndAgainAfterAWrite) {
   ASSERT_TRUE(bf16.ok()) << bf16.error().message;
   const int N = 24, C = 32;
   const size_t nx = size_t(N) * C, nw = size_t(C) * C;
-  auto dev = [&](const std::vector<float>& host) {
-    auto* p = static_cast<float*>(be->alloc(host.size() * sizeof(float)));
-    be->upload(p, host.data(), host.size() * sizeof(float));
-    return p;
-  };
-  auto host = [&](const float* p, size_t n) {
-    std::vector<float> h(n);
-    be->download(h.data(), p, n * sizeof(float));
-    return h;
-  };
+  auto dev = [&](const std::vector<float>& h) { return to_device(*be, h); };
+  auto host = [&](const float* p, size_t n) { return to_host(*be, p, n); };
   std::vector<float> x = rnd(nx, 1), weights = rnd(3 * nw, 2);
   float* w = dev(weights);
   be->track_weights(w, 3 * nw);
@@ -784,16 +788,8 @@ TEST(CudaEmu, Bf16WeightsGoToCublasAsTheyAre) {
   for (size_t i = 0; i < w16.size(); ++i) w16[i] = fp32_to_bf16(w32[i]), widened[i] = bf16_to_fp32(w16[i]);
   auto* w = static_cast<uint16_t*>(be->alloc(w16.size() * sizeof(uint16_t)));
   be->upload(w, w16.data(), w16.size() * sizeof(uint16_t));
-  auto dev = [&](const std::vector<float>& host) {
-    auto* p = static_cast<float*>(be->alloc(host.size() * sizeof(float)));
-    be->upload(p, host.data(), host.size() * sizeof(float));
-    return p;
-  };
-  auto host = [&](const float* p, size_t n) {
-    std::vector<float> h(n);
-    be->download(h.data(), p, n * sizeof(float));
-    return h;
-  };
+  auto dev = [&](const std::vector<float>& h) { return to_device(*be, h); };
+  auto host = [&](const float* p, size_t n) { return to_host(*be, p, n); };
   auto weight = [&](int i) { return std::vector<float>(widened.begin() + i * nw, widened.begin() + (i + 1) * nw); };
   float *X = dev(x), *Y0 = dev(std::vector<float>(nx)), *Y1 = dev(std::vector<float>(nx)),
         *Y2 = dev(std::vector<float>(nx));

@@ -254,4 +254,18 @@ double central_difference(double& x, double h, F&& f) {
   return (fp - fm) / (2.0 * h);
 }
 
+// The "train" object of the run row that `ftx train` wrote before the field lists (commit 41a336e)
+// for --dataset coinflip --coinflip-eps 0.25 --preset tiny --steps 1 --batch 2 --eval-every 0
+// --checkpoint-every 0 --kappa-bits 0.015625 --lr 0.003 --seed 7 --no-bitlinear-init
+// --post-sampler-std 0.04: every key, the coin flip's included (test_config reads it, test_cli
+// writes it again).
+inline constexpr const char* kTrainJsonBeforeFieldLists =
+    R"({"adam_eps":9.99999993922529e-09,"batch":2,"beta1":0.8999999761581421,"beta2":0.949999988079071,)"
+    R"("checkpoint_every":0,"coinflip_eps":0.25,"coinflip_len":32,"dataset":"coinflip","eval_every":0,)"
+    R"("grad_clip":1.0,"init_post_sampler_bitlinear":false,"init_post_sampler_std":0.03999999910593033,)"
+    R"("init_scale_residual":true,"init_std":0.019999999552965164,"init_zeta_std":1.0,"kappa_anneal_steps":0,)"
+    R"("kappa_nats":0.010830424726009369,"kappa_start_nats":-1.0,"lr":0.003000000026077032,)"
+    R"("min_lr_frac":0.10000000149011612,"preset":"tiny","seed":7,"steps":1,"warmup":100,)"
+    R"("weight_decay":0.10000000149011612})";
+
 }  // namespace ftx::test
