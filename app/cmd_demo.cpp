@@ -16,6 +16,7 @@
 #include "app/common.h"
 #include "app/figure4_print.h"
 #include "core/train/trainer.h"
+#include "datasets/registry.h"
 
 namespace ftx::app {
 namespace {
@@ -82,6 +83,7 @@ Status train_demo_run(const std::string& db, const DemoRun& r, int steps) {
     trainer = std::move(*t);
   } else {
     TrainConfig tc;
+    tc.dataset_options = default_dataset_options();  // the run row holds every dataset's options, as ftx train's
     tc.kappa_nats = static_cast<float>(bits_to_nats(r.kappa_bits));
     tc.steps = steps > 0 ? steps : r.steps;
     tc.eval_every = std::max(1, tc.steps / 8);
