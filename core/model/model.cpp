@@ -107,7 +107,7 @@ void widen(float* dst, WeightRef src, size_t n) {
       std::memcpy(dst, src.ptr, n * sizeof(float));
       return;
     case DType::BF16:
-      for (size_t i = 0; i < n; ++i) dst[i] = bf16_to_fp32(src.bf16()[i]);
+      bf16_to_fp32(dst, src.bf16(), n);
       return;
   }
   FT_ASSERT(false, "widen: no %s path", dtype_name(src.dtype));

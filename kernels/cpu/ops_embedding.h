@@ -27,12 +27,7 @@ void embedding_forward(T* out, const int32_t* tok, const T* wte, int N, int C) {
 // The same gather from a bf16 table, widened exactly to fp32.
 inline void embedding_forward_bf16(float* out, const int32_t* tok, const uint16_t* wte, int N, int C) {
 #pragma omp parallel for schedule(static) if (go_parallel(size_t(N) * C))
-  for (int n = 0; n < N; ++n) {
-    const uint16_t* src = wte + size_t(tok[n]) * C;
-    float* dst = out + size_t(n) * C;
-#pragma omp simd
-    for (int c = 0; c < C; ++c) dst[c] = bf16_to_fp32(src[c]);
-  }
+  for (int n = 0; n < N; ++n) bf16_to_fp32(out + size_t(n) * C, wte + size_t(tok[n]) * C, size_t(C));
 }
 
 // dwte[tok[n],:] += dout[n,:]; dwte (V, C), dout (N, C)

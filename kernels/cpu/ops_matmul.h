@@ -84,9 +84,7 @@ constexpr size_t kWidenFloats = size_t(1) << 20;
 inline void widen_bf16(float* dst, int ld, const uint16_t* w, size_t w_ld, int rows, int cols) {
 #pragma omp parallel for schedule(static) if (go_parallel(size_t(rows) * cols))
   for (int r = 0; r < rows; ++r) {
-    const uint16_t* src = w + size_t(r) * w_ld;
-    float* out = dst + size_t(r) * ld;
-    for (int c = 0; c < cols; ++c) out[c] = bf16_to_fp32(src[c]);
+    bf16_to_fp32(dst + size_t(r) * ld, w + size_t(r) * w_ld, size_t(cols));
   }
 }
 
