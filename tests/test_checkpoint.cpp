@@ -551,7 +551,8 @@ TEST_F(Checkpoint, TokenizerIsOptionalAndNeverWiderThanTheVocabulary) {
   ck.tokenizer = std::make_shared<CharTokenizer>(std::string(kSyntheticAlphabet) + "a");
   Status st = save_checkpoint(path("wide"), ck);
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.error().message.find("30 tokens, more than vocab_size 29"), std::string::npos) << st.error().message;
+  EXPECT_NE(st.error().message.find("30 tokens, more than the model's vocab_size 29"), std::string::npos)
+      << st.error().message;
   EXPECT_FALSE(fs::exists(path("wide")));
 }
 
@@ -692,7 +693,7 @@ TEST_F(CheckpointConfig, RangesAndUnsupportedFeatures) {
   expect_bad(j, {"tokenizer.type"});
   j = base_;
   j["tokenizer"]["alphabet"] = std::string(kSyntheticAlphabet) + "a";  // 30 characters, vocab 29
-  expect_bad(j, {"the tokenizer has 30 tokens, more than vocab_size 29"});
+  expect_bad(j, {"the tokenizer has 30 tokens, more than the model's vocab_size 29"});
   j = base_;
   j["rope_parameters"] = {{"rope_theta", 5.0}};  // conflicts with the top-level 10000
   expect_bad(j, {"rope_theta", "conflicts"});

@@ -95,10 +95,8 @@ Result<ExplorerModel> load_explorer_model(Backend& be, const DatasetFactory& dat
   m.tokenizer = ck->tokenizer ? ck->tokenizer : std::shared_ptr<const Tokenizer>(data->tokenizer().clone());
   if (m.tokenizer->fingerprint() != data->tokenizer().fingerprint())
     return make_error(ref->dir + ": the checkpoint's tokenizer is not dataset " + data->name() + "'s");
-  if (m.tokenizer->vocab_size() > ck->config.vocab_size)
-    return make_error(ref->dir + ": dataset " + data->name() + "'s tokenizer has " +
-                      std::to_string(m.tokenizer->vocab_size()) + " tokens, more than the model's vocab_size " +
-                      std::to_string(ck->config.vocab_size));
+  if (auto fits = check_tokenizer_fits(*m.tokenizer, ck->config.vocab_size); !fits)
+    return make_error(ref->dir + ": dataset " + data->name() + ": " + fits.error().message);
   if (m.seq_len - 1 > ck->config.max_seq_len)
     return make_error(ref->dir + ": the model's context " + std::to_string(ck->config.max_seq_len) +
                       " is shorter than the run's sequences");

@@ -342,9 +342,9 @@ Status save_impl(std::string dir, const CheckpointData& ck) {
   if (dir.empty() || dir == "/" || dir == "." || dir == "..")
     return make_error("save_checkpoint: invalid directory '" + dir + "'");
   if (auto v = ck.config.validate(); !v) return make_error(dir + ": cannot save: " + v.error().message);
-  if (ck.tokenizer && ck.tokenizer->vocab_size() > ck.config.vocab_size)
-    return make_error(dir + ": cannot save: the tokenizer has " + std::to_string(ck.tokenizer->vocab_size()) +
-                      " tokens, more than vocab_size " + std::to_string(ck.config.vocab_size));
+  if (ck.tokenizer)
+    if (auto fits = check_tokenizer_fits(*ck.tokenizer, ck.config.vocab_size); !fits)
+      return make_error(dir + ": cannot save: " + fits.error().message);
   const std::vector<ParamSpec> specs = param_specs(ck.config);
   FTX_TRY(check_arena(dir, "params", ck.params, specs));
   if (ck.has_training_state) {

@@ -212,9 +212,8 @@ Status read_tokenizer(const KeyReader& r, const ModelConfig& c, std::shared_ptr<
   if (!tk) return {};
   auto t = tokenizer_from_json(*tk, r.path());
   if (!t) return t.error();
-  if ((*t)->vocab_size() > c.vocab_size)
-    return make_error(r.path() + ": the tokenizer has " + std::to_string((*t)->vocab_size()) +
-                      " tokens, more than vocab_size " + std::to_string(c.vocab_size));
+  if (auto fits = check_tokenizer_fits(**t, c.vocab_size); !fits)
+    return make_error(r.path() + ": " + fits.error().message);
   if (out) *out = std::move(*t);
   return {};
 }

@@ -41,6 +41,12 @@ std::string Tokenizer::canonical_form() const {
   return s;
 }
 
+Status check_tokenizer_fits(const Tokenizer& t, int vocab_size) {
+  if (t.vocab_size() <= vocab_size) return {};
+  return make_error("the tokenizer has " + std::to_string(t.vocab_size()) +
+                    " tokens, more than the model's vocab_size " + std::to_string(vocab_size));
+}
+
 std::string Tokenizer::fingerprint() const {
   const std::string c = canonical_form();
   return sha256_hex(c.data(), c.size());

@@ -67,6 +67,11 @@ class Tokenizer {
   virtual std::string canonical_form() const;
 };
 
+// Whether every id of `t` has a row in a model of `vocab_size` (a model may have more rows, padded
+// embeddings, never fewer). Error: "the tokenizer has N tokens, more than the model's vocab_size M";
+// callers prefix the file or dataset.
+Status check_tokenizer_fits(const Tokenizer& t, int vocab_size);
+
 // Incremental decoding for printing tokens as they are generated: feed() returns the text that
 // became complete with this token; bytes of a UTF-8 character split across tokens are held back
 // until its last byte arrives. finish() returns what is held back (an incomplete tail, as is).

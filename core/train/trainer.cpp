@@ -156,9 +156,7 @@ Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& 
                                                 int seq_len, const std::string& db_path, const std::string& run) {
   FTX_TRY(mcfg.validate());
   FTX_TRY(tcfg.validate());
-  if (tokenizer && tokenizer->vocab_size() > mcfg.vocab_size)
-    return make_error("the tokenizer has " + std::to_string(tokenizer->vocab_size()) +
-                      " tokens, more than the model's vocab_size " + std::to_string(mcfg.vocab_size));
+  if (tokenizer) FTX_TRY(check_tokenizer_fits(*tokenizer, mcfg.vocab_size));
   FTX_TRY(check_training_memory(mcfg, tcfg, seq_len));
   auto store = RunStore::open(db_path);
   if (!store) return store.error();
@@ -328,9 +326,8 @@ Status Trainer::check_data(const BatchSource& data) const {
     return make_error("dataset " + data.name() + ": sequences of " + std::to_string(T) +
                       " positions exceed the model's max_seq_len " + std::to_string(m.max_seq_len));
   const Tokenizer& tok = data.tokenizer();
-  if (tok.vocab_size() > m.vocab_size)
-    return make_error("dataset " + data.name() + ": its tokenizer has " + std::to_string(tok.vocab_size()) +
-                      " tokens, more than the model's vocab_size " + std::to_string(m.vocab_size));
+  if (auto fits = check_tokenizer_fits(tok, m.vocab_size); !fits)
+    return make_error("dataset " + data.name() + ": " + fits.error().message);
   if (tokenizer_ && tokenizer_->fingerprint() != tok.fingerprint())
     return make_error("dataset " + data.name() + ": its tokenizer (" + tok.type() + ", fingerprint " +
                       tok.fingerprint().substr(0, 12) + ") is not the one run '" + run_ + "' was trained with (" +
