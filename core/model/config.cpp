@@ -1,6 +1,7 @@
 #include "core/model/config.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace ftx {
 
@@ -24,11 +25,50 @@ Status ModelConfig::validate() const {
                std::to_string(latent_bits));
   if (is_free() && (inject_after < 1 || inject_after >= n_layers))
     return bad("inject_after must be in 1.." + std::to_string(n_layers - 1) + ", got " + std::to_string(inject_after));
+  if (architecture != "llama" && architecture != "mistral" && architecture != "qwen2")
+    return bad("architecture '" + architecture + "' is not supported (llama, mistral, qwen2)");
+  if (rope_scaling.kind == RopeScalingKind::Llama3 &&
+      !(rope_scaling.factor > 0 && rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
+        rope_scaling.low_freq_factor > 0 && rope_scaling.original_max_position > 0))
+    return bad("rope_scaling llama3 needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
+               "original_max_position_embeddings > 0");
+  if (rope_scaling.kind == RopeScalingKind::Divisors) {
+    if (int(rope_scaling.divisors.size()) != head_dim / 2)
+      return bad("rope frequency divisors: " + std::to_string(rope_scaling.divisors.size()) + " given, head_dim / 2 = " +
+                 std::to_string(head_dim / 2) + " expected");
+    for (float d : rope_scaling.divisors)
+      if (!(d > 0) || !std::isfinite(d)) return bad("rope frequency divisors must be positive and finite");
+  }
   return {};
 }
 
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> out(size_t(std::max(half, 0)));
+  const RopeScaling& s = c.rope_scaling;
+  for (int i = 0; i < half; ++i) {
+    double inv = std::pow(double(c.rope_theta), -2.0 * i / c.head_dim);
+    if (s.kind == RopeScalingKind::Llama3) {  // transformers' _compute_llama3_parameters
+      const double low_wavelen = s.original_max_position / double(s.low_freq_factor);
+      const double high_wavelen = s.original_max_position / double(s.high_freq_factor);
+      const double wavelen = 2 * M_PI / inv;
+      if (wavelen > low_wavelen) {
+        inv /= s.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
+                              (double(s.high_freq_factor) - s.low_freq_factor);
+        inv = (1 - smooth) * inv / s.factor + smooth * inv;
+      }
+    } else if (s.kind == RopeScalingKind::Divisors) {
+      inv /= s.divisors[size_t(i)];
+    }
+    out[size_t(i)] = float(inv);
+  }
+  return out;
+}
+
 const std::vector<std::string>& model_preset_names() {
-  static const std::vector<std::string> names = {"tiny", "small"};
+  static const std::vector<std::string> names = {"tiny", "small", "ft-1.5b", "ft-8b"};
   return names;
 }
 
@@ -44,6 +84,14 @@ Result<ModelConfig> model_preset(const std::string& name) {
     c.n_layers = 2, c.dim = 64, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 16, c.ffn_hidden = 176;
   } else if (name == "small") {
     c.n_layers = 4, c.dim = 128, c.n_heads = 4, c.n_kv_heads = 4, c.head_dim = 32, c.ffn_hidden = 344;
+  } else if (name == "ft-1.5b") {  // the paper's 1.5B (docs/design.md section 4): tied, I = 8960
+    c.n_layers = 28, c.dim = 1536, c.n_heads = 12, c.n_kv_heads = 2, c.head_dim = 128, c.ffn_hidden = 8960;
+    c.vocab_size = 1 << 17, c.tie_embeddings = true;
+    c.max_seq_len = 4096, c.rms_norm_eps = 1e-5f, c.rope_theta = 500000.0f, c.latent_bits = 16;
+  } else if (name == "ft-8b") {  // the paper's 8B: Llama-3-8B's structure, vocabulary 2^17
+    c.n_layers = 32, c.dim = 4096, c.n_heads = 32, c.n_kv_heads = 8, c.head_dim = 128, c.ffn_hidden = 14336;
+    c.vocab_size = 1 << 17, c.tie_embeddings = false;
+    c.max_seq_len = 4096, c.rms_norm_eps = 1e-5f, c.rope_theta = 500000.0f, c.latent_bits = 16;
   } else {
     return make_error("preset '" + name + "': unknown (expected " + ShapeOverrides::preset_list(" or ") + ")");
   }

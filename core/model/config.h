@@ -16,6 +16,19 @@ inline constexpr int kMaxLatentBits = 20;
 // The recipe's latent size (the default of every shape, the demo's).
 inline constexpr int kDefaultLatentBits = 8;
 
+// Rotary frequencies beyond plain theta^(-2i/HS): Hugging Face's rope_scaling of type "llama3"
+// (Llama 3.1 and later), or per-frequency divisors as a GGUF file's rope_freqs.weight stores them.
+enum class RopeScalingKind { None, Llama3, Divisors };
+struct RopeScaling {
+  RopeScalingKind kind = RopeScalingKind::None;
+  float factor = 1.0f;            // Llama3
+  float low_freq_factor = 1.0f;   // Llama3
+  float high_freq_factor = 4.0f;  // Llama3
+  int original_max_position = 8192;  // Llama3: original_max_position_embeddings
+  std::vector<float> divisors;    // Divisors: inv_freq[i] /= divisors[i], HS/2 of them
+  bool operator==(const RopeScaling&) const = default;
+};
+
 struct ModelConfig {
   int vocab_size = 29;    // V: rows of the embedding; the tokenizer (kept beside) may use fewer
   int dim = 128;          // D (C)
@@ -31,11 +44,20 @@ struct ModelConfig {
   int latent_bits = 0;        // H; 0 = plain decoder baseline
   int inject_after = 2;       // Z enters block inject_after+1 (1-based) = index inject_after (0-based)
   bool readout_bias = false;  // free.encoder_readout.bias present (other writers may add it)
+  // Real checkpoints (Hugging Face config.json, GGUF metadata); the defaults are what ftx trains.
+  std::string architecture = "llama";  // config.json model_type: "llama", "mistral" or "qwen2"
+  RopeScaling rope_scaling;
+  bool qkv_bias = false;  // q/k/v_proj.bias (Llama's attention_bias, Qwen2 always)
+  bool o_bias = false;    // o_proj.bias (Llama's attention_bias)
 
   bool is_free() const { return latent_bits > 0; }
   int64_t num_codes() const { return int64_t{1} << latent_bits; }
   Status validate() const;
 };
+
+// inv_freq[i] for i < head_dim / 2: rope_theta^(-2i/head_dim) (computed in double), then the
+// scaling (docs/design.md section 4). What every backend's RoPE rotates by.
+std::vector<float> rope_inv_freq(const ModelConfig& c);
 
 // The presets by name, the one list (help texts, the Train form, errors): "tiny" (tests) and
 // "small" (the synthetic task's default).
