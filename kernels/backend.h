@@ -114,9 +114,11 @@ class Backend {
                                int OC, bool accumulate_dinp) = 0;
 
   // ---- RoPE, Hugging Face half rotation, in place on x (B, T, nh, HS), positions pos0..pos0+T-1.
-  // Dim i pairs with i + HS/2, inv_freq[i] = theta^(-2i/HS). Backward applies the inverse rotation.
-  virtual void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, float theta) = 0;
-  virtual void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, float theta) = 0;
+  // Dim i pairs with i + HS/2 and turns by (pos * inv_freq[i]); inv_freq (HS/2) is in backend
+  // memory (theta^(-2i/HS), scaled for long contexts: ModelConfig's rope_inv_freq). Backward applies
+  // the inverse rotation.
+  virtual void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq) = 0;
+  virtual void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, const float* inv_freq) = 0;
 
   // ---- attention (see AttnShape) ---------------------------------------------------------------
   // `saved` is what the backward needs besides q, k, v and out; its size is backend-specific

@@ -28,10 +28,10 @@ inline bool models_required() {
 
 }  // namespace ftx::test
 
-#define REQUIRE_REAL_MODEL(path)                                                                        \
-  do {                                                                                                  \
-    if (!std::filesystem::exists(path)) {                                                               \
+#define REQUIRE_REAL_MODEL(path)                                                                       \
+  do {                                                                                                 \
+    if (!std::filesystem::exists(path)) {                                                              \
       if (::ftx::test::models_required()) FAIL() << (path) << ": missing (run ./test.sh to fetch it)"; \
-      GTEST_SKIP() << (path) << ": missing (./test.sh fetches it)";                                     \
-    }                                                                                                   \
+      GTEST_SKIP() << (path) << ": missing (./test.sh fetches it)";                                    \
+    }                                                                                                  \
   } while (0)

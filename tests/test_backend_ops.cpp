@@ -42,6 +42,7 @@
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/ops_rope.h"
 #include "kernels/philox.h"
 #include "tests/test_util.h"
 
@@ -626,10 +627,11 @@ TEST_F(BackendOps, RopeForwardBackward) {
     SCOPED_TRACE("B = " + std::to_string(s.B) + ", T = " + std::to_string(s.T) + ", nh = " + std::to_string(s.nh) +
                  ", HS = " + std::to_string(s.HS) + ", pos0 = " + std::to_string(s.pos0));
     const std::vector<float> x = rnd(size_t(s.B) * s.T * s.nh * s.HS, 90);
+    const std::vector<float> freq = cpu::rope_default_inv_freq(s.theta, s.HS);
     auto [c, g] = on_both(gpu(), [&](Backend& be) {
-      DevBuf<float> f(be, x), b(be, x);
-      be.rope_forward(f.get(), s.B, s.T, s.nh, s.HS, s.pos0, s.theta);
-      be.rope_backward(b.get(), s.B, s.T, s.nh, s.HS, s.pos0, s.theta);
+      DevBuf<float> f(be, x), b(be, x), fr(be, freq);
+      be.rope_forward(f.get(), s.B, s.T, s.nh, s.HS, s.pos0, fr.get());
+      be.rope_backward(b.get(), s.B, s.T, s.nh, s.HS, s.pos0, fr.get());
       return Outs{{"forward", take(f, "forward")}, {"backward", take(b, "backward")}};
     });
     expect_close(c, g, "forward", kRope);

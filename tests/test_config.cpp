@@ -9,6 +9,7 @@
 // - SampleConfig: its bounds come from its field list.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
 #include <set>
 #include <string>
@@ -45,7 +46,7 @@ Status status_of(const Result<T>& r) {
 std::string dashed(const Field& f) { return std::string("--") + f.key; }
 
 TEST(ShapeModelConfig, EveryPresetAloneIsThePresetSizedForTheData) {
-  ASSERT_EQ(model_preset_names(), (std::vector<std::string>{"tiny", "small"}));
+  ASSERT_EQ(model_preset_names(), (std::vector<std::string>{"tiny", "small", "ft-1.5b", "ft-8b"}));
   for (const std::string& name : model_preset_names()) {
     SCOPED_TRACE(name);
     ShapeOverrides o;
@@ -54,9 +55,11 @@ TEST(ShapeModelConfig, EveryPresetAloneIsThePresetSizedForTheData) {
     ASSERT_TRUE(shaped.ok()) << shaped.error().message;
     ModelConfig want = *model_preset(name);
     want.latent_bits = kDefaultLatentBits;
+    want.vocab_size = kVocab;  // the data's (the paper's shapes have 2^17 tokens)
+    want.max_seq_len = std::max(want.max_seq_len, kSeqLen);
     EXPECT_EQ(config_to_json(*shaped), config_to_json(want));
   }
-  expect_error(status_of(model_preset("huge")), {"preset 'huge'", "tiny or small"});
+  expect_error(status_of(model_preset("huge")), {"preset 'huge'", "tiny or small or ft-1.5b or ft-8b"});
 }
 
 TEST(ShapeModelConfig, OverridesChangeOnlyWhatTheyName) {

@@ -275,15 +275,16 @@ TEST_F(CpuBackendTest, RmsnormMatchesDouble) {
 TEST_F(CpuBackendTest, RopeMatchesDoubleAtLargePositions) {
   const int B = 2, T = 65, nh = 4, HS = 32, pos0 = 1000;
   const Vec x = random_vec(size_t(B) * T * nh * HS, 60);
+  const std::vector<float> freq = cpu::rope_default_inv_freq(10000.0, HS);
   for (bool forward : {true, false}) {
     Vec y = x;
     Out yf(x);
     if (forward) {
-      cpu::rope_forward(y.data(), B, T, nh, HS, pos0, 10000.0f);
-      be_->rope_forward(yf.data(), B, T, nh, HS, pos0, 10000.0f);
+      cpu::rope_forward(y.data(), B, T, nh, HS, pos0, freq.data());
+      be_->rope_forward(yf.data(), B, T, nh, HS, pos0, freq.data());
     } else {
-      cpu::rope_backward(y.data(), B, T, nh, HS, pos0, 10000.0f);
-      be_->rope_backward(yf.data(), B, T, nh, HS, pos0, 10000.0f);
+      cpu::rope_backward(y.data(), B, T, nh, HS, pos0, freq.data());
+      be_->rope_backward(yf.data(), B, T, nh, HS, pos0, freq.data());
     }
     EXPECT_CLOSE(yf, y, kNmseElementwise);
   }

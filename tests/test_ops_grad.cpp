@@ -225,13 +225,14 @@ TEST(OpsGrad, RopeBackwardIsTheAdjoint) {
   const int B = 2, T = 3, nh = 2, HS = 6, pos0 = 5;  // HS/2 = 3: odd half
   Vec x = random_vec(size_t(B) * T * nh * HS, 30);
   const Vec R = random_vec(x.size(), 31);
+  const std::vector<float> freq = cpu::rope_default_inv_freq(10000.0, HS);
   auto f = [&] {
     Vec y = x;
-    cpu::rope_forward(y.data(), B, T, nh, HS, pos0, 10000.0f);
+    cpu::rope_forward(y.data(), B, T, nh, HS, pos0, freq.data());
     return dot(R, y);
   };
   Vec dx = R;
-  cpu::rope_backward(dx.data(), B, T, nh, HS, pos0, 10000.0f);
+  cpu::rope_backward(dx.data(), B, T, nh, HS, pos0, freq.data());
   expect_grad("rope dx", x, dx, f);
 }
 
@@ -239,11 +240,13 @@ TEST(OpsGrad, RopeMatchesHuggingFaceRotation) {
   const int HS = 4;
   const double theta = 100.0;
   const Vec x = {0.3, -0.7, 1.1, 0.2};  // (1, 1, 1, HS)
+  const std::vector<float> freq = cpu::rope_default_inv_freq(theta, HS);
   for (int pos : {0, 1, 7}) {
     Vec y = x;
-    cpu::rope_forward(y.data(), 1, 1, 1, HS, pos, static_cast<float>(theta));
+    cpu::rope_forward(y.data(), 1, 1, 1, HS, pos, freq.data());
     for (int i = 0; i < HS / 2; ++i) {
-      const double angle = pos * std::pow(theta, -2.0 * i / HS);
+      // The frequencies are floats (as Hugging Face keeps them); the angle is exact from there.
+      const double angle = pos * double(static_cast<float>(std::pow(theta, -2.0 * i / HS)));
       EXPECT_NEAR(y[i], x[i] * std::cos(angle) - x[i + 2] * std::sin(angle), 1e-15);
       EXPECT_NEAR(y[i + 2], x[i + 2] * std::cos(angle) + x[i] * std::sin(angle), 1e-15);
     }

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -189,15 +190,60 @@ TEST_F(SamplerTest, TemperatureZeroIsGreedyAndTopKOneEqualsGreedy) {
 TEST(SampleToken, GreedyTopKAndTemperature) {
   const std::vector<float> logits = {0.1f, 2.0f, -1.0f, 1.9f, 0.5f};
   for (float u : {0.0f, 0.3f, 0.999f}) {
-    EXPECT_EQ(sample_token(logits.data(), 5, 0.0f, 0, u), 1);
-    EXPECT_EQ(sample_token(logits.data(), 5, 1.0f, 1, u), 1);
-    EXPECT_EQ(sample_token(logits.data(), 5, 0.0f, 3, u), 1);
-    const int32_t t2 = sample_token(logits.data(), 5, 1.0f, 2, u);
+    EXPECT_EQ(sample_token(logits.data(), 5, 0.0f, 0, 1.0f, u), 1);
+    EXPECT_EQ(sample_token(logits.data(), 5, 1.0f, 1, 1.0f, u), 1);
+    EXPECT_EQ(sample_token(logits.data(), 5, 0.0f, 3, 1.0f, u), 1);
+    const int32_t t2 = sample_token(logits.data(), 5, 1.0f, 2, 1.0f, u);
     EXPECT_TRUE(t2 == 1 || t2 == 3) << t2;
   }
-  // Inverse CDF over the sorted tokens: u = 0 is the most likely one, u near 1 the least likely.
-  EXPECT_EQ(sample_token(logits.data(), 5, 1.0f, 0, 0.0f), 1);
-  EXPECT_EQ(sample_token(logits.data(), 5, 1.0f, 0, 0.99999f), 2);
+}
+
+// The distribution sample_token draws from, by brute force: every id ranked by a full sort
+// (higher logit, then lower id), cut to top-k, then to the fewest ids reaching top_p, renormalised.
+std::vector<double> truncated_distribution(const std::vector<float>& logits, float temperature, int top_k,
+                                           float top_p) {
+  const int V = int(logits.size());
+  std::vector<int> order(V);
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  std::vector<double> w(V);
+  double total = 0;
+  for (int i = 0; i < V; ++i) total += w[i] = std::exp(double(logits[i]) / temperature);
+  const int k = top_k > 0 ? std::min(top_k, V) : V;
+  std::vector<double> p(V, 0.0);
+  double mass = 0;
+  for (int r = 0; r < k && (r == 0 || mass < double(top_p) * total); ++r) mass += p[order[r]] = w[order[r]];
+  for (double& x : p) x /= mass;
+  return p;
+}
+
+// sample_token is an inverse CDF: over u spread evenly on [0, 1) each id is drawn with its exact
+// truncated probability (up to the 1/n grid), whatever ranking the selection used internally.
+TEST(SampleToken, DrawsTheTruncatedDistributionWithoutSorting) {
+  std::vector<float> logits(3000);
+  for (size_t i = 0; i < logits.size(); ++i) logits[i] = float(std::sin(double(i) * 0.37) * 4.0);
+  logits[17] = logits[2000] = 5.5f;  // a tie at the top: lower id ranks first
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p;
+  };
+  for (const Case c : {Case{1.0f, 0, 1.0f}, Case{0.7f, 5, 1.0f}, Case{1.0f, 0, 0.5f}, Case{1.3f, 200, 0.9f},
+                       Case{1.0f, 1000, 0.999f}, Case{0.5f, 0, 0.05f}}) {
+    SCOPED_TRACE("T " + std::to_string(c.temperature) + " k " + std::to_string(c.top_k) + " p " +
+                 std::to_string(c.top_p));
+    const std::vector<double> want = truncated_distribution(logits, c.temperature, c.top_k, c.top_p);
+    const int n = 200000;
+    std::vector<double> got(logits.size(), 0.0);
+    for (int i = 0; i < n; ++i) {
+      const int32_t t =
+          sample_token(logits.data(), int(logits.size()), c.temperature, c.top_k, c.top_p, (float(i) + 0.5f) / n);
+      ASSERT_GT(want[size_t(t)], 0.0) << "id " << t << " is outside the truncated set";
+      got[size_t(t)] += 1.0 / n;
+    }
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_NEAR(got[i], want[i], 2e-4) << "id " << i;
+  }
 }
 
 TEST_F(SamplerTest, BaselineGenerationHasNoCodes) {

@@ -568,7 +568,7 @@ TEST(TrainView, CustomSizeMakesTheModelThatFtxTrainMakes) {
   EXPECT_EQ(preset->currentText(), "small");
   QStringList items;
   for (int i = 0; i < preset->count(); ++i) items << preset->itemText(i);
-  EXPECT_EQ(items, (QStringList{"tiny", "small", "custom"})) << "model_preset_names(), then custom";
+  EXPECT_EQ(items, (QStringList{"tiny", "small", "ft-1.5b", "ft-8b", "custom"})) << "model_preset_names(), then custom";
   preset->setCurrentText("custom");
   layers->setValue(3), dim->setValue(96), heads->setValue(3), bits->setValue(4);
   h.view.set_db_path(QString::fromStdString(dir / "form.db"));

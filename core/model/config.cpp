@@ -30,12 +30,13 @@ Status ModelConfig::validate() const {
   if (rope_scaling.kind == RopeScalingKind::Llama3 &&
       !(rope_scaling.factor > 0 && rope_scaling.high_freq_factor > rope_scaling.low_freq_factor &&
         rope_scaling.low_freq_factor > 0 && rope_scaling.original_max_position > 0))
-    return bad("rope_scaling llama3 needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
-               "original_max_position_embeddings > 0");
+    return bad(
+        "rope_scaling llama3 needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
+        "original_max_position_embeddings > 0");
   if (rope_scaling.kind == RopeScalingKind::Divisors) {
     if (int(rope_scaling.divisors.size()) != head_dim / 2)
-      return bad("rope frequency divisors: " + std::to_string(rope_scaling.divisors.size()) + " given, head_dim / 2 = " +
-                 std::to_string(head_dim / 2) + " expected");
+      return bad("rope frequency divisors: " + std::to_string(rope_scaling.divisors.size()) +
+                 " given, head_dim / 2 = " + std::to_string(head_dim / 2) + " expected");
     for (float d : rope_scaling.divisors)
       if (!(d > 0) || !std::isfinite(d)) return bad("rope frequency divisors must be positive and finite");
   }
@@ -55,8 +56,8 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
       if (wavelen > low_wavelen) {
         inv /= s.factor;
       } else if (wavelen >= high_wavelen) {
-        const double smooth = (s.original_max_position / wavelen - s.low_freq_factor) /
-                              (double(s.high_freq_factor) - s.low_freq_factor);
+        const double smooth =
+            (s.original_max_position / wavelen - s.low_freq_factor) / (double(s.high_freq_factor) - s.low_freq_factor);
         inv = (1 - smooth) * inv / s.factor + smooth * inv;
       }
     } else if (s.kind == RopeScalingKind::Divisors) {

@@ -21,11 +21,11 @@ inline constexpr int kDefaultLatentBits = 8;
 enum class RopeScalingKind { None, Llama3, Divisors };
 struct RopeScaling {
   RopeScalingKind kind = RopeScalingKind::None;
-  float factor = 1.0f;            // Llama3
-  float low_freq_factor = 1.0f;   // Llama3
-  float high_freq_factor = 4.0f;  // Llama3
+  float factor = 1.0f;               // Llama3
+  float low_freq_factor = 1.0f;      // Llama3
+  float high_freq_factor = 4.0f;     // Llama3
   int original_max_position = 8192;  // Llama3: original_max_position_embeddings
-  std::vector<float> divisors;    // Divisors: inv_freq[i] /= divisors[i], HS/2 of them
+  std::vector<float> divisors;       // Divisors: inv_freq[i] /= divisors[i], HS/2 of them
   bool operator==(const RopeScaling&) const = default;
 };
 

@@ -10,6 +10,7 @@
 //   logits = lm_head(rmsnorm(x_L)); loss = CE + mean_t max(0, KL_t - kappa)
 #include "core/model/model.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -50,6 +51,9 @@ Model::Model(Backend& backend, const ModelConfig& config, LayoutOnly) : be_(back
   FT_ASSERT(cfg_.validate().ok(), "invalid config reached Model: %s", cfg_.validate().error().message.c_str());
   specs_ = param_specs(cfg_);
   n_params_ = param_count(specs_);
+  const std::vector<float> freq = rope_inv_freq(cfg_);
+  rope_freq_ = static_cast<float*>(be_.alloc(freq.size() * sizeof(float)));
+  be_.upload(rope_freq_, freq.data(), freq.size() * sizeof(float));
 }
 
 Model::Model(Backend& backend, const ModelConfig& config, std::nullptr_t) : Model(backend, config, LayoutOnly{}) {
@@ -190,6 +194,7 @@ Model::~Model() {
   be_.release(params_);
   be_.release(grads_);
   be_.release(uploaded_);
+  be_.release(rope_freq_);
 }
 
 void Model::init_weights(uint64_t seed, const InitConfig& init) {
@@ -343,20 +348,25 @@ std::unique_ptr<ModelState> Model::make_state(int B, int T) {
 // ---------------------------------------------------------------------------------------------
 // Blocks
 
+void Model::linear(float* out, const float* inp, WeightRef w, const float* bias, int N, int IC, int OC) {
+  if (bias != nullptr) be_.broadcast_rows(out, bias, N, OC);
+  be_.matmul_forward(out, inp, w, N, IC, OC, bias != nullptr);
+}
+
 void Model::block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
                           int T, bool causal, int pos0, const KvCache* cache) {
   FT_ASSERT(cache != nullptr || pos0 == 0, "block_forward at position %d needs a KV cache", pos0);
   const int N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads, HS = cfg_.head_dim;
-  const int QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden;
-  const float eps = cfg_.rms_norm_eps, theta = cfg_.rope_theta;
+  const int QD = NH * HS, KD = NKV * HS;
+  const float eps = cfg_.rms_norm_eps;
   const float* ln_kv = kv_in != q_in ? a.ln_kv : a.ln_q;  // one input: one norm
   be_.rmsnorm_forward(a.ln_q, a.rstd_q, q_in, w.ln1, N, C, eps);
   if (kv_in != q_in) be_.rmsnorm_forward(a.ln_kv, a.rstd_kv, kv_in, w.ln1, N, C, eps);
-  be_.matmul_forward(a.q, a.ln_q, w.wq, N, C, QD, false);
-  be_.matmul_forward(a.k, ln_kv, w.wk, N, C, KD, false);
-  be_.matmul_forward(a.v, ln_kv, w.wv, N, C, KD, false);
-  be_.rope_forward(a.q, B, T, NH, HS, pos0, theta);
-  be_.rope_forward(a.k, B, T, NKV, HS, pos0, theta);
+  linear(a.q, a.ln_q, w.wq, w.bq, N, C, QD);
+  linear(a.k, ln_kv, w.wk, w.bk, N, C, KD);
+  linear(a.v, ln_kv, w.wv, w.bv, N, C, KD);
+  be_.rope_forward(a.q, B, T, NH, HS, pos0, rope_freq_);
+  be_.rope_forward(a.k, B, T, NKV, HS, pos0, rope_freq_);
   AttnShape sh{B, NH, NKV, HS, T, T, T, pos0, causal};
   const float *keys = a.k, *values = a.v;
   if (cache != nullptr) {
@@ -368,8 +378,51 @@ void Model::block_forward(const BlockW& w, BlockActs& a, const float* q_in, cons
     keys = cache->k, values = cache->v;
   }
   be_.attention_forward(a.atty, a.att, a.q, keys, values, sh);
-  be_.copy(a.a, q_in, size_t(N) * C * sizeof(float));
-  be_.matmul_forward(a.a, a.atty, w.wo, N, QD, C, true);  // a = q_in + o_proj(atty)
+  block_tail(w, a, q_in, out, N);
+}
+
+// One token for each of B sequences, sequence b at position pos[b] of its cache row: the
+// projections and the MLP run batched; RoPE, the cache append and attention per sequence.
+void Model::block_decode(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
+                         const int* pos, const KvCache& cache) {
+  const int C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads, HS = cfg_.head_dim;
+  const int QD = NH * HS, KD = NKV * HS;
+  const float* ln_kv = kv_in != q_in ? a.ln_kv : a.ln_q;
+  be_.rmsnorm_forward(a.ln_q, a.rstd_q, q_in, w.ln1, B, C, cfg_.rms_norm_eps);
+  if (kv_in != q_in) be_.rmsnorm_forward(a.ln_kv, a.rstd_kv, kv_in, w.ln1, B, C, cfg_.rms_norm_eps);
+  linear(a.q, a.ln_q, w.wq, w.bq, B, C, QD);
+  linear(a.k, ln_kv, w.wk, w.bk, B, C, KD);
+  linear(a.v, ln_kv, w.wv, w.bv, B, C, KD);
+  const AttnShape full{1, NH, NKV, HS, 1, cache.cap, cache.cap, 0, true};
+  const size_t saved = be_.attention_saved_floats(full);
+  for (int b = 0; b < B; ++b) {
+    const int p = pos[b];
+    float* q = a.q + size_t(b) * QD;
+    float* k = a.k + size_t(b) * KD;
+    float* v = a.v + size_t(b) * KD;
+    be_.rope_forward(q, 1, 1, NH, HS, p, rope_freq_);
+    be_.rope_forward(k, 1, 1, NKV, HS, p, rope_freq_);
+    const size_t row = (size_t(b) * cache.cap + size_t(p)) * KD;
+    be_.copy(cache.k + row, k, size_t(KD) * sizeof(float));
+    be_.copy(cache.v + row, v, size_t(KD) * sizeof(float));
+    const AttnShape sh{1, NH, NKV, HS, 1, p + 1, cache.cap, p, true};
+    const size_t seq = size_t(b) * cache.cap * KD;
+    be_.attention_forward(a.atty + size_t(b) * QD, a.att + size_t(b) * saved, q, cache.k + seq, cache.v + seq, sh);
+  }
+  block_tail(w, a, q_in, out, B);
+}
+
+// a = q_in + o_proj(atty), then out = a + mlp(norm2(a)): the part of a block after attention.
+void Model::block_tail(const BlockW& w, BlockActs& a, const float* q_in, float* out, int N) {
+  const int C = cfg_.dim, QD = cfg_.n_heads * cfg_.head_dim, F = cfg_.ffn_hidden;
+  const float eps = cfg_.rms_norm_eps;
+  if (w.bo != nullptr) {
+    be_.broadcast_rows(a.a, w.bo, N, C);
+    be_.add_inplace(a.a, q_in, size_t(N) * C);
+  } else {
+    be_.copy(a.a, q_in, size_t(N) * C * sizeof(float));
+  }
+  be_.matmul_forward(a.a, a.atty, w.wo, N, QD, C, true);
   be_.rmsnorm_forward(a.ln2, a.rstd2, a.a, w.ln2, N, C, eps);
   be_.matmul_forward(a.gate, a.ln2, w.wg, N, C, F, false);
   be_.matmul_forward(a.up, a.ln2, w.wu, N, C, F, false);
@@ -384,7 +437,6 @@ void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, cons
                            const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal) {
   const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads;
   const int HS = cfg_.head_dim, QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden;
-  const float theta = cfg_.rope_theta;
   const bool two = kv_in != q_in;
   // out = a + down(hmid)
   be_.copy(s.d_a, dout, size_t(N) * C * sizeof(float));
@@ -395,11 +447,17 @@ void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, cons
   be_.rmsnorm_backward(s.d_a, dw.ln2, s.d_ln, a.a, w.ln2, a.rstd2, N, C);
   // a = q_in + o_proj(atty)
   be_.copy(dq_in, s.d_a, size_t(N) * C * sizeof(float));
+  if (dw.bo) be_.sum_rows(dw.bo, s.d_a, N, C);
   be_.matmul_backward(s.d_atty, dw.wo, s.d_a, a.atty, w.wo, N, QD, C, false);
   AttnShape sh{B, NH, NKV, HS, T, T, T, 0, causal};
   be_.attention_backward(s.dq, s.dk, s.dv, s.d_atty, a.atty, a.att, a.q, a.k, a.v, sh);
-  be_.rope_backward(s.dq, B, T, NH, HS, 0, theta);
-  be_.rope_backward(s.dk, B, T, NKV, HS, 0, theta);
+  be_.rope_backward(s.dq, B, T, NH, HS, 0, rope_freq_);
+  be_.rope_backward(s.dk, B, T, NKV, HS, 0, rope_freq_);
+  if (dw.bq) {  // the biases enter before RoPE: their gradient is the un-rotated one
+    be_.sum_rows(dw.bq, s.dq, N, QD);
+    be_.sum_rows(dw.bk, s.dk, N, KD);
+    be_.sum_rows(dw.bv, s.dv, N, KD);
+  }
   float* d_ln_kv = two ? s.d_ln_kv : s.d_ln;
   be_.matmul_backward(s.d_ln, dw.wq, s.dq, a.ln_q, w.wq, N, C, QD, false);
   be_.matmul_backward(d_ln_kv, dw.wk, s.dk, a.ln_kv, w.wk, N, C, KD, two ? false : true);
@@ -543,9 +601,21 @@ void Model::read_logits(const ModelState& s, float* host) const {
 // ---------------------------------------------------------------------------------------------
 // Generation with a KV cache
 
+// Rows of a prefill chunk: large enough for GEMM speed, small enough that the attention's saved
+// state of one chunk (the CPU keeps (NH, chunk, max_len) probabilities) stays under 32M floats.
+static int prefill_chunk(const ModelConfig& m, int max_len) {
+  const int64_t limit = (int64_t{32} << 20) / (int64_t{m.n_heads} * max_len);
+  return int(std::clamp<int64_t>(limit, 16, 512));
+}
+
+// Rows of logits computed at once when a prefill returns every position's (at most 16M floats).
+static int logit_rows(const ModelConfig& m, int chunk) {
+  return int(std::clamp<int64_t>((int64_t{16} << 20) / m.vocab_size, 1, chunk));
+}
+
 static size_t carve_decode(DecodeState& d, const ModelConfig& m, float* base, const Backend* be) {
   Carver c(base);
-  const size_t B = d.B, C = m.dim, KD = size_t(m.n_kv_heads) * m.head_dim;
+  const size_t B = d.B, C = m.dim, KD = size_t(m.n_kv_heads) * m.head_dim, P = d.chunk;
   d.kcache.assign(m.n_layers, nullptr);
   d.vcache.assign(m.n_layers, nullptr);
   for (int l = 0; l < m.n_layers; ++l) {
@@ -553,49 +623,109 @@ static size_t carve_decode(DecodeState& d, const ModelConfig& m, float* base, co
     d.vcache[l] = c.take(B * d.max_len * KD);
   }
   carve_block(c, d.scratch, m, d.B, 1, d.max_len, true, be);
-  d.x = c.take(B * C);
-  d.x2 = c.take(B * C);
-  d.kv_in = c.take(B * C);
-  d.R = c.take(B * C);
-  d.ln_f = c.take(B * C);
-  d.rstd_f = c.take(B);
-  d.logits = c.take(B * m.vocab_size);
-  float* ints = c.take(2 * B);
+  carve_block(c, d.pre, m, 1, d.chunk, d.max_len, true, be);
+  const size_t rows = std::max(B, P);  // residual buffers serve a decode step and a prefill chunk
+  d.x = c.take(rows * C);
+  d.x2 = c.take(rows * C);
+  d.kv_in = c.take(rows * C);
+  d.R = c.take(rows * C);
+  d.ln_f = c.take(rows * C);
+  d.rstd_f = c.take(rows);
+  d.logits = c.take(std::max(B, size_t(logit_rows(m, d.chunk))) * m.vocab_size);
+  float* ints = c.take(2 * rows);
   d.tokens = reinterpret_cast<int32_t*>(ints);
-  d.codes = reinterpret_cast<uint32_t*>(ints ? ints + B : nullptr);
+  d.codes = reinterpret_cast<uint32_t*>(ints ? ints + rows : nullptr);
   return c.used();
 }
 
-std::unique_ptr<DecodeState> Model::make_decode_state(int B, int max_len) {
-  FT_ASSERT(B > 0 && max_len > 0 && max_len <= cfg_.max_seq_len, "bad decode shape B=%d len=%d", B, max_len);
-  auto d = std::make_unique<DecodeState>(be_);
-  d->B = B, d->max_len = max_len;
+int64_t Model::decode_state_bytes(const ModelConfig& cfg, int B, int max_len) {
+  DecodeState d(nullptr);
+  d.B = B, d.max_len = max_len, d.chunk = prefill_chunk(cfg, max_len);
+  return int64_t(carve_decode(d, cfg, nullptr, nullptr) * sizeof(float));
+}
+
+Result<std::unique_ptr<DecodeState>> Model::try_make_decode_state(int B, int max_len) {
+  if (B <= 0 || max_len <= 0 || max_len > cfg_.max_seq_len)
+    return make_error("decode state: " + std::to_string(B) + " sequences of " + std::to_string(max_len) +
+                      " positions (the model's context is " + std::to_string(cfg_.max_seq_len) + ")");
+  auto d = std::make_unique<DecodeState>(&be_);
+  d->B = B, d->max_len = max_len, d->chunk = prefill_chunk(cfg_, max_len);
   const size_t n = carve_decode(*d, cfg_, nullptr, &be_);
-  d->arena = static_cast<float*>(be_.alloc(n * sizeof(float)));
+  auto arena = be_.try_alloc(n * sizeof(float));
+  if (!arena) return arena.error();
+  d->arena = static_cast<float*>(*arena);
   carve_decode(*d, cfg_, d->arena, &be_);
   return d;
 }
 
+std::unique_ptr<DecodeState> Model::make_decode_state(int B, int max_len) {
+  auto d = try_make_decode_state(B, max_len);
+  FT_ASSERT(d.ok(), "%s", d.ok() ? "" : d.error().message.c_str());
+  return std::move(*d);
+}
+
+// Z enters before block inject_after: kv_in = x + W_post[:, codes] for a Free Transformer.
+const float* Model::inject_latent(DecodeState& d, const float* x, const uint32_t* codes, int N) {
+  be_.upload(d.codes, codes, size_t(N) * sizeof(uint32_t));
+  be_.post_sampler_forward(d.R, d.codes, w_.post_sampler, N, cfg_.dim, cfg_.latent_bits);
+  be_.add(d.kv_in, x, d.R, size_t(N) * cfg_.dim);
+  return d.kv_in;
+}
+
 void Model::decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, int pos, float* logits_host) {
-  FT_ASSERT(pos >= 0 && pos < d.max_len, "decode position %d outside 0..%d", pos, d.max_len - 1);
+  std::vector<int> positions(size_t(d.B), pos);
+  decode_step(d, tokens, codes, positions.data(), logits_host);
+}
+
+void Model::decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, const int* pos,
+                        float* logits_host) {
   const int B = d.B, C = cfg_.dim, V = cfg_.vocab_size;
+  for (int b = 0; b < B; ++b)
+    FT_ASSERT(pos[b] >= 0 && pos[b] < d.max_len, "decode position %d outside 0..%d", pos[b], d.max_len - 1);
   be_.upload(d.tokens, tokens, B * sizeof(int32_t));
   be_.embedding_forward(d.x, d.tokens, w_.embed, B, C);
+  float *x = d.x, *x2 = d.x2;
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    const float* kv_in = d.x;
-    if (cfg_.is_free() && l == cfg_.inject_after) {
-      be_.upload(d.codes, codes, B * sizeof(uint32_t));
-      be_.post_sampler_forward(d.R, d.codes, w_.post_sampler, B, C, cfg_.latent_bits);
-      be_.add(d.kv_in, d.x, d.R, size_t(B) * C);
-      kv_in = d.kv_in;
-    }
-    const KvCache cache{d.kcache[l], d.vcache[l], d.max_len};
-    block_forward(w_.layers[l], d.scratch, d.x, kv_in, d.x2, B, 1, true, pos, &cache);
-    std::swap(d.x, d.x2);
+    const float* kv_in = cfg_.is_free() && l == cfg_.inject_after ? inject_latent(d, x, codes, B) : x;
+    block_decode(w_.layers[l], d.scratch, x, kv_in, x2, B, pos, KvCache{d.kcache[l], d.vcache[l], d.max_len});
+    std::swap(x, x2);
   }
-  be_.rmsnorm_forward(d.ln_f, d.rstd_f, d.x, w_.norm, B, C, cfg_.rms_norm_eps);
+  be_.rmsnorm_forward(d.ln_f, d.rstd_f, x, w_.norm, B, C, cfg_.rms_norm_eps);
   be_.matmul_forward(d.logits, d.ln_f, w_.head, B, C, V, false);
   be_.download(logits_host, d.logits, size_t(B) * V * sizeof(float));
+}
+
+void Model::prefill(DecodeState& d, int b, const int32_t* tokens, const uint32_t* codes, int n, int pos0,
+                    PrefillLogits which, float* logits_host) {
+  FT_ASSERT(b >= 0 && b < d.B && n > 0 && pos0 >= 0 && pos0 + n <= d.max_len, "prefill of %d tokens at %d (row %d)", n,
+            pos0, b);
+  const int C = cfg_.dim, V = cfg_.vocab_size, KD = cfg_.n_kv_heads * cfg_.head_dim;
+  for (int c0 = 0; c0 < n; c0 += d.chunk) {
+    const int T = std::min(d.chunk, n - c0);
+    be_.upload(d.tokens, tokens + c0, size_t(T) * sizeof(int32_t));
+    be_.embedding_forward(d.x, d.tokens, w_.embed, T, C);
+    float *x = d.x, *x2 = d.x2;
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      const float* kv_in = cfg_.is_free() && l == cfg_.inject_after ? inject_latent(d, x, codes + c0, T) : x;
+      // Row b of the cache as a one-sequence cache.
+      const size_t row = size_t(b) * d.max_len * KD;
+      const KvCache cache{d.kcache[l] + row, d.vcache[l] + row, d.max_len};
+      block_forward(w_.layers[l], d.pre, x, kv_in, x2, 1, T, true, pos0 + c0, &cache);
+      std::swap(x, x2);
+    }
+    // Logits: of every row (scoring), or of the prompt's last position only (generation).
+    int r0 = 0, r1 = 0;
+    if (which == PrefillLogits::All) r0 = 0, r1 = T;
+    if (which == PrefillLogits::Last && c0 + T == n) r0 = T - 1, r1 = T;
+    const int group = logit_rows(cfg_, d.chunk);
+    for (int g0 = r0; g0 < r1; g0 += group) {
+      const int rows = std::min(group, r1 - g0);
+      be_.rmsnorm_forward(d.ln_f, d.rstd_f, x + size_t(g0) * C, w_.norm, rows, C, cfg_.rms_norm_eps);
+      be_.matmul_forward(d.logits, d.ln_f, w_.head, rows, C, V, false);
+      float* dst = logits_host + (which == PrefillLogits::All ? size_t(c0 + g0) * V : 0);
+      be_.download(dst, d.logits, size_t(rows) * V * sizeof(float));
+    }
+  }
 }
 
 }  // namespace ftx

@@ -100,10 +100,22 @@ class Model {
   void read_token_losses(const ModelState& s, float* host) const;  // (B, T) -log p(target)
   void read_logits(const ModelState& s, float* host) const;        // (B, T, V)
 
-  // Generation with a KV cache: feed one position at a time for all B sequences.
+  // Generation with a KV cache (docs/design.md section 7). A DecodeState holds B sequences of up to
+  // max_len positions; each sequence is at its own length, so prompts of different lengths share
+  // one batch. make_decode_state aborts when the memory is not there; try_make_decode_state says so.
   std::unique_ptr<DecodeState> make_decode_state(int B, int max_len);
-  // tokens (B) at position pos (all sequences at the same position); codes (B) = Z at pos
-  // (ignored for the plain decoder). Writes next-token logits (B, V) to host.
+  Result<std::unique_ptr<DecodeState>> try_make_decode_state(int B, int max_len);
+  static int64_t decode_state_bytes(const ModelConfig& cfg, int B, int max_len);
+  // n tokens of sequence b at positions pos0..pos0+n-1 (a prompt), through GEMMs in chunks; codes
+  // (n) = Z at those positions (ignored for the plain decoder). Logits to host: none, the last
+  // position's (V), or every position's (n, V).
+  enum class PrefillLogits { None, Last, All };
+  void prefill(DecodeState& d, int b, const int32_t* tokens, const uint32_t* codes, int n, int pos0,
+               PrefillLogits which, float* logits_host);
+  // One token for each of the B sequences, sequence b at position pos[b]; codes (B) = Z there.
+  // Writes next-token logits (B, V) to host.
+  void decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, const int* pos, float* logits_host);
+  // All B sequences at the same position.
   void decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, int pos, float* logits_host);
 
  private:
@@ -118,6 +130,13 @@ class Model {
   // attention reads its rows 0..pos0+T-1 (generation).
   void block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B, int T,
                      bool causal, int pos0 = 0, const KvCache* cache = nullptr);
+  // One token per sequence, each at its own position (decode_step).
+  void block_decode(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
+                    const int* pos, const KvCache& cache);
+  void block_tail(const BlockW& w, BlockActs& a, const float* q_in, float* out, int N);
+  // out (N, OC) = inp @ w^T + bias (bias null: none).
+  void linear(float* out, const float* inp, WeightRef w, const float* bias, int N, int IC, int OC);
+  const float* inject_latent(DecodeState& d, const float* x, const uint32_t* codes, int N);
   void block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, const float* q_in, const float* kv_in,
                       const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal);
   void init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed, float std) const;
@@ -125,7 +144,7 @@ class Model {
   Status take_tensors(const TensorSource& source);
 
   struct LayoutOnly {};
-  Model(Backend& backend, const ModelConfig& config, LayoutOnly);      // specs only, nothing allocated
+  Model(Backend& backend, const ModelConfig& config, LayoutOnly);      // specs and RoPE frequencies only
   Model(Backend& backend, const ModelConfig& config, std::nullptr_t);  // params_ null when out of memory
 
   Backend& be_;
@@ -135,6 +154,7 @@ class Model {
   bool inference_ = false;
   float* params_ = nullptr;  // trainable: (num_params) in specs order; inference: the fp32 tensors only
   float* grads_ = nullptr;
+  float* rope_freq_ = nullptr;   // (HS/2) rope_inv_freq(cfg_) on the backend
   void* uploaded_ = nullptr;     // inference off the host: the GEMM weights, in their dtypes
   std::vector<WeightRef> refs_;  // per spec
   ParamRefs w_;                  // resolved from refs_

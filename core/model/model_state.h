@@ -57,17 +57,22 @@ class ModelState {
 
 class DecodeState {
  public:
-  explicit DecodeState(Backend& be) : be(be) {}
-  ~DecodeState() { be.release(arena); }
+  explicit DecodeState(Backend* be) : be(be) {}  // be == nullptr: only measures a layout
+  ~DecodeState() {
+    if (be) be->release(arena);
+  }
   DecodeState(const DecodeState&) = delete;
   DecodeState& operator=(const DecodeState&) = delete;
-  Backend& be;
+  Backend* be;
   int B = 0, max_len = 0;
+  int chunk = 0;  // rows of one prefill chunk
   float* arena = nullptr;
   int32_t* tokens = nullptr;           // (B)
   uint32_t* codes = nullptr;           // (B)
   std::vector<float*> kcache, vcache;  // per layer (B, max_len, NKV, HS)
   BlockActs scratch{};                 // sized for (B, 1) with att (B, NH, 1, max_len)
+  BlockActs pre{};                     // a prefill chunk: (1, chunk) with att (1, NH, chunk, max_len)
+  // (max(B, chunk), C) each; logits (max(B, rows of logits per prefill group), V)
   float *x, *x2, *kv_in, *R, *ln_f, *rstd_f, *logits;
 };
 

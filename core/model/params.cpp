@@ -23,6 +23,12 @@ struct SpecBuilder {
     gemm(p + "self_attn.k_proj.weight", {KV, D});
     gemm(p + "self_attn.v_proj.weight", {KV, D});
     gemm(p + "self_attn.o_proj.weight", {D, Q});
+    if (c.qkv_bias) {  // Hugging Face order: after the weights of the block's attention
+      add(p + "self_attn.q_proj.bias", {Q}, ParamInit::Zeros, false);
+      add(p + "self_attn.k_proj.bias", {KV}, ParamInit::Zeros, false);
+      add(p + "self_attn.v_proj.bias", {KV}, ParamInit::Zeros, false);
+    }
+    if (c.o_bias) add(p + "self_attn.o_proj.bias", {D}, ParamInit::Zeros, false);
     add(p + "post_attention_layernorm.weight", {D}, ParamInit::Ones, false);
     gemm(p + "mlp.gate_proj.weight", {c.ffn_hidden, D});
     gemm(p + "mlp.up_proj.weight", {c.ffn_hidden, D});

@@ -16,10 +16,26 @@ ModelTensors<M, V> resolve(const ModelConfig& c, const std::vector<ParamSpec>& s
   auto m = [&](const std::string& name) { return mat(index(name)); };
   auto v = [&](const std::string& name) { return vec(index(name)); };
   auto block = [&](const std::string& p) {
-    return BlockTensors<M, V>{
-        v(p + "input_layernorm.weight"),  m(p + "self_attn.q_proj.weight"), m(p + "self_attn.k_proj.weight"),
-        m(p + "self_attn.v_proj.weight"), m(p + "self_attn.o_proj.weight"), v(p + "post_attention_layernorm.weight"),
-        m(p + "mlp.gate_proj.weight"),    m(p + "mlp.up_proj.weight"),      m(p + "mlp.down_proj.weight")};
+    BlockTensors<M, V> b{v(p + "input_layernorm.weight"),
+                         m(p + "self_attn.q_proj.weight"),
+                         m(p + "self_attn.k_proj.weight"),
+                         m(p + "self_attn.v_proj.weight"),
+                         m(p + "self_attn.o_proj.weight"),
+                         v(p + "post_attention_layernorm.weight"),
+                         m(p + "mlp.gate_proj.weight"),
+                         m(p + "mlp.up_proj.weight"),
+                         m(p + "mlp.down_proj.weight"),
+                         {},
+                         {},
+                         {},
+                         {}};
+    if (c.qkv_bias) {
+      b.bq = v(p + "self_attn.q_proj.bias");
+      b.bk = v(p + "self_attn.k_proj.bias");
+      b.bv = v(p + "self_attn.v_proj.bias");
+    }
+    if (c.o_bias) b.bo = v(p + "self_attn.o_proj.bias");
+    return b;
   };
   ModelTensors<M, V> t{};
   t.embed = m("model.embed_tokens.weight");

@@ -22,6 +22,8 @@ struct BlockTensors {
   M wq, wk, wv, wo;  // (NH*HS, C), (NKV*HS, C), (NKV*HS, C), (C, NH*HS)
   V ln2;             // (C) post_attention_layernorm
   M wg, wu, wd;      // (F, C), (F, C), (C, F)
+  V bq, bk, bv;      // (NH*HS), (NKV*HS), (NKV*HS) q/k/v_proj.bias; null without ModelConfig::qkv_bias
+  V bo;              // (C) o_proj.bias; null without ModelConfig::o_bias
 };
 
 template <class M, class V>

@@ -54,25 +54,55 @@ Status check_generation_request(const ModelConfig& m, int prompt_len, const Samp
   return {};
 }
 
-int32_t sample_token(const float* logits, int V, float temperature, int top_k, float u) {
+int32_t sample_token(const float* logits, int V, float temperature, int top_k, float top_p, float u) {
   if (temperature <= 0) return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
-  std::vector<int> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  int k = (top_k > 0 && top_k < V) ? top_k : V;
-  // Stable order: ties keep the lower token id first, so results do not depend on the sort.
-  std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b]; });
-  std::vector<double> w(k);
-  double total = 0;
-  for (int i = 0; i < k; ++i) total += w[i] = std::exp((logits[order[i]] - logits[order[0]]) / temperature);
-  double acc = 0, target = u * total;
-  for (int i = 0; i < k; ++i) {
-    acc += w[i];
-    if (target < acc) return order[i];
+  const float max_logit = *std::max_element(logits, logits + V);
+  auto weight = [&](int i) { return std::exp(double(logits[i] - max_logit) / temperature); };
+  const int k = (top_k > 0 && top_k < V) ? top_k : V;
+  if (k == V && top_p >= 1.0f) {  // the whole distribution: walk the ids in order, no ranking needed
+    double total = 0;
+    for (int i = 0; i < V; ++i) total += weight(i);
+    double acc = 0;
+    const double target = double(u) * total;
+    for (int i = 0; i < V; ++i)
+      if (target < (acc += weight(i))) return i;
+    return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
   }
-  return order[k - 1];
+  // The m best ids ranked (higher logit first, then lower id), m growing until the top-k / top-p
+  // set is inside: selection is linear in V, only the m candidates are sorted.
+  auto better = [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); };
+  double total = 0;
+  if (top_p < 1.0f)
+    for (int i = 0; i < V; ++i) total += weight(i);
+  std::vector<int> ids(static_cast<size_t>(V));
+  std::iota(ids.begin(), ids.end(), 0);
+  int m = std::min(k, 64), keep = 0;
+  for (;;) {
+    std::nth_element(ids.begin(), ids.begin() + (m - 1), ids.end(), better);
+    std::sort(ids.begin(), ids.begin() + m, better);
+    keep = m;
+    if (top_p < 1.0f) {  // the fewest candidates whose probability reaches top_p
+      double mass = 0;
+      for (keep = 0; keep < m && mass < double(top_p) * total;) mass += weight(ids[size_t(keep++)]);
+      if (mass < double(top_p) * total && m < k) {
+        m = std::min(k, m * 4);
+        continue;
+      }
+    }
+    if (keep == m && m < k && top_p >= 1.0f) {
+      m = k;  // top-k alone: rank exactly k
+      continue;
+    }
+    break;
+  }
+  double kept = 0;
+  for (int i = 0; i < keep; ++i) kept += weight(ids[size_t(i)]);
+  double acc = 0;
+  const double target = double(u) * kept;
+  for (int i = 0; i < keep; ++i)
+    if (target < (acc += weight(ids[size_t(i)]))) return ids[size_t(i)];
+  return ids[0];
 }
-
-namespace {
 
 // Codes of every input position [0, n) for one sequence; FromEncoder fills the prompt part later.
 std::vector<uint32_t> policy_codes(const LatentPolicy& lp, int n, int H) {
@@ -91,21 +121,25 @@ std::vector<uint32_t> policy_codes(const LatentPolicy& lp, int n, int H) {
   return {};
 }
 
+std::vector<uint32_t> encoder_prompt_codes(Model& model, const std::vector<int32_t>& prompt, uint64_t seed) {
+  const int Tp = static_cast<int>(prompt.size());
+  auto state = model.make_state(1, Tp);
+  StepStats unused = model.forward(*state, prompt.data(), nullptr, nullptr, seed, kStreamEval, 0.0f);
+  (void)unused;
+  std::vector<uint32_t> c(Tp);
+  model.read_codes(*state, c.data());
+  return c;
+}
+
+namespace {
+
 // Prompt prefill under FromEncoder: the encoder reads the prompt (non-causally) and its binary
 // mapper samples the prompt's codes, as in training.
 void encoder_prompt_codes(Model& model, const std::vector<int32_t>& prompt, const std::vector<SequenceSpec>& specs,
                           std::vector<std::vector<uint32_t>>& codes) {
-  std::vector<int> rows;
-  for (size_t i = 0; i < specs.size(); ++i)
-    if (specs[i].latent.kind == LatentKind::FromEncoder) rows.push_back(static_cast<int>(i));
-  if (rows.empty()) return;
-  const int Tp = static_cast<int>(prompt.size());
-  auto state = model.make_state(1, Tp);
-  for (int i : rows) {
-    StepStats unused = model.forward(*state, prompt.data(), nullptr, nullptr, specs[i].latent.seed, kStreamEval, 0.0f);
-    (void)unused;
-    std::vector<uint32_t> c(Tp);
-    model.read_codes(*state, c.data());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    if (specs[i].latent.kind != LatentKind::FromEncoder) continue;
+    const std::vector<uint32_t> c = encoder_prompt_codes(model, prompt, specs[i].latent.seed);
     const size_t n = std::min(c.size(), codes[i].size());  // every prompt position is an input
     std::copy(c.begin(), c.begin() + n, codes[i].begin());
   }
@@ -141,7 +175,7 @@ std::vector<Generation> generate(Model& model, const std::vector<int32_t>& promp
     if (pos + 1 < Tp) continue;  // still inside the prompt: its next token is given
     for (int i = 0; i < B; ++i) {
       const float u = philox_uniform(specs[i].sample_seed, kStreamSample, pos);
-      out[i].tokens.push_back(sample_token(logits.data() + size_t(i) * V, V, cfg.temperature, cfg.top_k, u));
+      out[i].tokens.push_back(sample_token(logits.data() + size_t(i) * V, V, cfg.temperature, cfg.top_k, cfg.top_p, u));
     }
   }
   for (int i = 0; i < B; ++i) out[i].codes = std::move(codes[i]);

@@ -39,6 +39,7 @@ std::vector<uint32_t> uniform_codes(uint64_t seed, int n, int latent_bits);
 struct SampleConfig {
   float temperature = 1.0f;  // 0 = greedy
   int top_k = 0;             // 0 = all tokens
+  float top_p = 1.0f;        // nucleus: the fewest most likely tokens holding this mass (1 = all)
   int max_new_tokens = 64;
 
   // Fields with help text are options of `ftx generate` (core/util/fields.h).
@@ -47,6 +48,9 @@ struct SampleConfig {
     v(s.temperature, Field{.key = "temperature", .help = "Sampling temperature (0 = greedy)", .bounds = kNonNegative});
     v(s.top_k,
       Field{.key = "top_k", .help = "Sample among the k most likely tokens (0 = all)", .bounds = kNonNegative});
+    v(s.top_p, Field{.key = "top_p",
+                     .help = "Sample among the fewest most likely tokens whose probability reaches p (1 = all)",
+                     .bounds = Bounds{0, 1, true, false}});
     v(s.max_new_tokens, Field{.key = "max_new_tokens", .bounds = kPositive});
   }
   Status validate(FieldName name = field_key) const { return check_fields(*this, name); }
@@ -73,7 +77,15 @@ std::vector<Generation> generate(Model& model, const std::vector<int32_t>& promp
 Status check_generation_request(const ModelConfig& m, int prompt_len, const SampleConfig& cfg,
                                 const std::vector<SequenceSpec>& specs);
 
-// Samples a token from logits (V) with temperature / top-k using uniform u in [0, 1).
-int32_t sample_token(const float* logits, int V, float temperature, int top_k, float u);
+// Z for input positions [0, n) of one sequence under a policy (FromEncoder: uniform codes, the
+// prompt's part to be replaced by encoder_prompt_codes).
+std::vector<uint32_t> policy_codes(const LatentPolicy& lp, int n, int latent_bits);
+// The codes the encoder samples for a prompt (read non-causally, as in training) under `seed`.
+std::vector<uint32_t> encoder_prompt_codes(Model& model, const std::vector<int32_t>& prompt, uint64_t seed);
+
+// Samples a token from logits (V) with temperature, top-k and top-p using uniform u in [0, 1):
+// the candidates are found by selection (nth_element on growing prefixes), never by sorting the
+// vocabulary; ties rank the lower id first. temperature 0 is argmax.
+int32_t sample_token(const float* logits, int V, float temperature, int top_k, float top_p, float u);
 
 }  // namespace ftx

@@ -26,13 +26,13 @@ namespace ftx {
 
 // A vocabulary as GGUF metadata holds it (tokenizer.ggml.*).
 struct BpeVocab {
-  std::vector<std::string> tokens;    // id = index, in the GPT-2 byte-to-unicode spelling
-  std::vector<int32_t> token_types;   // GGUF: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
-                                      // 6 byte; empty = all normal
-  std::vector<std::string> merges;    // "left right", rank = index
-  std::string pre;                    // tokenizer.ggml.pre: "smollm", "llama-bpe", "gpt2", "qwen2", ...
-  SpecialTokens special;              // bos / eos / pad ids
-  bool add_bos = false;               // tokenizer.ggml.add_bos_token (with the pre type's default)
+  std::vector<std::string> tokens;   // id = index, in the GPT-2 byte-to-unicode spelling
+  std::vector<int32_t> token_types;  // GGUF: 1 normal, 2 unknown, 3 control, 4 user-defined, 5 unused,
+                                     // 6 byte; empty = all normal
+  std::vector<std::string> merges;   // "left right", rank = index
+  std::string pre;                   // tokenizer.ggml.pre: "smollm", "llama-bpe", "gpt2", "qwen2", ...
+  SpecialTokens special;             // bos / eos / pad ids
+  bool add_bos = false;              // tokenizer.ggml.add_bos_token (with the pre type's default)
 };
 
 class BpeTokenizer;

@@ -116,11 +116,11 @@ class CpuBackend final : public Backend {
   }
 
   // ---- RoPE ----
-  void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, float theta) override {
-    cpu::rope_forward(x, B, T, nh, HS, pos0, theta);
+  void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
+    cpu::rope_forward(x, B, T, nh, HS, pos0, inv_freq);
   }
-  void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, float theta) override {
-    cpu::rope_backward(dx, B, T, nh, HS, pos0, theta);
+  void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
+    cpu::rope_backward(dx, B, T, nh, HS, pos0, inv_freq);
   }
 
   // ---- attention ----

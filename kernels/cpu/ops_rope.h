@@ -1,12 +1,14 @@
 // Rotary position embedding, Hugging Face half rotation (docs/design.md section 3), in place on
-// x (B, T, nh, HS): dim i pairs with i + HS/2, angle = pos * theta^(-2i/HS), pos = pos0 + t.
+// x (B, T, nh, HS): dim i pairs with i + HS/2, angle = pos * inv_freq[i], pos = pos0 + t. The
+// frequencies (HS/2 floats, theta^(-2i/HS) with any scaling) come from the model (rope_inv_freq).
 // The backward applies the inverse rotation (the transpose of a rotation).
 //
-// Numerics: inverse frequencies, angles, cos and sin are computed in double for every T, then
-// rounded to T, so float and double runs agree to float rounding (HF computes them in float32).
+// Numerics: angles, cos and sin are computed in double from the float frequencies for every T,
+// then rounded to T, so float and double runs agree to float rounding (HF computes them in float32).
 #pragma once
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 #include "kernels/common.h"
 #include "kernels/cpu/cpu_common.h"
@@ -17,16 +19,14 @@ constexpr int kRopeMaxHalf = 512;  // HS <= 1024
 
 // x (B, T, nh, HS) rotated by +angle (sign = 1) or -angle (sign = -1).
 template <class T>
-void rope_rotate(T* x, int B, int Tn, int nh, int HS, int pos0, double theta, double sign) {
+void rope_rotate(T* x, int B, int Tn, int nh, int HS, int pos0, const float* inv_freq, double sign) {
   FT_ASSERT(HS % 2 == 0 && HS / 2 <= kRopeMaxHalf, "rope: head size %d", HS);
   const int half = HS / 2;
-  double inv_freq[kRopeMaxHalf];
-  for (int i = 0; i < half; ++i) inv_freq[i] = std::pow(theta, -2.0 * i / HS);
 #pragma omp parallel for schedule(static) if (go_parallel(size_t(B) * Tn * nh * HS))
   for (int t = 0; t < Tn; ++t) {
     T cs[kRopeMaxHalf], sn[kRopeMaxHalf];
     for (int i = 0; i < half; ++i) {
-      const double angle = static_cast<double>(pos0 + t) * inv_freq[i];
+      const double angle = static_cast<double>(pos0 + t) * static_cast<double>(inv_freq[i]);
       cs[i] = static_cast<T>(std::cos(angle));
       sn[i] = static_cast<T>(sign * std::sin(angle));
     }
@@ -45,14 +45,21 @@ void rope_rotate(T* x, int B, int Tn, int nh, int HS, int pos0, double theta, do
 }
 
 template <class T>
-void rope_forward(T* x, int B, int Tn, int nh, int HS, int pos0, float theta) {
-  rope_rotate(x, B, Tn, nh, HS, pos0, static_cast<double>(theta), 1.0);
+void rope_forward(T* x, int B, int Tn, int nh, int HS, int pos0, const float* inv_freq) {
+  rope_rotate(x, B, Tn, nh, HS, pos0, inv_freq, 1.0);
 }
 
 // dx (B, T, nh, HS) in place: the gradient of the rotation is the inverse rotation.
 template <class T>
-void rope_backward(T* dx, int B, int Tn, int nh, int HS, int pos0, float theta) {
-  rope_rotate(dx, B, Tn, nh, HS, pos0, static_cast<double>(theta), -1.0);
+void rope_backward(T* dx, int B, int Tn, int nh, int HS, int pos0, const float* inv_freq) {
+  rope_rotate(dx, B, Tn, nh, HS, pos0, inv_freq, -1.0);
+}
+
+// theta^(-2i/HS) for i < HS/2, rounded to float: the unscaled frequencies (tests, plain models).
+inline std::vector<float> rope_default_inv_freq(double theta, int HS) {
+  std::vector<float> f(size_t(HS / 2));
+  for (int i = 0; i < HS / 2; ++i) f[size_t(i)] = static_cast<float>(std::pow(theta, -2.0 * i / HS));
+  return f;
 }
 
 }  // namespace ftx::cpu

@@ -252,11 +252,11 @@ class CudaBackend final : public Backend {
   }
 
   // ---- RoPE ----
-  void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, float theta) override {
-    rope(x, B, T, nh, HS, pos0, theta, 1.0);
+  void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
+    rope(x, B, T, nh, HS, pos0, inv_freq, 1.0);
   }
-  void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, float theta) override {
-    rope(dx, B, T, nh, HS, pos0, theta, -1.0);
+  void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
+    rope(dx, B, T, nh, HS, pos0, inv_freq, -1.0);
   }
 
   // ---- attention ----
@@ -569,10 +569,10 @@ class CudaBackend final : public Backend {
     };
     cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
   }
-  void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign) {
+  void rope(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq, double sign) {
     FT_ASSERT(HS % 2 == 0, "rope: head size %d", HS);
     if (size_t(B) * T * nh * (HS / 2) == 0) return;
-    op("rope", cuda::rope, x, B, T, nh, HS, pos0, theta, sign);
+    op("rope", cuda::rope, x, B, T, nh, HS, pos0, inv_freq, sign);
   }
 
   int device_;

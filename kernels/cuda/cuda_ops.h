@@ -31,7 +31,7 @@ void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int 
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps, cudaStream_t st);
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
                       int C, cudaStream_t st);
-void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign, cudaStream_t st);
+void rope(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq, double sign, cudaStream_t st);
 void swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n,
                      cudaStream_t st);

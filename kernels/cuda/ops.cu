@@ -160,14 +160,14 @@ __global__ void rmsnorm_backward_dw_kernel(float* dw, const float* dout, const f
 
 // ---- RoPE: angles in double as the CPU computes them, one thread per rotated pair -------------
 
-__global__ void rope_kernel(float* x, int B, int T, int nh, int HS, int pos0, double theta, double sign) {
+__global__ void rope_kernel(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq, double sign) {
   const int half = HS / 2;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(B) * T * nh * half) return;
   const int pair = int(i % half);
   const size_t row = i / half;  // (b, t, h)
   const int t = int((row / nh) % T);
-  const double angle = double(pos0 + t) * pow(theta, -2.0 * pair / HS);
+  const double angle = double(pos0 + t) * double(inv_freq[pair]);
   const float cs = float(cos(angle)), sn = float(sign * sin(angle));
   float* r = x + row * HS;
   const float x1 = r[pair], x2 = r[pair + half];
@@ -388,11 +388,11 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
   FTX_CUDA_LAUNCHED();
 }
 
-void rope(float* x, int B, int T, int nh, int HS, int pos0, float theta, double sign, cudaStream_t st) {
+void rope(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq, double sign, cudaStream_t st) {
   FT_ASSERT(HS % 2 == 0, "rope: head size %d", HS);
   const size_t n = size_t(B) * T * nh * (HS / 2);
   if (n == 0) return;
-  FTX_LAUNCH(rope_kernel, blocks_for(n, kThreads), kThreads, 0, st, x, B, T, nh, HS, pos0, double(theta), sign);
+  FTX_LAUNCH(rope_kernel, blocks_for(n, kThreads), kThreads, 0, st, x, B, T, nh, HS, pos0, inv_freq, sign);
   FTX_CUDA_LAUNCHED();
 }
 
