@@ -6,7 +6,8 @@
 // F16 converted exactly, alignment, the side files (generation config, chat template), our own
 // checkpoints opened through the same reader and giving the same logits, an 8B-shaped sparse
 // checkpoint opened from its headers alone, and the tiny checkpoints transformers wrote
-// (tests/fixtures/real/tiny_*, skipped while absent).
+// (tests/fixtures/real/tiny_*, skipped while absent); the fuzz target's seeds are valid inputs of
+// their modes and every input it crashed on (tests/fixtures/fuzz/safetensors) replays cleanly.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -32,6 +33,10 @@
 #include "core/text/char_tokenizer.h"
 #include "kernels/backend.h"
 #include "tests/test_util.h"
+
+// The fuzz target itself, so that the inputs it crashed on replay here through the very same
+// checks (it aborts on any disagreement); LLVMFuzzerTestOneInput is an ordinary function here.
+#include "tests/fuzz/fuzz_safetensors.cpp"
 
 namespace ftx {
 namespace {
@@ -987,6 +992,64 @@ TEST(HfRealFixtures, TransformersCheckpointsOpenWithTheirConfigAndValues) {
   EXPECT_TRUE(saw_o) << "no fixture with attention_bias (o_proj bias)";
   EXPECT_TRUE(saw_f16) << "no F16 fixture";
   EXPECT_TRUE(saw_shards) << "no sharded fixture";
+}
+
+// ---- the fuzz target: its seeds and the inputs it crashed on ---------------------------------------------
+
+std::vector<std::string> files_in(const fs::path& dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.is_regular_file()) out.push_back(e.path().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+void run_fuzz_input(const std::string& bytes) {
+  (void)LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size());
+}
+
+// Each seed is a valid input of the mode its first byte picks, so fuzzing starts deep in each.
+TEST(FuzzSafetensors, SeedsAreValidInputsOfTheirModes) {
+  const auto seeds = files_in(fs::path(FTX_FIXTURE_DIR).parent_path() / "fuzz" / "corpus" / "safetensors");
+  ASSERT_GE(seeds.size(), 9u);
+  int modes[3] = {0, 0, 0};
+  for (const std::string& path : seeds) {
+    SCOPED_TRACE(path);
+    const std::string bytes = test::read_file(path);
+    ASSERT_FALSE(bytes.empty());
+    const std::string body = bytes.substr(1);
+    const int mode = static_cast<unsigned char>(bytes[0]) % 3;
+    ++modes[mode];
+    run_fuzz_input(bytes);
+    if (mode == 0) {
+      auto h = parse_safetensors(path, reinterpret_cast<const uint8_t*>(body.data()), body.size());
+      EXPECT_TRUE(h.ok()) << h.error().message;
+    } else if (mode == 1) {
+      auto c = config_from_json(json::parse(body), path);
+      EXPECT_TRUE(c.ok()) << c.error().message;
+    } else {
+      auto ck = HfCheckpoint::open(hf_dir());  // fuzz_hf_dir left this seed's model.safetensors there
+      EXPECT_TRUE(ck.ok()) << ck.error().message;
+    }
+  }
+  EXPECT_GT(modes[0], 0);
+  EXPECT_GT(modes[1], 0);
+  EXPECT_GT(modes[2], 0);
+}
+
+// Run under the sanitizer build (docs/testing.md) these are the crashes the fuzzer found.
+// empty_f32_tensor_decode: a [0, 4] F32 tensor decoded into an empty vector (decode_f32's memcpy
+// to a null destination).
+TEST(FuzzSafetensors, InputsThatCrashedReplayCleanly) {
+  const auto inputs = files_in(fs::path(FTX_FIXTURE_DIR) / "fuzz" / "safetensors");
+  ASSERT_FALSE(inputs.empty());
+  for (const std::string& path : inputs) {
+    SCOPED_TRACE(path);
+    run_fuzz_input(test::read_file(path));
+  }
+  EXPECT_TRUE(decode_f32(SafetensorsDType::BF16, nullptr, 0, nullptr));
+  EXPECT_FALSE(decode_f32(SafetensorsDType::I8, nullptr, 0, nullptr));
 }
 
 }  // namespace

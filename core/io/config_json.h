@@ -17,10 +17,11 @@
 // Deliberately not supported (rejected in one line naming the file and the key, not ignored,
 // since the numbers would differ): rope types other than "default" and "llama3", mlp_bias,
 // hidden_act other than silu, other model types, sliding-window attention (mistral
-// sliding_window not null, qwen2 use_sliding_window, layer_types other than full_attention),
+// sliding_window not null: absent is taken as null, although MistralConfig's default is 4096,
+// since transformers always writes the key; qwen2 use_sliding_window true; layer_types other than
+// full_attention),
 // mixture-of-experts keys (num_local_experts, num_experts > 0), tokenizer types other than
-// "chars". A llama config with only one of qkv_bias / o_bias cannot be written as config.json
-// (attention_bias is both): config_to_json writes attention_bias false then.
+// "chars".
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -46,7 +47,8 @@ Result<nlohmann::json> parse_json_strict(std::string_view text, const std::strin
 // shortest decimal that reads back as the same float. model_type is c.architecture; rope_scaling
 // (v4 form) only when the RoPE is scaled (frequency divisors as our own rope_type
 // "ftx_divisors"); attention_bias (llama), sliding_window null (mistral), use_sliding_window false
-// (qwen2). config_from_json(config_to_json(c)) == c.
+// (qwen2). config_from_json(config_to_json(c)) == c for every config its architecture can say
+// (llama: qkv_bias == o_bias; qwen2: qkv_bias; mistral: no bias); readout_bias is the tensors'.
 nlohmann::json config_to_json(const ModelConfig& c, const Tokenizer* tokenizer = nullptr);
 
 // Inverse of config_to_json, accepting any conforming HF llama, mistral or qwen2 config. `path` only names the

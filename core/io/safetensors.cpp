@@ -326,11 +326,12 @@ Result<SafetensorsHeader> parse_safetensors(const std::string& path, const uint8
 
 bool decode_f32(SafetensorsDType dtype, const void* src, int64_t n, float* dst) {
   const auto* p = static_cast<const unsigned char*>(src);
+  if (dtype != SafetensorsDType::F32 && dtype != SafetensorsDType::F16 && dtype != SafetensorsDType::BF16) return false;
+  if (n <= 0) return true;  // an empty tensor: dst may be null (an empty vector's data())
   if (dtype == SafetensorsDType::F32) {
     std::memcpy(dst, p, size_t(n) * 4);
     return true;
   }
-  if (dtype != SafetensorsDType::F16 && dtype != SafetensorsDType::BF16) return false;
   float (*convert)(uint16_t) = dtype == SafetensorsDType::F16 ? f16_to_f32 : bf16_to_f32;
   for (int64_t i = 0; i < n; ++i) {
     uint16_t h;
