@@ -857,6 +857,31 @@ TEST_F(HfCheckpointTest, OurOwnCheckpointsOpenAndGiveTheSameLogits) {
   }
 }
 
+// The bf16 model made from tensor_for (GEMM weights in place, norms widened by create_inference)
+// computes the products of the fp32 model on the same values widened: logits equal to the
+// rounding of a reordered sum (test_model's kSameProductsTol, 1e-5, for the same reason).
+TEST_F(HfCheckpointTest, Bf16CheckpointGivesTheLogitsOfItsValuesInFp32) {
+  constexpr float kSameProductsTol = 1e-5f;
+  const ModelConfig c = tiny_config();
+  std::map<std::string, std::vector<float>> values;
+  auto ck = HfCheckpoint::open(make_dir("bf16", config_to_json(c), model_tensors(c, "BF16", 12, &values)));
+  ASSERT_TRUE(ck.ok()) << ck.error().message;
+  Model ref(*cpu(), c);
+  std::vector<float> arena(size_t(ref.num_params()));
+  for (const ParamSpec& s : ref.specs())
+    std::copy(values[s.name].begin(), values[s.name].end(), arena.begin() + s.offset);
+  ref.load_params(arena.data());
+  auto inf = Model::create_inference(*cpu(), ck->config(), [&](const ParamSpec& s) {
+    auto w = ck->tensor_for(s);
+    return w.ok() ? *w : WeightRef{};
+  });
+  ASSERT_TRUE(inf.ok()) << inf.error().message;
+  const std::vector<float> a = logits_of(ref), b = logits_of(**inf);
+  float worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::fabs(a[i] - b[i]));
+  EXPECT_LT(worst, kSameProductsTol);
+}
+
 // ---- an 8B-shaped checkpoint, sparse --------------------------------------------------------------------
 
 // Llama-3-8B's shape with a vocabulary of 2^17 (REFERENCE.md B: 8,053,329,920 parameters, 16.1 GB
