@@ -680,11 +680,11 @@ TEST_F(CheckpointConfig, RangesAndUnsupportedFeatures) {
   j["num_key_value_heads"] = 3;  // 2 heads not a multiple of 3
   expect_bad(j, {"n_kv_heads"});
   j = base_;
-  j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", 32.0}};
+  j["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 32.0}};  // llama3 is read (test_hf_checkpoint)
   expect_bad(j, {"rope_scaling.rope_type", "not supported"});
   j = base_;
-  j["attention_bias"] = true;
-  expect_bad(j, {"attention_bias"});
+  j["mlp_bias"] = true;  // attention_bias is read (test_hf_checkpoint)
+  expect_bad(j, {"mlp_bias"});
   j = base_;
   j["hidden_act"] = "gelu";
   expect_bad(j, {"hidden_act"});

@@ -121,6 +121,30 @@ class KeyReader {
   std::string path_, prefix_;
 };
 
+// The model_type, absent in hand-written configs: "llama".
+Status read_architecture(const KeyReader& r, ModelConfig* c) {
+  c->architecture = "llama";
+  const json* v = r.find("model_type");
+  if (!v || v->is_null()) return {};
+  if (!v->is_string()) return r.err("model_type", std::string("must be a string, got ") + v->type_name());
+  const std::string t = v->get<std::string>();
+  if (t != "llama" && t != "mistral" && t != "qwen2")
+    return r.err("model_type", v->dump() + " is not supported (supported: llama, mistral, qwen2)");
+  c->architecture = t;
+  return {};
+}
+
+// num_key_value_heads as transformers fills it: null is num_attention_heads for all three; absent
+// is num_attention_heads for Llama but the class default for Mistral (8) and Qwen2 (32).
+Status read_kv_heads(const KeyReader& r, ModelConfig* c) {
+  const json* v = r.find("num_key_value_heads");
+  if (v && !v->is_null()) return r.get_int("num_key_value_heads", 1, kMaxHeads, &c->n_kv_heads);
+  c->n_kv_heads = c->n_heads;
+  if (!v && c->architecture == "mistral") c->n_kv_heads = 8;
+  if (!v && c->architecture == "qwen2") c->n_kv_heads = 32;
+  return {};
+}
+
 // Sizes: vocab, hidden, ffn, layers, heads, kv heads, head_dim, positions.
 Status read_shape(const KeyReader& r, ModelConfig* c) {
   FTX_TRY(r.get_int("vocab_size", 1, kMaxVocab, &c->vocab_size));
@@ -128,8 +152,7 @@ Status read_shape(const KeyReader& r, ModelConfig* c) {
   FTX_TRY(r.get_int("intermediate_size", 1, kMaxFfn, &c->ffn_hidden));
   FTX_TRY(r.get_int("num_hidden_layers", 1, kMaxLayers, &c->n_layers));
   FTX_TRY(r.get_int("num_attention_heads", 1, kMaxHeads, &c->n_heads));
-  c->n_kv_heads = c->n_heads;
-  if (r.has("num_key_value_heads")) FTX_TRY(r.get_int("num_key_value_heads", 1, kMaxHeads, &c->n_kv_heads));
+  FTX_TRY(read_kv_heads(r, c));
   if (r.has("head_dim")) {
     FTX_TRY(r.get_int("head_dim", 1, kMaxHeadDim, &c->head_dim));
   } else {
@@ -142,28 +165,69 @@ Status read_shape(const KeyReader& r, ModelConfig* c) {
   return {};
 }
 
-// A rope_scaling / rope_parameters object must describe plain RoPE (rope_type "default").
-Status check_rope_type(const KeyReader& r, const std::string& key, const json& obj) {
-  for (const char* k : {"rope_type", "type"}) {
-    auto it = obj.find(k);
-    if (it == obj.end() || it->is_null()) continue;
-    if (!it->is_string() || it->get<std::string>() != "default")
-      return r.err(key + "." + k, it->dump() + " is not supported (only plain RoPE, rope_type \"default\")");
+// Our extension for frequencies a config cannot otherwise say (a GGUF file's rope_freqs).
+constexpr const char* kDivisorsRopeType = "ftx_divisors";
+
+// The llama3 parameters of a rope_scaling / rope_parameters object (all four are required, as
+// transformers' rope validation requires them).
+Status read_llama3(const KeyReader& r, RopeScaling* s) {
+  s->kind = RopeScalingKind::Llama3;
+  FTX_TRY(r.get_positive_float("factor", 1e9, &s->factor));
+  FTX_TRY(r.get_positive_float("low_freq_factor", 1e9, &s->low_freq_factor));
+  FTX_TRY(r.get_positive_float("high_freq_factor", 1e9, &s->high_freq_factor));
+  FTX_TRY(r.get_int("original_max_position_embeddings", 1, kMaxPositions, &s->original_max_position));
+  return {};
+}
+
+Status read_divisors(const KeyReader& r, RopeScaling* s) {
+  s->kind = RopeScalingKind::Divisors;
+  const json* v = r.find("divisors");
+  if (!v || !v->is_array()) return r.err("divisors", "must be an array of positive numbers");
+  if (v->size() > size_t(kMaxHeadDim)) return r.err("divisors", "more than " + std::to_string(kMaxHeadDim) + " values");
+  for (const json& d : *v) {
+    if (!d.is_number() || !std::isfinite(d.get<double>()) || !(d.get<double>() > 0) || !(d.get<double>() < 1e30))
+      return r.err("divisors", "must be positive numbers, got " + d.dump());
+    s->divisors.push_back(static_cast<float>(d.get<double>()));
   }
   return {};
+}
+
+// One rope_scaling (v4) or rope_parameters (v5) object: its type ("rope_type", or the legacy
+// "type") and that type's parameters. "default" or no type is plain RoPE.
+Status read_rope_object(const KeyReader& r, const std::string& key, const json& obj, RopeScaling* out) {
+  KeyReader o(obj, r.path(), key + ".");
+  std::string type;
+  for (const char* k : {"rope_type", "type"}) {
+    const json* v = o.find(k);
+    if (!v || v->is_null()) continue;
+    if (!v->is_string()) return o.err(k, std::string("must be a string, got ") + v->type_name());
+    if (!type.empty() && v->get<std::string>() != type) return o.err(k, v->dump() + " conflicts with rope_type");
+    type = v->get<std::string>();
+  }
+  *out = RopeScaling{};
+  if (type.empty() || type == "default") return {};
+  if (type == "llama3") return read_llama3(o, out);
+  if (type == kDivisorsRopeType) return read_divisors(o, out);
+  return o.err(obj.contains("rope_type") ? "rope_type" : "type",
+               json(type).dump() + " is not supported (rope scaling: only default and llama3)");
 }
 
 Status read_rope(const KeyReader& r, ModelConfig* c) {
   const json* scaling = nullptr;
   FTX_TRY(r.get_object("rope_scaling", &scaling));
-  if (scaling) FTX_TRY(check_rope_type(r, "rope_scaling", *scaling));
   const json* params = nullptr;
   FTX_TRY(r.get_object("rope_parameters", &params));
   const bool top = r.find("rope_theta") != nullptr;
   c->rope_theta = 10000.0f;  // Hugging Face default
   if (top) FTX_TRY(r.get_positive_float("rope_theta", 1e30, &c->rope_theta));
+  c->rope_scaling = RopeScaling{};
+  if (scaling) FTX_TRY(read_rope_object(r, "rope_scaling", *scaling, &c->rope_scaling));
   if (params) {
-    FTX_TRY(check_rope_type(r, "rope_parameters", *params));
+    RopeScaling from_params;
+    FTX_TRY(read_rope_object(r, "rope_parameters", *params, &from_params));
+    if (scaling && !(from_params == c->rope_scaling))
+      return r.err("rope_parameters", "conflicts with rope_scaling (give the scaling once)");
+    c->rope_scaling = from_params;
     KeyReader pr(*params, r.path(), "rope_parameters.");
     float theta = 0;
     if (pr.find("rope_theta")) {
@@ -175,6 +239,45 @@ Status read_rope(const KeyReader& r, ModelConfig* c) {
   return {};
 }
 
+// Sliding-window attention, which the model does not compute: Mistral's sliding_window must be
+// null (absent is taken as null), Qwen2's use_sliding_window false (its sliding_window and
+// max_window_layers then mean nothing), and no layer_types entry other than "full_attention".
+Status check_full_attention(const KeyReader& r, const ModelConfig& c) {
+  auto refuse = [&](const std::string& what) {
+    return make_error(r.path() + ": " + what + ": sliding-window attention is not supported");
+  };
+  if (c.architecture == "mistral" && r.has("sliding_window"))
+    return refuse("sliding_window " + r.find("sliding_window")->dump());
+  if (c.architecture == "qwen2") {
+    bool sliding = false;
+    FTX_TRY(r.get_bool("use_sliding_window", &sliding));
+    if (sliding) return refuse("use_sliding_window true");
+  }
+  if (const json* lt = r.find("layer_types"); lt && !lt->is_null()) {
+    if (!lt->is_array()) return r.err("layer_types", std::string("must be an array, got ") + lt->type_name());
+    for (const json& t : *lt)
+      if (t != "full_attention") return refuse("layer_types entry " + t.dump());
+  }
+  return {};
+}
+
+// Biases as each architecture has them: Llama's attention_bias biases q, k, v and o; Qwen2 always
+// biases q, k and v; Mistral has none (transformers ignores attention_bias there). An MLP bias is
+// refused.
+Status read_biases(const KeyReader& r, ModelConfig* c) {
+  bool attention_bias = false, mlp_bias = false;
+  FTX_TRY(r.get_bool("attention_bias", &attention_bias));
+  FTX_TRY(r.get_bool("mlp_bias", &mlp_bias));
+  c->qkv_bias = c->o_bias = false;
+  if (c->architecture == "llama") {
+    c->qkv_bias = c->o_bias = attention_bias;
+    if (mlp_bias) return r.err("mlp_bias", "true is not supported (the MLP has no biases)");
+  } else if (c->architecture == "qwen2") {
+    c->qkv_bias = true;
+  }
+  return {};
+}
+
 // Numerics and options that must match what the model computes.
 Status read_numerics(const KeyReader& r, ModelConfig* c) {
   FTX_TRY(r.get_positive_float("rms_norm_eps", 1.0, &c->rms_norm_eps));
@@ -182,11 +285,12 @@ Status read_numerics(const KeyReader& r, ModelConfig* c) {
   c->tie_embeddings = false;
   FTX_TRY(r.get_bool("tie_word_embeddings", &c->tie_embeddings));
   FTX_TRY(r.expect_string("hidden_act", "silu", "the MLP is SwiGLU"));
-  FTX_TRY(r.expect_string("model_type", "llama", "only Llama-shaped models load"));
-  for (const char* k : {"attention_bias", "mlp_bias"}) {
-    bool b = false;
-    FTX_TRY(r.get_bool(k, &b));
-    if (b) return r.err(k, "true is not supported (the model has no biases)");
+  FTX_TRY(read_biases(r, c));
+  FTX_TRY(check_full_attention(r, *c));
+  for (const char* k : {"num_local_experts", "num_experts"}) {
+    const json* v = r.find(k);
+    if (v && v->is_number() && v->get<double>() > 0)
+      return r.err(k, v->dump() + ": mixture-of-experts models are not supported");
   }
   return {};
 }
@@ -247,10 +351,43 @@ Result<json> parse_json_strict(std::string_view text, const std::string& path) {
   }
 }
 
+namespace {
+
+const char* architectures_name(const std::string& arch) {
+  if (arch == "mistral") return "MistralForCausalLM";
+  if (arch == "qwen2") return "Qwen2ForCausalLM";
+  return "LlamaForCausalLM";
+}
+
+// The v4 (top-level) rope_scaling object of a scaled RoPE.
+json rope_scaling_json(const RopeScaling& s) {
+  if (s.kind == RopeScalingKind::Llama3)
+    return {{"rope_type", "llama3"},
+            {"factor", short_float(s.factor)},
+            {"low_freq_factor", short_float(s.low_freq_factor)},
+            {"high_freq_factor", short_float(s.high_freq_factor)},
+            {"original_max_position_embeddings", s.original_max_position}};
+  json d = json::array();
+  for (float x : s.divisors) d.push_back(short_float(x));
+  return {{"rope_type", kDivisorsRopeType}, {"divisors", d}};
+}
+
+// One token id of a config (int, in [0, vocab_size)).
+Result<int32_t> read_token_id(const KeyReader& r, const std::string& key, const json& v, int vocab_size) {
+  if (!v.is_number_integer()) return r.err(key, std::string("must be an integer token id, got ") + v.dump());
+  if (v.is_number_unsigned() ? v.get<uint64_t>() >= uint64_t(vocab_size)
+                             : (v.get<int64_t>() < 0 || v.get<int64_t>() >= vocab_size))
+    return r.err(key,
+                 "token id " + v.dump() + " is outside the vocabulary (vocab_size " + std::to_string(vocab_size) + ")");
+  return static_cast<int32_t>(v.get<int64_t>());
+}
+
+}  // namespace
+
 json config_to_json(const ModelConfig& c, const Tokenizer* tokenizer) {
   json j = json::object();
-  j["architectures"] = json::array({"LlamaForCausalLM"});
-  j["model_type"] = "llama";
+  j["architectures"] = json::array({architectures_name(c.architecture)});
+  j["model_type"] = c.architecture;
   j["vocab_size"] = c.vocab_size;
   j["hidden_size"] = c.dim;
   j["intermediate_size"] = c.ffn_hidden;
@@ -262,14 +399,47 @@ json config_to_json(const ModelConfig& c, const Tokenizer* tokenizer) {
   j["max_position_embeddings"] = c.max_seq_len;
   j["rms_norm_eps"] = short_float(c.rms_norm_eps);
   j["rope_theta"] = short_float(c.rope_theta);
+  if (c.rope_scaling.kind != RopeScalingKind::None) j["rope_scaling"] = rope_scaling_json(c.rope_scaling);
   j["tie_word_embeddings"] = c.tie_embeddings;
-  j["attention_bias"] = false;
-  j["mlp_bias"] = false;
+  if (c.architecture == "llama") {
+    j["attention_bias"] = c.qkv_bias && c.o_bias;
+    j["mlp_bias"] = false;
+  } else if (c.architecture == "mistral") {
+    j["sliding_window"] = nullptr;
+  } else if (c.architecture == "qwen2") {
+    j["use_sliding_window"] = false;
+  }
   j["torch_dtype"] = "float32";
   if (c.latent_bits > 0)
     j["free_transformer"] = {{"latent_bits", c.latent_bits}, {"inject_after_layer", c.inject_after}};
   if (tokenizer) j["tokenizer"] = tokenizer_to_json(*tokenizer);
   return j;
+}
+
+Result<SpecialTokenIds> special_token_ids_from_json(const json& j, const std::string& path, int vocab_size) {
+  try {
+    if (!j.is_object()) return make_error(path + ": must be a JSON object, got " + j.type_name());
+    KeyReader r(j, path, "");
+    SpecialTokenIds ids;
+    if (r.has("bos_token_id")) {
+      auto b = read_token_id(r, "bos_token_id", *r.find("bos_token_id"), vocab_size);
+      if (!b) return b.error();
+      ids.bos = *b;
+    }
+    if (r.has("eos_token_id")) {
+      const json& v = *r.find("eos_token_id");
+      std::vector<int32_t> eos;
+      for (const json& e : v.is_array() ? v : json::array({v})) {
+        auto id = read_token_id(r, "eos_token_id", e, vocab_size);
+        if (!id) return id.error();
+        eos.push_back(*id);
+      }
+      ids.eos = std::move(eos);
+    }
+    return ids;
+  } catch (const std::exception& e) {
+    return make_error(path + ": cannot read token ids: " + one_line(e.what()));
+  }
 }
 
 Result<ModelConfig> config_from_json(const json& j, const std::string& path,
@@ -278,6 +448,7 @@ Result<ModelConfig> config_from_json(const json& j, const std::string& path,
     if (!j.is_object()) return make_error(path + ": config must be a JSON object, got " + j.type_name());
     KeyReader r(j, path, "");
     ModelConfig c;
+    FTX_TRY(read_architecture(r, &c));
     FTX_TRY(read_shape(r, &c));
     FTX_TRY(read_numerics(r, &c));
     FTX_TRY(read_free(r, &c));

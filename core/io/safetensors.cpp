@@ -265,6 +265,82 @@ float bf16_to_f32(uint16_t b) {
   return f;
 }
 
+namespace {
+
+// The header length from the 8-byte prefix, bounded and checked against the file size.
+Result<uint64_t> header_length(const std::string& path, const unsigned char* prefix, uint64_t size) {
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[i];  // little-endian u64
+  if (n > kMaxHeaderLen)
+    return make_error(path + ": header length " + std::to_string(n) + " exceeds the " + std::to_string(kMaxHeaderLen) +
+                      "-byte limit (corrupt or not a safetensors file)");
+  if (n > size - 8)
+    return make_error(path + ": header length " + std::to_string(n) + " runs past the end of the file (" +
+                      std::to_string(size) + " bytes; truncated?)");
+  return n;
+}
+
+Status too_short(const std::string& path, uint64_t size) {
+  return make_error(path + ": file too short (" + std::to_string(size) +
+                    " bytes): a safetensors file starts with an 8-byte header length");
+}
+
+// The JSON header text of a file whose data buffer has `data_size` bytes.
+Status parse_header(const std::string& path, std::string_view header, uint64_t data_size, SafetensorsHeader* out) {
+  if (header.empty() || header[0] != '{')
+    return make_error(path + ": header is not a JSON object (first byte must be '{')");
+  if (const size_t bad = find_invalid_utf8(header); bad != std::string_view::npos)
+    return make_error(path + ": header is not valid UTF-8 (byte " + std::to_string(bad) + ")");
+  auto parsed = parse_json_strict(header, path + ": header");
+  if (!parsed) return parsed.error();
+  const json& j = *parsed;
+  if (!j.is_object()) return make_error(path + ": header is not a JSON object");
+  for (auto it = j.begin(); it != j.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      FTX_TRY(parse_metadata(path, it.value(), &out->metadata));
+      continue;
+    }
+    TensorInfo t;
+    FTX_TRY(parse_entry(path, it.key(), it.value(), &t));
+    out->tensors.push_back(std::move(t));
+  }
+  return check_layout(path, &out->tensors, data_size);
+}
+
+}  // namespace
+
+Result<SafetensorsHeader> parse_safetensors(const std::string& path, const uint8_t* data, uint64_t size) {
+  try {
+    if (size < 8) return too_short(path, size).error();
+    auto n = header_length(path, data, size);
+    if (!n) return n.error();
+    SafetensorsHeader h;
+    h.header_len = *n;
+    const std::string_view header(reinterpret_cast<const char*>(data) + 8, *n);
+    FTX_TRY(parse_header(path, header, size - 8 - *n, &h));
+    return h;
+  } catch (const std::exception& e) {
+    return make_error(path + ": cannot read header: " + e.what());
+  }
+}
+
+bool decode_f32(SafetensorsDType dtype, const void* src, int64_t n, float* dst) {
+  const auto* p = static_cast<const unsigned char*>(src);
+  if (dtype != SafetensorsDType::F32 && dtype != SafetensorsDType::F16 && dtype != SafetensorsDType::BF16) return false;
+  if (n <= 0) return true;  // an empty tensor: dst may be null (an empty vector's data())
+  if (dtype == SafetensorsDType::F32) {
+    std::memcpy(dst, p, size_t(n) * 4);
+    return true;
+  }
+  float (*convert)(uint16_t) = dtype == SafetensorsDType::F16 ? f16_to_f32 : bf16_to_f32;
+  for (int64_t i = 0; i < n; ++i) {
+    uint16_t h;
+    std::memcpy(&h, p + 2 * i, 2);
+    dst[i] = convert(h);
+  }
+  return true;
+}
+
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   try {
     SafetensorsFile f;
@@ -273,50 +349,23 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     auto fd = open_for_read(path, &size);
     if (!fd) return fd.error();
     f.fd_ = std::move(*fd);
-    if (size < 8)
-      return make_error(path + ": file too short (" + std::to_string(size) +
-                        " bytes): a safetensors file starts with an 8-byte header length");
+    if (size < 8) return too_short(path, size).error();
     unsigned char prefix[8];
     FTX_TRY(pread_exact(f.fd_.get(), prefix, 8, 0, path));
-    uint64_t n = 0;
-    for (int i = 7; i >= 0; --i) n = (n << 8) | prefix[i];  // little-endian u64
-    if (n > kMaxHeaderLen)
-      return make_error(path + ": header length " + std::to_string(n) + " exceeds the " +
-                        std::to_string(kMaxHeaderLen) + "-byte limit (corrupt or not a safetensors file)");
-    if (n > size - 8)
-      return make_error(path + ": header length " + std::to_string(n) + " runs past the end of the file (" +
-                        std::to_string(size) + " bytes; truncated?)");
-    f.header_len_ = n;
-    std::string header(n, '\0');
-    FTX_TRY(pread_exact(f.fd_.get(), header.data(), n, 8, path));
-    FTX_TRY(f.parse_header(header, size - 8 - n));
+    auto n = header_length(path, prefix, size);
+    if (!n) return n.error();
+    f.header_len_ = *n;
+    std::string header(*n, '\0');
+    FTX_TRY(pread_exact(f.fd_.get(), header.data(), *n, 8, path));
+    SafetensorsHeader h;
+    FTX_TRY(parse_header(path, header, size - 8 - *n, &h));
+    f.tensors_ = std::move(h.tensors);
+    f.metadata_ = std::move(h.metadata);
+    for (size_t i = 0; i < f.tensors_.size(); ++i) f.by_name_.emplace(f.tensors_[i].name, i);
     return f;
   } catch (const std::exception& e) {
     return make_error(path + ": cannot read header: " + e.what());
   }
-}
-
-Status SafetensorsFile::parse_header(const std::string& header, uint64_t data_size) {
-  if (header.empty() || header[0] != '{')
-    return make_error(path_ + ": header is not a JSON object (first byte must be '{')");
-  if (const size_t bad = find_invalid_utf8(header); bad != std::string_view::npos)
-    return make_error(path_ + ": header is not valid UTF-8 (byte " + std::to_string(bad) + ")");
-  auto parsed = parse_json_strict(header, path_ + ": header");
-  if (!parsed) return parsed.error();
-  const json& j = *parsed;
-  if (!j.is_object()) return make_error(path_ + ": header is not a JSON object");
-  for (auto it = j.begin(); it != j.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      FTX_TRY(parse_metadata(path_, it.value(), &metadata_));
-      continue;
-    }
-    TensorInfo t;
-    FTX_TRY(parse_entry(path_, it.key(), it.value(), &t));
-    tensors_.push_back(std::move(t));
-  }
-  FTX_TRY(check_layout(path_, &tensors_, data_size));
-  for (size_t i = 0; i < tensors_.size(); ++i) by_name_.emplace(tensors_[i].name, i);
-  return {};
 }
 
 const TensorInfo* SafetensorsFile::find(const std::string& name) const {
@@ -352,13 +401,12 @@ Status SafetensorsFile::read_f32_into(const std::string& name, float* dst, int64
   if (ti.dtype != SafetensorsDType::F16 && ti.dtype != SafetensorsDType::BF16)
     return make_error(path_ + ": tensor " + quote_name(name) + ": dtype " + dtype_name(ti.dtype) +
                       " cannot be read as fp32 (supported: F32, F16, BF16)");
-  float (*convert)(uint16_t) = ti.dtype == SafetensorsDType::F16 ? f16_to_f32 : bf16_to_f32;
   std::vector<uint16_t> staging(static_cast<size_t>(std::min(count, kConvertChunk)));
   for (int64_t i0 = 0; i0 < count; i0 += kConvertChunk) {
     const int64_t n = std::min(kConvertChunk, count - i0);
     const uint64_t at = data_offset() + ti.begin + uint64_t(i0) * 2;
     FTX_TRY(pread_exact(fd_.get(), staging.data(), uint64_t(n) * 2, at, path_));
-    for (int64_t i = 0; i < n; ++i) dst[i0 + i] = convert(staging[size_t(i)]);
+    decode_f32(ti.dtype, staging.data(), n, dst + i0);
   }
   return {};
 }

@@ -10,8 +10,12 @@
 // __metadata__ a flat string->string map. Tensor data is read later, on demand, with pread
 // (never assuming alignment), converted to fp32 for F32, F16 and BF16.
 //
-// Deliberately not here: mmap views (kernels/ may add them on top of data_offset()), writing
-// dtypes other than F32, big-endian hosts, sharded sets (core/io/checkpoint.cpp reads the index).
+// parse_safetensors() runs the same validation on a whole file already in memory (a MappedFile,
+// a fuzzer's input): it reads only the prefix and the header bytes.
+//
+// Deliberately not here: the mapping itself (core/io/mapped_file.h), writing dtypes other than
+// F32, big-endian hosts, sharded sets (core/io/checkpoint.cpp and core/io/hf_checkpoint.cpp read
+// the index).
 // Every error is one line "<path>: <problem>", naming the tensor and offsets where relevant.
 #pragma once
 #include <cstdint>
@@ -73,6 +77,23 @@ std::string quote_name(const std::string& s);
 float f16_to_f32(uint16_t h);
 float bf16_to_f32(uint16_t b);
 
+// n elements of F32, F16 or BF16 at `src` (any alignment) widened to fp32 (exact); false, with
+// nothing written, for any other dtype.
+bool decode_f32(SafetensorsDType dtype, const void* src, int64_t n, float* dst);
+
+// A validated header: what SafetensorsFile::open checks, from a whole file in memory.
+struct SafetensorsHeader {
+  uint64_t header_len = 0;          // N
+  std::vector<TensorInfo> tensors;  // sorted by data offset
+  std::map<std::string, std::string> metadata;
+  // File offset of the data buffer (8 + N): tensor bytes are at data_offset() + begin.
+  uint64_t data_offset() const { return 8 + header_len; }
+};
+
+// Validates the `size` bytes at `data` as a whole safetensors file (every check of
+// SafetensorsFile::open); `path` names it in errors. Reads only the first 8 + N bytes.
+Result<SafetensorsHeader> parse_safetensors(const std::string& path, const uint8_t* data, uint64_t size);
+
 class SafetensorsFile {
  public:
   // Opens and fully validates the header of `path`. The file stays open for the reads below.
@@ -96,7 +117,6 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
-  Status parse_header(const std::string& header, uint64_t data_size);
   Result<const TensorInfo*> lookup(const std::string& name) const;
   std::string path_;
   UniqueFd fd_;

@@ -15,19 +15,18 @@ struct SpecBuilder {
   void gemm(std::string name, std::vector<int64_t> shape) {
     add(std::move(name), std::move(shape), ParamInit::Normal, true, true);
   }
-  // One pre-norm Llama block under `prefix` ("model.layers.3." or "free.encoder.").
+  // One pre-norm Llama block under `prefix` ("model.layers.3." or "free.encoder."), with the
+  // attention biases the config has (Qwen2's q/k/v, Llama's attention_bias q/k/v and o).
   void block(const std::string& p, const ModelConfig& c) {
     const int64_t D = c.dim, Q = int64_t{c.n_heads} * c.head_dim, KV = int64_t{c.n_kv_heads} * c.head_dim;
     add(p + "input_layernorm.weight", {D}, ParamInit::Ones, false);
     gemm(p + "self_attn.q_proj.weight", {Q, D});
+    if (c.qkv_bias) add(p + "self_attn.q_proj.bias", {Q}, ParamInit::Zeros, false);
     gemm(p + "self_attn.k_proj.weight", {KV, D});
+    if (c.qkv_bias) add(p + "self_attn.k_proj.bias", {KV}, ParamInit::Zeros, false);
     gemm(p + "self_attn.v_proj.weight", {KV, D});
+    if (c.qkv_bias) add(p + "self_attn.v_proj.bias", {KV}, ParamInit::Zeros, false);
     gemm(p + "self_attn.o_proj.weight", {D, Q});
-    if (c.qkv_bias) {  // Hugging Face order: after the weights of the block's attention
-      add(p + "self_attn.q_proj.bias", {Q}, ParamInit::Zeros, false);
-      add(p + "self_attn.k_proj.bias", {KV}, ParamInit::Zeros, false);
-      add(p + "self_attn.v_proj.bias", {KV}, ParamInit::Zeros, false);
-    }
     if (c.o_bias) add(p + "self_attn.o_proj.bias", {D}, ParamInit::Zeros, false);
     add(p + "post_attention_layernorm.weight", {D}, ParamInit::Ones, false);
     gemm(p + "mlp.gate_proj.weight", {c.ffn_hidden, D});
