@@ -1,17 +1,20 @@
 // core/io/gguf, ggml_quants and gguf_llama: the GGUF reader, ggml dequantization and the Llama
 // mapping, checked against llama.cpp's own Python package (gguf-py) and against the real
-// SmolLM2-135M-Instruct.Q4_1.gguf (REFERENCE.md E5). Fixtures: tests/fixtures/real/make_gguf_fixtures.py.
+// SmolLM2-135M-Instruct.Q4_1.gguf (facts read from the file with gguf-py). Fixtures:
+// tests/fixtures/real/make_gguf_fixtures.py.
 //
 // - every dequantizable ggml type against gguf-py's dequantize() on random blocks, fp32 and bf16;
 // - files written by gguf-py's GGUFWriter: every value type, alignment 64, tiny llama and qwen2
 //   models whose every weight must read back in Hugging Face order (the llama q/k un-permutation
 //   against convert_hf_to_gguf.py's permute);
-// - SmolLM2: header facts, config, vocabulary, E5's check values, and exact bit-pattern checksums of
+// - SmolLM2: header facts, config, vocabulary, check values read by an independent parser, and exact bit-pattern
+// checksums of
 //   every tensor (fp32 and bf16) and of every q/k row against gguf-py + NumPy;
 // - bad input: a GGUF writer below builds files with one defect each (truncated at every byte,
 //   bad magic, versions, huge lengths and counts, duplicates, nested arrays, bad alignment, bad
 //   dims, types and offsets); each must give one line naming the file, never a crash.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -435,6 +438,35 @@ TEST(Gguf, ReadsEveryValueTypeWrittenByGgufPy) {
   EXPECT_EQ(f->find_tensor("z"), nullptr);
 }
 
+// Opening reads the header only: a 1 GiB tensor in a sparse file stays out of the page cache
+// (mincore), so a multi-GB model opens in constant time and memory.
+TEST(Gguf, OpeningTouchesNoTensorData) {
+  GgufBuilder b;
+  b.str("general.architecture", "llama");
+  TensorSpec& t = b.tensor("big", GgmlType::F32, {1});
+  t.ne = {int64_t{1} << 28};
+  t.data.clear();
+  const auto header = b.bytes();  // header and infos, padded: the data would follow
+  const std::string path = write_file("sparse.gguf", header);
+  const uint64_t size = header.size() + (uint64_t{1} << 30);
+  ASSERT_EQ(::truncate(path.c_str(), off_t(size)), 0);
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f) << f.error().message;
+  const GgufTensor& big = f->tensors()[0];
+  EXPECT_EQ(big.nbytes, uint64_t{1} << 30);
+  EXPECT_EQ(f->data_offset() + big.nbytes, size);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  const auto first =
+      reinterpret_cast<uintptr_t>(f->tensor_data(big)) / uintptr_t(page) * uintptr_t(page) + uintptr_t(page);
+  const size_t len = size_t(big.nbytes) - size_t(page) * 2;
+  std::vector<unsigned char> resident((len + size_t(page) - 1) / size_t(page));
+  ASSERT_EQ(::mincore(reinterpret_cast<void*>(first), len, resident.data()), 0);
+  size_t touched = 0;
+  for (unsigned char r : resident) touched += r & 1;
+  EXPECT_EQ(touched, 0u) << "pages of tensor data read by open()";
+  fs::remove(path);
+}
+
 // The same bytes through parse() (memory) and open() (a file) give the same result.
 TEST(Gguf, ParseFromMemoryEqualsOpen) {
   const auto bytes = tiny_llama().bytes();
@@ -560,9 +592,9 @@ TEST(GgufLlama, TinyQwen2FromGgufPy) {
   expect_weights(*f, *m, "qwen2.");
 }
 
-// E3's rule written out: HF row h*hd + j*hd/2 + i is GGUF row h*hd + 2i + j. tiny_llama() stores
+// The un-permutation rule written out: HF row h*hd + j*hd/2 + i is GGUF row h*hd + 2i + j. tiny_llama() stores
 // the row index in every element of attn_q and attn_k.
-TEST(GgufLlama, QkRowsAreUnpermutedByE3sRule) {
+TEST(GgufLlama, QkRowsAreUnpermutedRowByRow) {
   const auto bytes = tiny_llama().bytes();
   auto f = GgufFile::parse("tiny.gguf", bytes.data(), bytes.size());
   ASSERT_TRUE(f) << f.error().message;
@@ -939,7 +971,7 @@ TEST(GgufBad, FuzzRegressions) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The real SmolLM2-135M-Instruct.Q4_1.gguf (REFERENCE.md E5)
+// The real SmolLM2-135M-Instruct.Q4_1.gguf (facts read from the file with an independent parser)
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -1016,7 +1048,7 @@ TEST(GgufReal, SmolLM2HeaderAndConfig) {
   EXPECT_EQ(gguf_hf_tensor_names(*m).size(), 272u);
 }
 
-// E5's check values, in GGUF order, straight from the map.
+// Check values read from the file by an independent parser, in GGUF order, straight from the map.
 TEST(GgufReal, SmolLM2CheckValues) {
   const std::string path = test::smollm2_gguf_path();
   REQUIRE_REAL_MODEL(path);
@@ -1048,7 +1080,7 @@ TEST(GgufReal, SmolLM2CheckValues) {
   EXPECT_EQ(block[4], 0x45);
 }
 
-// Every tensor, through the Hugging Face names, against gguf-py + NumPy: float64 sums (E5 for four
+// Every tensor, through the Hugging Face names, against gguf-py + NumPy: float64 sums (also literal for four
 // of them) and exact bit-pattern sums of the fp32 and bf16 values, and the bit sums of every row of
 // layers 0 and 29's q_proj and k_proj (which fail if a single row is out of place).
 TEST(GgufReal, SmolLM2EveryTensorMatchesGgufPy) {
@@ -1090,7 +1122,7 @@ TEST(GgufReal, SmolLM2EveryTensorMatchesGgufPy) {
                                                    {"model.layers.29.mlp.down_proj.weight", 49.835709},
                                                    {"model.norm.weight", 1038.332031}};
     if (auto it = e5_sums.find(hf); it != e5_sums.end()) {
-      EXPECT_NEAR(sum, it->second, 1e-4);  // E5 prints 4 to 6 decimals
+      EXPECT_NEAR(sum, it->second, 1e-4);  // the literals have 4 to 6 decimals
     }
     if (!want.at("rows").contains(hf)) continue;
     const auto& rows = want.at("rows").at(hf).at("f32_bits");

@@ -71,7 +71,7 @@ inline float f16_at(const uint8_t* p) {
   return ggml_f16_to_f32(h);
 }
 
-// Blocks of 32: REFERENCE.md E2 (low nibble of qs[j] is element j, the high nibble element j + 16).
+// Blocks of 32 (ggml-common.h; low nibble of qs[j] is element j, the high nibble element j + 16).
 void block_q4_0(const uint8_t* b, float* y) {
   const float d = f16_at(b);
   const uint8_t* qs = b + 2;

@@ -1,4 +1,4 @@
-// ggml tensor element types as GGUF files store them (docs REFERENCE.md E2): the table of every type
+// ggml tensor element types as GGUF files store them (ggml.h, ggml-common.h): the table of every type
 // id ggml knows (name, elements per block, bytes per block), and dequantization of the types that
 // Llama-family GGUF files use: F32, F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and the K-quants Q2_K,
 // Q3_K, Q4_K, Q5_K, Q6_K. Each formula follows ggml's dequantize_row_* (src/ggml-quants.c) in ggml's

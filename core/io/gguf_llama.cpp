@@ -1,7 +1,7 @@
 // Llama-family GGUF files as the project's model (see gguf_llama.h): metadata -> ModelConfig and
 // BpeVocab, tensor checks, and Hugging Face-named weights dequantized with the q/k rows
-// un-permuted. Key names and the tensor table follow llama.cpp (gguf-py constants.py, REFERENCE.md
-// E3); every check runs before any weight is read.
+// un-permuted. Key names and the tensor table follow llama.cpp (gguf-py constants.py,
+// convert_hf_to_gguf.py); every check runs before any weight is read.
 #include "core/io/gguf_llama.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 // A Llama-family GGUF file (architectures llama, mistral and qwen2) read as the project's model:
 // the ModelConfig, the byte-level BPE vocabulary, the chat template and end-of-generation ids from
-// the metadata (REFERENCE.md E3, E4), and every weight under its Hugging Face name, dequantized to
+// the metadata (keys as llama.cpp writes them), and every weight under its Hugging Face name, dequantized to
 // fp32 or bf16 with the q/k rows back in Hugging Face order.
 //
 // llama.cpp's converter reorders the rows of q_proj and k_proj (and their biases) of llama-family
