@@ -1,7 +1,8 @@
 // GGUF (llama.cpp's model file, versions 2 and 3): a strict reader of the header, the metadata
-// key-value pairs and the tensor-info table (ggml docs/gguf.md; checks as ggml's gguf_init_from_reader).
-// GgufFile::open() maps the file (ftx::MappedFile) and parses only the header, so opening a multi-GB model touches none
-// of its tensor data; tensor_data() then points into the mapping.
+// key-value pairs and the tensor-info table (ggml docs/gguf.md; the checks of ggml's
+// gguf_init_from_reader and more). GgufFile::open() maps the file (ftx::MappedFile) and parses only
+// the header, so opening a multi-GB model touches none of its tensor data; tensor_data() then
+// points into the mapping.
 //
 // Everything is validated before anything is trusted, in the order of docs/design.md: magic,
 // version (2 or 3; byte-swapped files refused), counts capped by the bytes left before anything
