@@ -947,27 +947,40 @@ TEST(GgufBad, TensorInfosAndLayout) {
   }
 }
 
-// Inputs that once crashed or hung tests/fuzz/fuzz_gguf.cpp (tests/fixtures/fuzz/gguf/): each must
-// open or fail with one line, and whatever opens must read.
-TEST(GgufBad, FuzzRegressions) {
-  const fs::path dir = fs::path(FTX_FIXTURE_DIR) / "fuzz" / "gguf";
-  if (!fs::exists(dir)) GTEST_SKIP() << dir << ": no regression inputs";
-  for (const auto& e : fs::directory_iterator(dir)) {
-    SCOPED_TRACE(e.path().string());
-    auto f = GgufFile::open(e.path().string());
-    if (!f) {
-      EXPECT_EQ(f.error().message.find('\n'), std::string::npos);
-      continue;
-    }
-    auto m = read_gguf_llama(*f);
-    if (!m) continue;
-    for (const std::string& hf : gguf_hf_tensor_names(*m)) {
-      auto t = gguf_tensor_for_hf(*f, *m, hf);
-      ASSERT_TRUE(t);
-      std::vector<float> buf(size_t((*t)->numel));
-      EXPECT_TRUE(gguf_tensor_f32(*f, *m, hf, buf.data(), (*t)->numel));
+void check_fuzz_input(const std::string& path) {
+  SCOPED_TRACE(path);
+  auto f = GgufFile::open(path);
+  if (!f) {
+    EXPECT_EQ(f.error().message.find('\n'), std::string::npos);
+    return;
+  }
+  auto m = read_gguf_llama(*f);
+  if (!m) {
+    EXPECT_EQ(m.error().message.find('\n'), std::string::npos);
+    return;
+  }
+  for (const std::string& hf : gguf_hf_tensor_names(*m)) {
+    auto t = gguf_tensor_for_hf(*f, *m, hf);
+    ASSERT_TRUE(t);
+    std::vector<float> buf(size_t((*t)->numel));
+    EXPECT_TRUE(gguf_tensor_f32(*f, *m, hf, buf.data(), (*t)->numel));
+  }
+}
+
+// The fuzzer's seeds (tests/fuzz/corpus/gguf/) and every input that once crashed or hung
+// tests/fuzz/fuzz_gguf.cpp (tests/fixtures/fuzz/gguf/, none so far): each must open or fail with
+// one line, and whatever opens as a model must read.
+TEST(GgufBad, FuzzSeedsAndRegressions) {
+  int inputs = 0;
+  for (const fs::path dir :
+       {fs::path(FTX_FIXTURE_DIR) / "fuzz" / "gguf", fs::path(FTX_FIXTURE_DIR) / ".." / "fuzz" / "corpus" / "gguf"}) {
+    if (!fs::exists(dir)) continue;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      ++inputs;
+      check_fuzz_input(e.path().string());
     }
   }
+  EXPECT_GE(inputs, 2);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -77,8 +77,8 @@ struct GgufTensor {
 
   // Row-major (PyTorch) shape: ne reversed. ne [576, 192] is a (192, 576) nn.Linear weight.
   std::vector<int64_t> shape() const { return {ne.rbegin(), ne.rend()}; }
-  int64_t rows() const { return ne.empty() || ne[0] == 0 ? 0 : numel / ne[0]; }  // numel / ne[0]
-  uint64_t row_bytes() const;                                                    // bytes of ne[0] elements
+  int64_t rows() const { return ne.empty() ? 1 : ne[0] == 0 ? 0 : numel / ne[0]; }  // numel / ne[0]
+  uint64_t row_bytes() const;                                                       // bytes of ne[0] elements
 };
 
 // "[576, 49152]" for messages.
