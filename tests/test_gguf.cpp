@@ -972,7 +972,7 @@ void check_fuzz_input(const std::string& path) {
 // one line, and whatever opens as a model must read.
 TEST(GgufBad, FuzzSeedsAndRegressions) {
   int inputs = 0;
-  for (const fs::path dir :
+  for (const fs::path& dir :
        {fs::path(FTX_FIXTURE_DIR) / "fuzz" / "gguf", fs::path(FTX_FIXTURE_DIR) / ".." / "fuzz" / "corpus" / "gguf"}) {
     if (!fs::exists(dir)) continue;
     for (const auto& e : fs::directory_iterator(dir)) {
