@@ -60,8 +60,11 @@ class ModelFile {
   ModelInfo info_;
 };
 
-// A model of preset `name` (ft-1.5b, ...) with random bf16 weights, as a ModelFile: for benchmarks
-// of shapes no trained checkpoint has. latent_bits 0 makes the plain decoder.
-Result<std::unique_ptr<ModelFile>> random_model_file(const ModelConfig& config, uint64_t seed);
+// A model of shape `config` with random bf16 weights (N(0, 0.02), norms 1), as a ModelFile: for
+// benchmarks of shapes no trained checkpoint has (ftx-1.5b, ft-8b) and for the latent mechanics of
+// a Free Transformer (config.latent_bits > 0) on a real tokenizer (may be null) before one is
+// trained. The weights are made by load(), in memory this object owns.
+std::unique_ptr<ModelFile> random_model_file(const ModelConfig& config, std::shared_ptr<const Tokenizer> tokenizer,
+                                             uint64_t seed);
 
 }  // namespace ftx
