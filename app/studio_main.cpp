@@ -1,5 +1,6 @@
 // ftx-studio: argument parsing and wiring only (the window is views/main_window).
 //   ftx-studio [--db PATH] [--view runs|train|curves|generations|latent|lessons]
+//              [--open MODEL]... [--random-ft] [--prompt TEXT]
 //              [--screenshot PNG --after SECONDS] [--train RUN --steps N] [--latency]
 #include <unistd.h>
 
@@ -49,7 +50,12 @@ int main(int argc, char** argv) {
   QCommandLineOption train("train", "Start training a run of this name with the Train form's settings.", "RUN");
   QCommandLineOption steps("steps", "Steps for --train (default 200).", "N", "200");
   QCommandLineOption latency("latency", "Print the event loop's worst latency (ms) at exit.");
-  p.addOptions({db, view, shot, after, train, steps, latency});
+  QCommandLineOption open("open", "Open a model: a checkpoint directory or a .gguf file (repeatable).", "PATH");
+  QCommandLineOption random_ft("random-ft",
+                               "With --open: also a random-weight Free Transformer (4 layers, dim 128, 8 latent bits) "
+                               "with the opened model's tokenizer.");
+  QCommandLineOption prompt("prompt", "With --open: generate this prompt once the (last) model is loaded.", "TEXT");
+  p.addOptions({db, view, shot, after, train, steps, latency, open, random_ft, prompt});
   p.process(app);
 
   bool ok = false;
@@ -59,7 +65,9 @@ int main(int argc, char** argv) {
   const int n_steps = p.value(steps).toInt(&ok);
   if (!ok || n_steps < 1) return fail("--steps '" + p.value(steps) + "': expected a positive integer");
   const QString view_name = p.value(view);
-  MainWindow w(StudioOptions{p.value(db), view_name, ftx::make_dataset});
+  if ((p.isSet(random_ft) || p.isSet(prompt)) && !p.isSet(open)) return fail("--random-ft and --prompt need --open");
+  MainWindow w(
+      StudioOptions{p.value(db), view_name, ftx::make_dataset, p.values(open), p.isSet(random_ft), p.value(prompt)});
   if (!view_name.isEmpty() && !w.raise_view(view_name))
     return fail("--view '" + view_name + "': unknown (expected runs, train, curves, generations, latent or lessons)");
   w.resize(1400, 860);

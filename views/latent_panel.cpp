@@ -1,7 +1,8 @@
 // The Latent panel (see latent_panel.h). One column per input position t (the token text[t] that
-// predicts text[t+1]) plus one trailing column for the last character, which no latent follows;
-// the sequence, heatmap, KL bars, codes and both regenerations share these columns. Bit h of a
-// code is (code >> h) & 1 (kernels/backend.h), drawn with b0 at the top.
+// predicts text[t+1]) plus one trailing column for the last token, which no latent follows;
+// the sequence, heatmap, KL bars, codes and both regenerations share these columns. A column is
+// one character wide for a character-level run, as wide as the longest token label (capped) for
+// a BPE model. Bit h of a code is (code >> h) & 1 (kernels/backend.h), drawn with b0 at the top.
 #include "views/latent_panel.h"
 
 #include <algorithm>
@@ -11,11 +12,13 @@
 #include <cstdio>
 
 #include "imgui.h"
+#include "views/token_label.h"
 
 namespace {
 
 constexpr double kLn2 = 0.69314718055994530942;
-constexpr float kMaxCellW = 26.0f;  // wider cells only spread the picture
+constexpr float kMaxCellW = 26.0f;       // wider cells only spread the picture
+constexpr float kMaxTokenCellW = 78.0f;  // token labels past this width are cut with an ellipsis
 constexpr float kKlHeight = 104.0f;
 constexpr ImU32 kFlipAccent = IM_COL32(255, 106, 61, 255);
 constexpr ImU32 kKlUnder = IM_COL32(86, 120, 160, 255);
@@ -36,8 +39,10 @@ struct Grid {
   int T = 0, H = 0, cols = 0;
   float gutter_w = 0, cell_w = 0, cell_h = 0, row_h = 0, code_h = 0;
   float y_seq = 0, y_heat = 0, y_kl = 0, y_code = 0, y_orig = 0, y_edit = 0, total_h = 0;
-  bool codes_across = true;  // hex digits side by side (else stacked, most significant on top)
-  double kl_max = 1;         // top of the KL axis (nats)
+  bool codes_across = true;         // hex digits side by side (else stacked, most significant on top)
+  bool regen = true;                // original and edited rows (flips regenerate); false: a model file's text
+  std::vector<std::string> labels;  // (cols) printable token texts; empty: one character per column
+  double kl_max = 1;                // top of the KL axis (nats)
   ImVec2 origin;
   ImFont* mono = nullptr;
   ImFont* small = nullptr;
@@ -103,8 +108,9 @@ double nice_ceiling(double v) {
 std::string validation_error(const ftx::LatentInspection& li) {
   if (li.T <= 0 || li.H <= 0) return "this inspection has no latent (T or H is 0)";
   if (li.H > 32) return "more than 32 latent bits";
+  const bool text_fits = li.tokens.empty() ? li.text.size() >= size_t(li.T) : li.tokens.size() == size_t(li.T) + 1;
   if (li.bit_probs.size() != size_t(li.T) * size_t(li.H) || li.kl.size() != size_t(li.T) ||
-      li.codes.size() != size_t(li.T) || li.text.size() < size_t(li.T))
+      li.codes.size() != size_t(li.T) || !text_fits)
     return "inconsistent inspection sizes";
   return {};
 }
@@ -137,11 +143,14 @@ void draw_title(const LatentPanelData& d) {
   char buf[160];
   ImGui::TextUnformatted("Latent");
   ImGui::SameLine(0, 18);
-  key_value("run", d.run.empty() ? "-" : d.run.c_str());
-  std::snprintf(buf, sizeof buf, "%d", d.step);
-  key_value("step", buf);
-  std::snprintf(buf, sizeof buf, "%.4g bit = %.4g nats per token", li.kappa_nats / kLn2, li.kappa_nats);
-  key_value(kappa_symbol(f), buf);
+  const bool model_file = d.step < 0;
+  key_value(model_file ? "model" : "run", d.run.empty() ? "-" : d.run.c_str());
+  if (!model_file) {
+    std::snprintf(buf, sizeof buf, "%d", d.step);
+    key_value("step", buf);
+    std::snprintf(buf, sizeof buf, "%.4g bit = %.4g nats per token", li.kappa_nats / kLn2, li.kappa_nats);
+    key_value(kappa_symbol(f), buf);
+  }
   std::snprintf(buf, sizeof buf, "%d", li.T);
   key_value("T", buf);
   std::snprintf(buf, sizeof buf, "%d", li.H);
@@ -191,11 +200,13 @@ void draw_header(const LatentPanelData& d, LatentPanelActions& act) {
   draw_title(d);
   const float right_x = ImGui::GetCursorPosX() + ImGui::GetContentRegionAvail().x;
   char label[64];
-  std::snprintf(label, sizeof label, "Clear flips (%zu)", d.flips.size());
-  ImGui::BeginDisabled(d.flips.empty());
-  if (ImGui::Button(label)) act.clear_flips = true;
-  ImGui::EndDisabled();
-  ImGui::SameLine();
+  if (!d.inspection->regenerated.empty()) {  // flips regenerate: a model file's text has no regeneration
+    std::snprintf(label, sizeof label, "Clear flips (%zu)", d.flips.size());
+    ImGui::BeginDisabled(d.flips.empty());
+    if (ImGui::Button(label)) act.clear_flips = true;
+    ImGui::EndDisabled();
+    ImGui::SameLine();
+  }
   if (ImGui::Button("Resample")) act.resample = true;
   if (ImGui::IsItemHovered()) ImGui::SetTooltip("Sample new codes from the encoder (new seed)");
   draw_legend(right_x);
@@ -217,14 +228,25 @@ Grid make_grid(const LatentPanelData& d) {
   const float char_w = g.mono->CalcTextSizeA(g.mono->FontSize, FLT_MAX, 0, "M").x;
   const float small_w = g.small->CalcTextSizeA(g.small->FontSize, FLT_MAX, 0, "M").x;
   g.gutter_w = std::ceil(ImGui::CalcTextSize("original").x + 28);
+  g.regen = !li.regenerated.empty();
   const float avail = ImGui::GetContentRegionAvail().x - g.gutter_w;
-  g.cell_w = std::floor(std::clamp(avail / float(g.cols), std::ceil(char_w + 8), kMaxCellW));
+  float max_cell_w = kMaxCellW;
+  if (!li.tokens.empty()) {  // as wide as the widest label, up to kMaxTokenCellW
+    float widest = 0;
+    for (const std::string& t : li.tokens) {
+      g.labels.push_back(printable_token(t));
+      widest = std::max(widest, g.mono->CalcTextSizeA(g.mono->FontSize, FLT_MAX, 0, g.labels.back().c_str()).x);
+    }
+    max_cell_w = std::clamp(std::ceil(widest + 10), kMaxCellW, kMaxTokenCellW);
+  }
+  g.cell_w = std::floor(std::clamp(avail / float(g.cols), std::ceil(char_w + 8), max_cell_w));
   g.row_h = std::ceil(g.mono->FontSize + 8);
   const int digits = (g.H + 3) / 4;
   g.codes_across = float(digits) * small_w + 3 <= g.cell_w;
   g.code_h = std::ceil((g.codes_across ? 1 : digits) * g.small->FontSize + 6);
   // Rows grow into spare height (below the grid: the summary, two lines), up to 1.35 x the width.
-  const float fixed_h = 3 * g.row_h + kKlHeight + g.code_h + 60 + 3 * ImGui::GetFrameHeightWithSpacing();
+  const float fixed_h =
+      float(g.regen ? 3 : 1) * g.row_h + kKlHeight + g.code_h + 60 + 3 * ImGui::GetFrameHeightWithSpacing();
   const float spare_h = (ImGui::GetContentRegionAvail().y - fixed_h) / float(g.H);
   g.cell_h = std::floor(std::clamp(spare_h, 16.0f, std::max(16.0f, std::min(26.0f, g.cell_w * 1.35f))));
   g.y_seq = 0;
@@ -233,7 +255,7 @@ Grid make_grid(const LatentPanelData& d) {
   g.y_code = g.y_kl + kKlHeight + 6;
   g.y_orig = g.y_code + g.code_h + 12;
   g.y_edit = g.y_orig + g.row_h + 2;
-  g.total_h = g.y_edit + g.row_h + 4;
+  g.total_h = g.regen ? g.y_edit + g.row_h + 4 : g.y_code + g.code_h + 4;
   double m = li.kappa_nats;
   for (float k : li.kl) m = std::max(m, double(k));
   g.kl_max = nice_ceiling(m * 1.08);
@@ -261,6 +283,33 @@ void draw_text_row(ImDrawList* dl, const Grid& g, float y, const std::string& s,
     const float cw = g.mono->CalcTextSizeA(fs, FLT_MAX, 0, c).x;
     const ImU32 col = differs ? IM_COL32_WHITE : char_colour(c[0], target, i < prompt_len);
     dl->AddText(g.mono, fs, ImVec2(x + (g.cell_w - cw) * 0.5f, y + (g.row_h - fs) * 0.5f), col, c, c + 1);
+  }
+}
+
+// `s` cut at a UTF-8 character boundary so that it fits `width` with an ellipsis after it.
+std::string fit_label(ImFont* f, const std::string& s, float width) {
+  auto w = [&](const std::string& x) { return f->CalcTextSizeA(f->FontSize, FLT_MAX, 0, x.c_str()).x; };
+  if (w(s) <= width) return s;
+  const std::string dots = ellipsis(f);
+  std::string cut = s;
+  while (!cut.empty() && w(cut + dots) > width) {
+    cut.pop_back();
+    while (!cut.empty() && (static_cast<unsigned char>(cut.back()) & 0xC0) == 0x80) cut.pop_back();
+    if (!cut.empty() && static_cast<unsigned char>(cut.back()) >= 0xC0) cut.pop_back();
+  }
+  return cut + dots;
+}
+
+// One token label per column, centred, cut to the cell.
+void draw_label_row(ImDrawList* dl, const Grid& g, float y) {
+  const float fs = g.mono->FontSize;
+  for (int i = 0; i < g.cols && i < int(g.labels.size()); ++i) {
+    const float x = g.origin.x + float(i) * g.cell_w;
+    const std::string label = fit_label(g.mono, g.labels[size_t(i)], g.cell_w - 4);
+    const float w = g.mono->CalcTextSizeA(fs, FLT_MAX, 0, label.c_str()).x;
+    dl->AddRectFilled(ImVec2(x + 1, y + 1), ImVec2(x + g.cell_w - 1, y + g.row_h - 1), IM_COL32(255, 255, 255, 10),
+                      2.0f);
+    dl->AddText(g.mono, fs, ImVec2(x + (g.cell_w - w) * 0.5f, y + (g.row_h - fs) * 0.5f), kPlainChar, label.c_str());
   }
 }
 
@@ -358,6 +407,7 @@ void draw_gutter(ImDrawList* dl, const Grid& g, const LatentPanelData& d, ImVec2
   } else {
     gutter_label(dl, g, at, code_mid, "code", kGutterText);
   }
+  if (!g.regen) return;
   gutter_label(dl, g, at, at.y + g.y_orig + g.row_h * 0.5f, "original", kGutterText);
   gutter_label(dl, g, at, at.y + g.y_edit + g.row_h * 0.5f, "edited", kGutterText);
 }
@@ -369,6 +419,17 @@ void char_name(char* buf, size_t n, const std::string& s, int i) {
     std::snprintf(buf, n, "-");
   else
     std::snprintf(buf, n, "'%c'", s[size_t(i)]);
+}
+
+// Input position i as a tooltip names it: its character, or its token's label.
+std::string input_name(const ftx::LatentInspection& li, int i) {
+  if (li.tokens.empty()) {
+    char buf[8];
+    char_name(buf, sizeof buf, li.text, i);
+    return buf;
+  }
+  if (i < 0 || i >= int(li.tokens.size())) return "-";
+  return "'" + printable_token(li.tokens[size_t(i)]) + "'";
 }
 
 void code_lines(const LatentPanelData& d, int t) {
@@ -387,14 +448,13 @@ void code_lines(const LatentPanelData& d, int t) {
 
 void column_lines(const LatentPanelData& d, int t) {
   const ftx::LatentInspection& li = *d.inspection;
-  char in[8], next[8];
-  char_name(in, sizeof in, li.text, t);
-  char_name(next, sizeof next, li.text, t + 1);
+  const std::string in = input_name(li, t), next = input_name(li, t + 1);
   if (t >= li.T) {
-    ImGui::Text("position %d: last character %s (no latent follows it)", t, in);
+    ImGui::Text("position %d: last %s %s (no latent follows it)", t, li.tokens.empty() ? "character" : "token",
+                in.c_str());
     return;
   }
-  ImGui::Text("t = %d   input %s %s next %s", t, in, arrow(ImGui::GetFont()), next);
+  ImGui::Text("t = %d   input %s %s next %s", t, in.c_str(), arrow(ImGui::GetFont()), next.c_str());
   const double k = li.kl[size_t(t)];
   ImGui::TextColored(ImColor(k > li.kappa_nats ? kKlOver : kGutterText),
                      "KL_t = %.4f nats = %.4f bits   (%s = %.4f nats)", k, k / kLn2, kappa_symbol(ImGui::GetFont()),
@@ -410,7 +470,7 @@ void cell_tooltip(const LatentPanelData& d, int t, int h) {
   ImGui::Text("bit b%d at t = %d:   p(1) = %.3f   sampled %d", h, t, p, sampled ? 1 : 0);
   if (is_flipped(d, t, h))
     ImGui::TextColored(ImColor(kFlipAccent), "flipped to %d (click to restore)", sampled ? 0 : 1);
-  else
+  else if (!li.regenerated.empty())
     ImGui::TextDisabled("click to flip it to %d", sampled ? 0 : 1);
   ImGui::Separator();
   column_lines(d, t);
@@ -424,7 +484,7 @@ void column_tooltip(const LatentPanelData& d, int t) {
   char_name(edit, sizeof edit, d.edited, t);
   ImGui::BeginTooltip();
   column_lines(d, t);
-  ImGui::Text("original %s   edited %s", orig, d.edited.empty() ? "-" : edit);
+  if (!li.regenerated.empty()) ImGui::Text("original %s   edited %s", orig, d.edited.empty() ? "-" : edit);
   ImGui::EndTooltip();
 }
 
@@ -464,8 +524,8 @@ void draw_edited_row(ImDrawList* dl, const Grid& g, const LatentPanelData& d, ch
 
 void draw_columns(ImDrawList* dl, const Grid& g, const LatentPanelData& d, const Hover& hv) {
   const ftx::LatentInspection& li = *d.inspection;
-  const char target = target_letter(li.text);
-  const int prompt_len = std::min(prompt_length(li.text), g.cols);
+  const char target = g.labels.empty() ? target_letter(li.text) : 0;
+  const int prompt_len = g.labels.empty() ? std::min(prompt_length(li.text), g.cols) : 0;
   if (prompt_len > 0)
     for (float y : {g.y_seq, g.y_orig, g.y_edit})
       dl->AddRectFilled(ImVec2(g.origin.x, g.origin.y + y),
@@ -475,7 +535,10 @@ void draw_columns(ImDrawList* dl, const Grid& g, const LatentPanelData& d, const
     const float x = g.origin.x + float(hv.t) * g.cell_w;
     dl->AddRectFilled(ImVec2(x, g.origin.y), ImVec2(x + g.cell_w, g.origin.y + g.total_h), IM_COL32(255, 255, 255, 20));
   }
-  draw_text_row(dl, g, g.origin.y + g.y_seq, li.text, nullptr, target, prompt_len);
+  if (g.labels.empty())
+    draw_text_row(dl, g, g.origin.y + g.y_seq, li.text, nullptr, target, prompt_len);
+  else
+    draw_label_row(dl, g, g.origin.y + g.y_seq);
   for (int t = 0; t < g.T; ++t)
     for (int h = 0; h < g.H; ++h) draw_cell(dl, g, d, t, h);
   if (hv.h >= 0) {
@@ -484,6 +547,7 @@ void draw_columns(ImDrawList* dl, const Grid& g, const LatentPanelData& d, const
   }
   draw_kl_bars(dl, g, d);
   draw_codes(dl, g, d);
+  if (!g.regen) return;
   draw_text_row(dl, g, g.origin.y + g.y_orig, li.regenerated, nullptr, target, prompt_len);
   draw_edited_row(dl, g, d, target, prompt_len);
 }
@@ -508,9 +572,9 @@ void draw_grid(const LatentPanelData& d, LatentPanelActions& act) {
   const Hover hv = hover_of(g, ImGui::IsWindowHovered(ImGuiHoveredFlags_AllowWhenBlockedByActiveItem));
   draw_columns(ImGui::GetWindowDrawList(), g, d, hv);
   if (hv.h >= 0) {
-    ImGui::SetMouseCursor(ImGuiMouseCursor_Hand);
+    if (g.regen) ImGui::SetMouseCursor(ImGuiMouseCursor_Hand);
     cell_tooltip(d, hv.t, hv.h);
-    if (clicked) act.toggle_t = hv.t, act.toggle_h = hv.h;
+    if (clicked && g.regen) act.toggle_t = hv.t, act.toggle_h = hv.h;
   } else if (hv.t >= 0) {
     column_tooltip(d, hv.t);
   }
@@ -529,9 +593,14 @@ void draw_summary(const LatentPanelData& d) {
     ImGui::Text("%zu bit%s flipped: the edited generation differs from the original at %d of %zu positions",
                 d.flips.size(), d.flips.size() == 1 ? "" : "s", differ, std::max(a.size(), b.size()));
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
-  ImGui::TextWrapped(
-      "Original and edited: generated from the same prompt with the same token seed; edited uses the "
-      "sampled codes with the outlined bits flipped. Shift + wheel scrolls sideways.");
+  if (a.empty())
+    ImGui::TextWrapped(
+        "The encoder read the whole text at once (as in training): per token, the probability of each bit of "
+        "Z_t, the sampled code and its KL to the uniform prior. Shift + wheel scrolls sideways.");
+  else
+    ImGui::TextWrapped(
+        "Original and edited: generated from the same prompt with the same token seed; edited uses the "
+        "sampled codes with the outlined bits flipped. Shift + wheel scrolls sideways.");
   ImGui::PopStyleColor();
 }
 
@@ -549,7 +618,9 @@ LatentPanelActions draw_latent_panel(const LatentPanelData& d) {
   const std::string error = d.inspection ? validation_error(*d.inspection) : std::string();
   if (d.inspection == nullptr && !d.message.empty()) ImGui::TextColored(kMessageColour, "%s", d.message.c_str());
   if (d.inspection == nullptr) {
-    centred_text("Pick a run with a latent (H > 0) in Runs, then a sequence", kGutterText);
+    centred_text(
+        d.empty_text.empty() ? "Pick a run with a latent (H > 0) in Runs, then a sequence" : d.empty_text.c_str(),
+        kGutterText);
   } else if (!error.empty()) {
     centred_text(error.c_str(), kNoiseChar);
   } else {

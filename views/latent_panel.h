@@ -2,8 +2,11 @@
 // probabilities p[t][h] as a heatmap (positions across, bits down) with the sampled code's bits
 // marked, the KL per token as bars against the free-bits line kappa, the codes per position, and
 // the regeneration with the sampled codes beside the one with the user's flipped bits (the
-// Edited policy). Every frame rebuilds everything from LatentPanelData (no `static` state) and
-// reports what the user did as LatentPanelActions.
+// Edited policy). Columns are labelled by the input's characters, or by each token's text when
+// the inspection has tokens (a BPE model: spaces as a middle dot, newlines as ↵, bytes that are
+// not UTF-8 as \xNN); an inspection without a regeneration (a model file) has no original and
+// edited rows and no bits to flip. Every frame rebuilds everything from LatentPanelData (no
+// `static` state) and reports what the user did as LatentPanelActions.
 //
 // Deliberately not here: Qt types, model math or regeneration (the owner computes the edited
 // text on its worker), keeping the flips (the owner holds them and passes them in every frame).
@@ -18,12 +21,13 @@ struct ImFont;
 
 struct LatentPanelData {
   const ftx::LatentInspection* inspection = nullptr;  // null: the empty state
-  std::string run;
-  int step = 0;
+  std::string run;                                    // a run's name, or a model file's
+  int step = 0;                            // the run's checkpoint step; < 0: a model file (no step, no kappa)
   std::vector<std::pair<int, int>> flips;  // (t, h): bits flipped from the sampled codes
   std::string edited;                      // regeneration under `flips` (empty: none yet)
   bool regenerating = false;               // `edited` is being recomputed for the current flips
   std::string message;                     // one status line; empty for none
+  std::string empty_text;                  // the empty state's centred text; empty: the default
   ImFont* mono_font = nullptr;             // sequences and cells; null: the current font
   ImFont* small_mono_font = nullptr;       // code digits; null: mono_font
 };

@@ -26,8 +26,8 @@ constexpr int kFramesPerInput = 3;
 constexpr float kUiFontPx = 15, kMonoFontPx = 15, kSmallFontPx = 12;
 constexpr float kClear[3] = {0.086f, 0.094f, 0.110f};
 
-// Latin-1, Greek (kappa), general punctuation (dashes, ellipsis), arrows.
-constexpr ImWchar kGlyphRanges[] = {0x0020, 0x00FF, 0x0370, 0x03FF, 0x2010, 0x2027, 0x2190, 0x2193, 0};
+// Latin-1, Greek (kappa), general punctuation (dashes, ellipsis), arrows (token labels: ↵ ⇥).
+constexpr ImWchar kGlyphRanges[] = {0x0020, 0x00FF, 0x0370, 0x03FF, 0x2010, 0x2027, 0x2190, 0x21FF, 0};
 
 const char* const kUiFonts[] = {"/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
                                 "/usr/share/fonts/TTF/DejaVuSans.ttf"};
@@ -92,6 +92,17 @@ void LatentView::set_inspection(const ftx::LatentInspection& inspection, QString
   edited_.clear();
   regenerating_ = false;
   message_.clear();
+  schedule_frames(2);
+}
+
+void LatentView::clear(QString text) {
+  inspection_.reset();
+  flips_.clear();
+  edited_.clear();
+  regenerating_ = false;
+  message_.clear();
+  empty_text_ = text.toStdString();
+  layout_ = {};
   schedule_frames(2);
 }
 
@@ -188,6 +199,7 @@ bool LatentView::render_frame() {
   d.edited = edited_;
   d.regenerating = regenerating_;
   d.message = message_;
+  d.empty_text = empty_text_;
   d.mono_font = mono_font_;
   d.small_mono_font = small_font_;
   const LatentPanelActions actions = draw_latent_panel(d);

@@ -40,7 +40,10 @@ class LatentView : public QWidget {
   ~LatentView() override;
 
   // Shows `inspection` and forgets the previous flips, edited text and message (no flips_changed).
+  // `run` names where it comes from: a run at `step`, or a model file (step < 0: no step, no kappa).
   void set_inspection(const ftx::LatentInspection& inspection, QString run, int step);
+  // Forgets the inspection and shows `text` in its place (e.g. a model without a latent).
+  void clear(QString text);
   // The regeneration for the flips of the latest flips_changed.
   void set_edited(QString text);
   // One status line (errors from the owner's worker); a non-empty one also ends "regenerating".
@@ -92,6 +95,7 @@ class LatentView : public QWidget {
   std::string edited_;
   bool regenerating_ = false;
   std::string message_;
+  std::string empty_text_;    // the empty state's text; empty: the panel's default
   LatentPanelLayout layout_;  // the last frame's heatmap placement
 
   QTimer tick_;

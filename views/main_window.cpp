@@ -12,10 +12,13 @@
 #include <QMessageBox>
 #include <QPushButton>
 #include <QSettings>
+#include <QSplitter>
 #include <QStatusBar>
+#include <QTabWidget>
 #include <QTimer>
 #include <QVBoxLayout>
 #include <filesystem>
+#include <limits>
 
 #include "views/curves_view.h"
 #include "views/explore_worker.h"
@@ -23,8 +26,11 @@
 #include "views/latent_view.h"
 #include "views/lessons_view.h"
 #include "views/meta_types.h"
+#include "views/model_worker.h"
+#include "views/models_view.h"
 #include "views/run_list_model.h"
 #include "views/runs_view.h"
+#include "views/text_generations_view.h"
 #include "views/train_view.h"
 
 MainWindow::MainWindow(StudioOptions opts) : opts_(std::move(opts)) {
@@ -34,6 +40,7 @@ MainWindow::MainWindow(StudioOptions opts) : opts_(std::move(opts)) {
   qRegisterMetaType<MetricBatch>();
   qRegisterMetaType<EventBatch>();
   qRegisterMetaType<BitFlips>();
+  ModelWorker::register_meta_types();
   setWindowTitle("Free Transformer Studio — " + opts_.db_path);
   session_ = std::make_unique<ftx::Session>(opts_.datasets);
   build_docks();
@@ -43,6 +50,7 @@ MainWindow::MainWindow(StudioOptions opts) : opts_(std::move(opts)) {
   statusBar()->addPermanentWidget(session_status_);
   connect_store();
   connect_explorer();
+  connect_models();
   session_timer_ = new QTimer(this);
   connect(session_timer_, &QTimer::timeout, this, &MainWindow::on_session_tick);
   session_timer_->start(100);
@@ -53,9 +61,10 @@ MainWindow::MainWindow(StudioOptions opts) : opts_(std::move(opts)) {
 }
 
 MainWindow::~MainWindow() {
-  session_.reset();  // stops and checkpoints a run in progress
-  poll_thread_.quit(), explore_thread_.quit();
-  poll_thread_.wait(), explore_thread_.wait();
+  session_.reset();                                            // stops and checkpoints a run in progress
+  model_worker_->cancel(std::numeric_limits<quint64>::max());  // a generation in progress stops at its next token
+  poll_thread_.quit(), explore_thread_.quit(), model_thread_.quit();
+  poll_thread_.wait(), explore_thread_.wait(), model_thread_.wait();
 }
 
 void MainWindow::closeEvent(QCloseEvent* e) {
@@ -75,6 +84,16 @@ void MainWindow::build_docks() {
   train_view_->set_db_path(opts_.db_path);
   curves_ = new ftx::CurvesView(&cache_);
   generations_ = new GenerationsView;
+  text_generations_ = new TextGenerationsView;
+  generations_tabs_ = new QTabWidget;
+  generations_tabs_->addTab(generations_, "Runs (synthetic tasks)");
+  generations_tabs_->addTab(text_generations_, "Models (text)");
+  models_view_ = new ModelsView;
+  auto* runs_page = new QSplitter(Qt::Vertical);
+  runs_page->addWidget(runs_view_);
+  runs_page->addWidget(models_view_);
+  runs_page->setStretchFactor(0, 3);
+  runs_page->setStretchFactor(1, 2);
   lessons_ = new LessonsView;
   auto add = [this](const QString& key, const QString& title, QWidget* w, Qt::DockWidgetArea area) {
     auto* dock = new QDockWidget(title, this);
@@ -84,10 +103,10 @@ void MainWindow::build_docks() {
     docks_[key] = dock;
     return dock;
   };
-  QDockWidget* runs = add("runs", "Runs", runs_view_, Qt::LeftDockWidgetArea);
+  QDockWidget* runs = add("runs", "Runs", runs_page, Qt::LeftDockWidgetArea);
   tabifyDockWidget(runs, add("train", "Train", train_view_, Qt::LeftDockWidgetArea));
   QDockWidget* curves = add("curves", "Curves", curves_, Qt::RightDockWidgetArea);
-  for (auto [key, title, w] : {std::tuple{"generations", "Generations", static_cast<QWidget*>(generations_)},
+  for (auto [key, title, w] : {std::tuple{"generations", "Generations", static_cast<QWidget*>(generations_tabs_)},
                                std::tuple{"latent", "Latent", build_latent_dock()},
                                std::tuple{"lessons", "Lessons", static_cast<QWidget*>(lessons_)}})
     tabifyDockWidget(curves, add(key, title, w, Qt::RightDockWidgetArea));
@@ -101,6 +120,7 @@ void MainWindow::build_docks() {
   connect(runs_view_, &RunsView::delete_requested, this, &MainWindow::delete_run);
   connect(runs_view_, &RunsView::open_generations, this, [this](const QString& run) {
     raise_view("generations");
+    generations_tabs_->setCurrentWidget(generations_);
     generations_->select_run(run);
   });
   connect(runs_view_, &RunsView::open_latent, this, [this](const QString& run) {
@@ -150,7 +170,11 @@ QWidget* MainWindow::build_latent_dock() {
 
 void MainWindow::build_menus() {
   QMenu* file = menuBar()->addMenu("&File");
-  file->addAction("&Open run store…", this, &MainWindow::open_database);
+  file->addAction("Open &model… (.gguf file or checkpoint directory)", QKeySequence::Open, this,
+                  &MainWindow::open_model_dialog);
+  file->addAction("New &random Free Transformer (selected model's tokenizer)", this,
+                  [this] { open_random_model(models_view_->current_model()); });
+  file->addAction("Open run &store…", this, &MainWindow::open_database);
   file->addAction("Save view as &PNG…", this, [this] {
     const QString path = QFileDialog::getSaveFileName(this, "Save view", "view.png", "PNG (*.png)");
     if (!path.isEmpty() && !save_view_png(path)) QMessageBox::warning(this, "Save view", "Could not write " + path);

@@ -1,6 +1,7 @@
 // MainWindow: ftx-studio's window and the studio's wiring. It owns the core objects the widgets
-// must not hold (the training Session, the store poller and explorer worker threads, the metric
-// cache) and connects the docks to them: Runs, Train, Curves, Generations, Latent, Lessons.
+// must not hold (the training Session, the store poller, explorer and model worker threads, the
+// metric cache) and connects the docks to them: Runs (and the opened Models), Train, Curves,
+// Generations (of runs and of models), Latent, Lessons.
 // Polls the session snapshot at 10 Hz; the store arrives through the poller's queued signals.
 // Settings (geometry, dock layout, run colours) persist in QSettings between launches.
 //
@@ -9,10 +10,12 @@
 #pragma once
 #include <QElapsedTimer>
 #include <QMainWindow>
+#include <QStringList>
 #include <QThread>
 #include <map>
 #include <memory>
 
+#include "core/io/model_file.h"
 #include "core/session/session.h"
 #include "views/metric_cache.h"
 #include "views/store_poller.h"
@@ -29,6 +32,10 @@ class GenerationsView;
 class LatentView;
 class LessonsView;
 class ExploreWorker;
+class ModelWorker;
+class ModelsView;
+class TextGenerationsView;
+class QTabWidget;
 namespace ftx {
 class CurvesView;
 }
@@ -37,6 +44,9 @@ struct StudioOptions {
   QString db_path;
   QString view;  // dock to raise: runs|train|curves|generations|latent|lessons
   ftx::DatasetFactory datasets;
+  QStringList open;        // model files to open at start (a checkpoint directory or a .gguf file)
+  bool random_ft = false;  // also a random-weight Free Transformer with the first one's tokenizer
+  QString prompt;          // generate this once the last of them is loaded
 };
 
 class MainWindow : public QMainWindow {
@@ -51,6 +61,10 @@ class MainWindow : public QMainWindow {
   void start_latency_probe();
   double worst_latency_ms() const { return worst_latency_ms_; }
   int trained_steps() const { return session_->snapshot().step; }  // of the session's current run
+  // Opens a model file (a checkpoint directory or a .gguf file) on the model worker; its id.
+  int open_model(const QString& path);
+  // A random-weight Free Transformer (4 layers, dim 128, H = 8) with model `tokenizer_of`'s tokenizer.
+  int open_random_model(int tokenizer_of);
 
  protected:
   void closeEvent(QCloseEvent* e) override;
@@ -70,13 +84,36 @@ class MainWindow : public QMainWindow {
   void rename_run(qint64 id, const QString& name);
   void inspect_latent(quint64 seed);
   void open_database();
+  // Model files (main_window_models.cpp).
+  void connect_models();
+  void open_model_dialog();
+  void on_model_opened(int id, std::shared_ptr<const ftx::ModelInfo> info);
+  void on_model_loaded(int id, double seconds);
+  void on_model_failed(int id, const QString& message);
+  void close_model(int id);
+  void show_model_generations(int id);
+  void show_model_latent(int id, const QString& text);
+  void inspect_model_latent(int id, quint64 seed);
+  int latent_model() const;  // the model chosen in the Latent dock, -1 for a run
+  void fill_latent_sources(const QStringList& free_runs);
 
   StudioOptions opts_;
   ftx::MetricCache cache_;
   std::unique_ptr<ftx::Session> session_;
-  QThread poll_thread_, explore_thread_;
+  QThread poll_thread_, explore_thread_, model_thread_;
   StorePoller* poller_ = nullptr;
   ExploreWorker* explorer_ = nullptr;
+  ModelWorker* model_worker_ = nullptr;
+  ModelsView* models_view_ = nullptr;
+  TextGenerationsView* text_generations_ = nullptr;
+  QTabWidget* generations_tabs_ = nullptr;
+  std::map<int, std::shared_ptr<const ftx::ModelInfo>> models_;  // opened (headers read)
+  int next_model_ = 0;
+  int auto_generate_ = -1;         // the model that generates opts_.prompt once loaded
+  int random_pending_ = -1;        // the model whose tokenizer a --random-ft model borrows, once loaded
+  std::string latent_model_text_;  // the exact text of a model inspection (the line edit flattens it)
+  quint64 latent_request_ = 0;     // the newest model inspection asked for
+  QStringList latent_free_runs_;
   RunListModel* runs_model_ = nullptr;
   RunsView* runs_view_ = nullptr;
   TrainView* train_view_ = nullptr;

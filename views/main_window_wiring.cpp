@@ -121,13 +121,12 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
   }
   generations_->set_runs(all);
   generations_->set_sweep_runs(sweep);
-  latent_run_->clear();
-  latent_run_->addItems(free_runs);
-  if (free_runs.contains(keep)) latent_run_->setCurrentText(keep);
+  fill_latent_sources(free_runs);
+  if (latent_run_->findText(keep) >= 0) latent_run_->setCurrentText(keep);
   if (first_runs_ && !all.isEmpty()) {  // something to look at in every view from the first frame
     first_runs_ = false;
     generations_->select_run(free_runs.isEmpty() ? all.front() : free_runs.front());
-    if (!free_runs.isEmpty()) inspect_latent(latent_seed_);
+    if (!free_runs.isEmpty() && latent_model() < 0) inspect_latent(latent_seed_);
     QMetaObject::invokeMethod(explorer_, "coinflip", Qt::QueuedConnection, Q_ARG(quint64, 1));
     QMetaObject::invokeMethod(explorer_, "kappa_lesson", Qt::QueuedConnection, Q_ARG(quint64, 1));
   }
@@ -207,6 +206,7 @@ void MainWindow::rename_run(qint64 id, const QString& name) {
 }
 
 void MainWindow::inspect_latent(quint64 seed) {
+  if (latent_model() >= 0) return inspect_model_latent(latent_model(), seed);
   const QString run = latent_run_->currentText();
   if (run.isEmpty())
     return latent_->set_message("No Free Transformer run (H > 0) with a checkpoint yet: train one in Train");

@@ -1,0 +1,114 @@
+#include "core/explore/text_explorer.h"
+
+#include "core/sample/sampler.h"
+#include "kernels/philox.h"
+
+namespace ftx {
+namespace {
+
+// Seed lanes of derive_seed (the explorer uses 40..41, the evaluator 10..21).
+enum : uint64_t { kLaneIndependentZ = 60, kLaneFixedZ = 61, kLaneTokens = 62, kLaneInspect = 63 };
+
+constexpr int kMaxGroupSize = 16, kMaxFixedGroups = 8;
+
+}  // namespace
+
+ChatFormat chat_format(const std::string& chat_template) {
+  if (chat_template.find("<|start_header_id|>") != std::string::npos) return ChatFormat::Llama3;
+  if (chat_template.find("<|im_start|>") != std::string::npos) return ChatFormat::ChatML;
+  return ChatFormat::None;
+}
+
+const char* chat_format_name(ChatFormat f) {
+  switch (f) {
+    case ChatFormat::ChatML:
+      return "ChatML";
+    case ChatFormat::Llama3:
+      return "Llama 3";
+    case ChatFormat::None:
+      break;
+  }
+  return "none";
+}
+
+std::string apply_chat(ChatFormat f, const std::string& prompt) {
+  switch (f) {
+    case ChatFormat::ChatML:
+      return "<|im_start|>user\n" + prompt + "<|im_end|>\n<|im_start|>assistant\n";
+    case ChatFormat::Llama3:
+      return "<|start_header_id|>user<|end_header_id|>\n\n" + prompt +
+             "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
+    case ChatFormat::None:
+      break;
+  }
+  return prompt;
+}
+
+Result<std::vector<int32_t>> prompt_tokens(const Tokenizer& tokenizer, bool add_bos, const std::string& text) {
+  if (text.empty()) return make_error("prompt: empty");
+  auto ids = tokenizer.encode(text);
+  if (!ids) return make_error("prompt: " + ids.error().message);
+  const std::optional<int32_t> bos = tokenizer.special_tokens().bos;
+  if (add_bos && bos && (ids->empty() || ids->front() != *bos)) ids->insert(ids->begin(), *bos);
+  if (ids->empty()) return make_error("prompt: no tokens (the tokenizer drops every byte of it)");
+  return ids;
+}
+
+Result<TextGroupPlan> plan_text_groups(const ModelConfig& cfg, const std::vector<int32_t>& prompt,
+                                       const TextGroupsRequest& req) {
+  if (req.group_size < 1 || req.group_size > kMaxGroupSize)
+    return make_error("group size " + std::to_string(req.group_size) + ": expected 1.." +
+                      std::to_string(kMaxGroupSize));
+  if (req.fixed_groups < 0 || req.fixed_groups > kMaxFixedGroups)
+    return make_error("fixed groups " + std::to_string(req.fixed_groups) + ": expected 0.." +
+                      std::to_string(kMaxFixedGroups));
+  TextGroupPlan plan;
+  plan.has_latent = cfg.is_free();
+  const int fixed = plan.has_latent ? req.fixed_groups : 0;
+  const int n_in = static_cast<int>(prompt.size()) + req.sample.max_new_tokens - 1;
+  for (int g = 0; g <= fixed; ++g) {
+    TextGroup group{g, g > 0, static_cast<int>(plan.requests.size()), req.group_size};
+    const uint64_t group_seed = derive_seed(req.latent_seed, kLaneFixedZ, uint64_t(g));
+    // One Z for the whole group: codes for every input position, prompt included.
+    const std::vector<uint32_t> shared =
+        g > 0 ? uniform_codes(group_seed, std::max(n_in, 1), cfg.latent_bits) : std::vector<uint32_t>();
+    for (int i = 0; i < req.group_size; ++i) {
+      const auto k = static_cast<uint64_t>(plan.requests.size());
+      const uint64_t z_seed = g > 0 ? group_seed : derive_seed(req.latent_seed, kLaneIndependentZ, uint64_t(i));
+      GenerationRequest r;
+      r.prompt = prompt;
+      r.spec.latent = g > 0 ? LatentPolicy::fixed(shared) : LatentPolicy::uniform(z_seed);
+      r.spec.sample_seed = derive_seed(req.sample_seed, kLaneTokens, k);
+      plan.requests.push_back(std::move(r));
+      plan.latent_seeds.push_back(z_seed);
+    }
+    plan.groups.push_back(group);
+  }
+  FTX_TRY(check_text_requests(cfg, plan.requests, req.sample));
+  return plan;
+}
+
+Result<LatentInspection> inspect_text_latent(Model& model, const Tokenizer& tokenizer,
+                                             const std::vector<int32_t>& tokens, uint64_t seed) {
+  const ModelConfig& cfg = model.config();
+  if (!cfg.is_free()) return make_error("this model has no latent Z (plain decoder)");
+  const int n = static_cast<int>(tokens.size());
+  if (n < 2) return make_error("the text must have at least 2 tokens, got " + std::to_string(n));
+  if (n - 1 > cfg.max_seq_len)
+    return make_error("the text has " + std::to_string(n) + " tokens; the model's context is " +
+                      std::to_string(cfg.max_seq_len) + " positions");
+  LatentInspection li;
+  li.T = n - 1, li.H = cfg.latent_bits;
+  li.text = tokenizer.decode(tokens);
+  for (int32_t id : tokens) li.tokens.emplace_back(tokenizer.token_bytes(id));
+  auto state = model.make_state(1, li.T);
+  (void)model.forward(*state, tokens.data(), nullptr, nullptr, derive_seed(seed, kLaneInspect, 0), kStreamEval, 0.0f);
+  li.bit_probs.resize(size_t(li.T) * li.H), li.kl.resize(li.T), li.codes.resize(li.T);
+  model.read_bit_probs(*state, li.bit_probs.data());
+  model.read_kl(*state, li.kl.data());
+  model.read_codes(*state, li.codes.data());
+  li.sample_seed = seed;
+  return li;
+}
+
+}  // namespace ftx
