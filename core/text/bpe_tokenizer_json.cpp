@@ -20,6 +20,21 @@ using json = nlohmann::json;
 using Impl = BpeTokenizer::Impl;
 
 constexpr uint64_t kMaxTokenizerJsonBytes = 512ull << 20;
+// Sequences inside sequences deeper than this are refused (the readers recurse).
+constexpr int kMaxNesting = 32;
+
+// obj[key], or null when absent (no copy).
+const json& member(const json& obj, const char* key) {
+  static const json null;
+  const auto it = obj.find(key);
+  return it == obj.end() ? null : *it;
+}
+
+// A JSON value for an error message: ASCII, cut after 60 characters.
+std::string brief(const json& v) {
+  const std::string s = v.dump(-1, ' ', true, json::error_handler_t::replace);
+  return s.size() > 60 ? s.substr(0, 60) + "..." : s;
+}
 
 // Errors are "<file>: <where>: <problem>".
 struct Reader {
@@ -31,7 +46,7 @@ struct Reader {
   Result<bool> flag(const json& obj, const char* key, const std::string& where, bool fallback) const {
     const auto it = obj.find(key);
     if (it == obj.end() || it->is_null()) return fallback;
-    if (!it->is_boolean()) return fail(where + "." + key, "must be true or false, got " + it->dump());
+    if (!it->is_boolean()) return fail(where + "." + key, "must be true or false, got " + brief(*it));
     return it->get<bool>();
   }
   Result<std::string> type_of(const json& obj, const std::string& where) const {
@@ -44,7 +59,7 @@ struct Reader {
 
 Result<int32_t> read_id(const Reader& rd, const json& v, const std::string& where) {
   if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > INT32_MAX)
-    return rd.fail(where, "id must be an integer in [0, 2^31), got " + v.dump());
+    return rd.fail(where, "id must be an integer in [0, 2^31), got " + brief(v));
   return static_cast<int32_t>(v.get<int64_t>());
 }
 
@@ -145,7 +160,7 @@ Status merge_parts(const Reader& rd, const json& m, const std::string& where, st
     return {};
   }
   if (!m.is_array() || m.size() != 2 || !m[0].is_string() || !m[1].is_string())
-    return rd.fail(where, "must be \"left right\" or [\"left\", \"right\"], got " + m.dump().substr(0, 60));
+    return rd.fail(where, "must be \"left right\" or [\"left\", \"right\"], got " + brief(m));
   *l = m[0].get<std::string>(), *r = m[1].get<std::string>();
   return {};
 }
@@ -202,8 +217,9 @@ Status read_model_options(const Reader& rd, const json& model, Impl& im) {
   return {};
 }
 
-Status read_normalizer(const Reader& rd, const json& n, const std::string& where, Impl& im) {
+Status read_normalizer(const Reader& rd, const json& n, const std::string& where, Impl& im, int depth = 0) {
   if (n.is_null()) return {};
+  if (depth > kMaxNesting) return rd.fail(where, "nested more than " + std::to_string(kMaxNesting) + " deep");
   auto type = rd.type_of(n, where);
   if (!type) return type.error();
   if (*type == "NFC") {
@@ -214,7 +230,7 @@ Status read_normalizer(const Reader& rd, const json& n, const std::string& where
   const auto list = n.find("normalizers");
   if (list == n.end() || !list->is_array()) return rd.fail(where + ".normalizers", "missing or not an array");
   for (size_t k = 0; k < list->size(); ++k)
-    FTX_TRY(read_normalizer(rd, (*list)[k], where + ".normalizers[" + std::to_string(k) + "]", im));
+    FTX_TRY(read_normalizer(rd, (*list)[k], where + ".normalizers[" + std::to_string(k) + "]", im, depth + 1));
   return {};
 }
 
@@ -253,7 +269,9 @@ Status read_split(const Reader& rd, const json& step, const std::string& where, 
   return {};
 }
 
-Status read_pre_step(const Reader& rd, const json& step, const std::string& where, std::vector<text::PreStep>& out) {
+Status read_pre_step(const Reader& rd, const json& step, const std::string& where, std::vector<text::PreStep>& out,
+                     int depth = 0) {
+  if (depth > kMaxNesting) return rd.fail(where, "nested more than " + std::to_string(kMaxNesting) + " deep");
   auto type = rd.type_of(step, where);
   if (!type) return type.error();
   text::PreStep s;
@@ -261,7 +279,7 @@ Status read_pre_step(const Reader& rd, const json& step, const std::string& wher
     const auto list = step.find("pretokenizers");
     if (list == step.end() || !list->is_array()) return rd.fail(where + ".pretokenizers", "missing or not an array");
     for (size_t k = 0; k < list->size(); ++k)
-      FTX_TRY(read_pre_step(rd, (*list)[k], where + ".pretokenizers[" + std::to_string(k) + "]", out));
+      FTX_TRY(read_pre_step(rd, (*list)[k], where + ".pretokenizers[" + std::to_string(k) + "]", out, depth + 1));
     return {};
   }
   if (*type == "Split") return read_split(rd, step, where, out);
@@ -296,8 +314,9 @@ Status read_pre_tokenizer(const Reader& rd, const json& root, Impl& im) {
 
 // The post-processor's part here: whether its "single" template puts a special token before the
 // text (BOS). Tokens it puts after the text are not added by anything in this project.
-Status read_post_processor(const Reader& rd, const json& p, const std::string& where, Impl& im) {
+Status read_post_processor(const Reader& rd, const json& p, const std::string& where, Impl& im, int depth = 0) {
   if (p.is_null()) return {};
+  if (depth > kMaxNesting) return rd.fail(where, "nested more than " + std::to_string(kMaxNesting) + " deep");
   auto type = rd.type_of(p, where);
   if (!type) return type.error();
   if (*type == "ByteLevel") return {};
@@ -305,7 +324,7 @@ Status read_post_processor(const Reader& rd, const json& p, const std::string& w
     const auto list = p.find("processors");
     if (list == p.end() || !list->is_array()) return rd.fail(where + ".processors", "missing or not an array");
     for (size_t k = 0; k < list->size(); ++k)
-      FTX_TRY(read_post_processor(rd, (*list)[k], where + ".processors[" + std::to_string(k) + "]", im));
+      FTX_TRY(read_post_processor(rd, (*list)[k], where + ".processors[" + std::to_string(k) + "]", im, depth + 1));
     return {};
   }
   if (*type != "TemplateProcessing")
@@ -317,12 +336,13 @@ Status read_post_processor(const Reader& rd, const json& p, const std::string& w
   if (first == single->front().end()) return {};  // the text comes first: no BOS
   const json name = first->is_object() ? first->value("id", json()) : json();
   const auto specials = p.find("special_tokens");
-  const json* entry = specials != p.end() && specials->is_object() && name.is_string() && specials->contains(name)
-                          ? &(*specials)[name.get<std::string>()]
-                          : nullptr;
+  const json* entry =
+      specials != p.end() && specials->is_object() && name.is_string() && specials->contains(name.get<std::string>())
+          ? &(*specials)[name.get<std::string>()]
+          : nullptr;
   if (!entry || !entry->is_object() || !entry->contains("ids") || !(*entry)["ids"].is_array() ||
       (*entry)["ids"].size() != 1)
-    return rd.fail(where + ".special_tokens", "the template's first token " + name.dump() + " has no single id");
+    return rd.fail(where + ".special_tokens", "the template's first token " + brief(name) + " has no single id");
   auto id = read_id(rd, (*entry)["ids"][0], where + ".special_tokens");
   if (!id) return id.error();
   if (*id >= im.vocab_size())
@@ -332,7 +352,8 @@ Status read_post_processor(const Reader& rd, const json& p, const std::string& w
   return {};
 }
 
-Status read_decoder(const Reader& rd, const json& d, const std::string& where) {
+Status read_decoder(const Reader& rd, const json& d, const std::string& where, int depth = 0) {
+  if (depth > kMaxNesting) return rd.fail(where, "nested more than " + std::to_string(kMaxNesting) + " deep");
   auto type = rd.type_of(d, where);
   if (!type) return type.error();
   if (*type == "ByteLevel") return {};
@@ -341,7 +362,7 @@ Status read_decoder(const Reader& rd, const json& d, const std::string& where) {
     if (list == d.end() || !list->is_array() || list->empty())
       return rd.fail(where + ".decoders", "missing, empty or not an array");
     for (size_t k = 0; k < list->size(); ++k)
-      FTX_TRY(read_decoder(rd, (*list)[k], where + ".decoders[" + std::to_string(k) + "]"));
+      FTX_TRY(read_decoder(rd, (*list)[k], where + ".decoders[" + std::to_string(k) + "]", depth + 1));
     return {};
   }
   return rd.fail(where, "decoder type " + quote_token(*type) + " is not supported (only ByteLevel)");
@@ -383,24 +404,24 @@ Status read_special_names(const std::string& json_path, Impl& im) {
 Status read_tokenizer(const Reader& rd, const json& root, Impl& im) {
   if (!root.is_object()) return rd.fail("tokenizer.json", "must be a JSON object");
   if (const auto v = root.find("version"); v != root.end() && *v != "1.0")
-    return rd.fail("version", "only version \"1.0\" is known, got " + v->dump());
+    return rd.fail("version", "only version \"1.0\" is known, got " + brief(*v));
   const auto model = root.find("model");
   if (model == root.end()) return rd.fail("model", "missing");
   auto type = rd.type_of(*model, "model");
   if (!type) return type.error();
   if (*type != "BPE") return rd.fail("model.type", "model type " + quote_token(*type) + " is not supported (only BPE)");
   IdTable ids;
-  FTX_TRY(read_vocab(rd, model->value("vocab", json()), im, ids));
-  const json added = root.value("added_tokens", json::array());
-  if (!added.is_array()) return rd.fail("added_tokens", "must be an array");
+  FTX_TRY(read_vocab(rd, member(*model, "vocab"), im, ids));
+  const json& added = member(root, "added_tokens");
+  if (!added.is_null() && !added.is_array()) return rd.fail("added_tokens", "must be an array");
   for (size_t k = 0; k < added.size(); ++k)
     FTX_TRY(read_added_token(rd, added[k], "added_tokens[" + std::to_string(k) + "]", im, ids));
   FTX_TRY(lay_out_ids(rd, im, ids));
-  FTX_TRY(read_merges(rd, model->value("merges", json()), im));
+  FTX_TRY(read_merges(rd, member(*model, "merges"), im));
   FTX_TRY(read_model_options(rd, *model, im));
-  FTX_TRY(read_normalizer(rd, root.value("normalizer", json()), "normalizer", im));
+  FTX_TRY(read_normalizer(rd, member(root, "normalizer"), "normalizer", im));
   FTX_TRY(read_pre_tokenizer(rd, root, im));
-  FTX_TRY(read_post_processor(rd, root.value("post_processor", json()), "post_processor", im));
+  FTX_TRY(read_post_processor(rd, member(root, "post_processor"), "post_processor", im));
   if (!root.contains("decoder")) return rd.fail("decoder", "missing (a ByteLevel decoder is required)");
   FTX_TRY(read_decoder(rd, root["decoder"], "decoder"));
   im.index_bytes();
