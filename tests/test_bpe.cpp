@@ -133,6 +133,59 @@ TEST(Bpe, SmolLM2GgufVocabularyMatchesTokenizers) {
   for (const auto& [text, ids] : kSmolLM2Vectors) EXPECT_EQ(encode_ok(*t, text), ids) << show(text);
 }
 
+TEST(Bpe, SmolLM2GgufVocabularyMatchesLlamaCpp) {
+  // llama.cpp's own ids for the GGUF file (llama-tokenize, parse_special on, no BOS): every sample,
+  // the tokenless bytes included.
+  auto t = smollm2_from_vocab();
+  ASSERT_TRUE(t);
+  const json llama = load_json("tok_ids_llamacpp.json");
+  ASSERT_EQ(llama["ids"].size(), corpus().size());
+  for (size_t i = 0; i < corpus().size(); ++i)
+    EXPECT_EQ(encode_ok(*t, corpus()[i]), llama["ids"][i].get<std::vector<int32_t>>())
+        << "sample " << i << ": \"" << show(corpus()[i]) << "\"";
+}
+
+// A trained tokenizer.json as GGUF vocabulary lists, as make_tokenizer_fixtures.py's gguf_vocab_of
+// makes them: tokens by id, added special tokens CONTROL, other added tokens USER_DEFINED.
+BpeVocab vocab_of_tokenizer_json(const std::string& name) {
+  const json j = load_json("tok_" + name + ".json");
+  std::map<int32_t, std::pair<std::string, int32_t>> by_id;  // id -> (token, type)
+  for (const auto& [token, id] : j["model"]["vocab"].items()) by_id[id.get<int32_t>()] = {token, 1};
+  for (const json& a : j["added_tokens"])
+    by_id[a["id"].get<int32_t>()] = {a["content"].get<std::string>(), a["special"].get<bool>() ? 3 : 4};
+  BpeVocab v;
+  for (const auto& [id, tt] : by_id) {
+    EXPECT_EQ(id, static_cast<int32_t>(v.tokens.size()));
+    v.tokens.push_back(tt.first);
+    v.token_types.push_back(tt.second);
+  }
+  for (const json& m : j["model"]["merges"])
+    v.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+  return v;
+}
+
+TEST(Bpe, GgufPreTypesMatchLlamaCpp) {
+  // Vocab-only GGUF files with other tokenizer.ggml.pre values, tokenized by llama.cpp: each pre
+  // type's regexes, llama3's ignore_merges (the trained llama3 vocabulary has whole words without
+  // merges), and CONTROL / USER_DEFINED tokens of the trained families.
+  const json fixture = load_json("tok_ids_llamacpp_pre.json");
+  ASSERT_GE(fixture["cases"].size(), 10u);
+  for (const json& c : fixture["cases"]) {
+    const std::string vocab_name = c["vocab"].get<std::string>(), pre = c["pre"].get<std::string>();
+    SCOPED_TRACE(vocab_name + " with pre " + pre);
+    BpeVocab v = vocab_name == "smollm2" ? smollm2_vocab() : vocab_of_tokenizer_json(vocab_name);
+    v.pre = pre;
+    v.special = {};
+    v.add_bos = false;
+    auto t = bpe_from_vocab(v, vocab_name + ".gguf");
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    ASSERT_EQ(c["ids"].size(), corpus().size());
+    for (size_t i = 0; i < corpus().size(); ++i)
+      EXPECT_EQ(encode_ok(**t, corpus()[i]), c["ids"][i].get<std::vector<int32_t>>())
+          << "sample " << i << ": \"" << show(corpus()[i]) << "\"";
+  }
+}
+
 TEST(Bpe, SmolLM2SpecialTokens) {
   auto from_json = load_tokenizer_json("smollm2");
   auto from_vocab = smollm2_from_vocab();
