@@ -438,6 +438,23 @@ TEST(Bpe, TinyTokenizerWorks) {
   EXPECT_EQ(encode_ok(**t, "xyz"), std::vector<int32_t>{});  // bytes without tokens are dropped
 }
 
+TEST(Bpe, PathologicalRegexIsAnEncodeErrorNotAHang) {
+  json j = tiny_tokenizer();
+  j["pre_tokenizer"] = {
+      {"type", "Sequence"},
+      {"pretokenizers",
+       {{{"type", "Split"}, {"pattern", {{"Regex", "(x+x+)+y"}}}, {"behavior", "Isolated"}, {"invert", false}},
+        j["pre_tokenizer"]}}};
+  test::TempDir dir;
+  ASSERT_TRUE(test::write_file(dir / "t.json", j.dump()));
+  auto t = bpe_from_tokenizer_json(dir / "t.json");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  EXPECT_TRUE((*t)->encode("xxy abc").ok());
+  auto r = (*t)->encode(std::string(40, 'x') + "z y");  // exponential backtracking: PCRE2's match limit
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("pre-tokenizer regex '(x+x+)+y' gave up"), std::string::npos) << r.error().message;
+}
+
 TEST(Bpe, BadTokenizerJsonIsOneLineError) {
   using Edit = std::function<void(json&)>;
   const std::vector<std::tuple<std::string, Edit, std::string>> cases = {

@@ -19,6 +19,7 @@
 
 #include "core/text/bpe_tokenizer.h"
 #include "core/text/pretokenize.h"
+#include "core/text/unicode_text.h"
 
 namespace ftx {
 
@@ -70,7 +71,6 @@ struct BpeTokenizer::Impl {
   void index_added();
 };
 
-// `t` in single quotes for an error message: control bytes as \xNN, cut after 48 bytes.
-std::string quote_token(std::string_view t);
+using text::quote_token;
 
 }  // namespace ftx

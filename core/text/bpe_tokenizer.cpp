@@ -239,24 +239,6 @@ std::string describe_byte(unsigned char b) {
 
 }  // namespace
 
-std::string quote_token(std::string_view t) {
-  constexpr size_t kMax = 48;
-  std::string out = "'";
-  size_t i = 0;
-  for (; i < t.size() && i < kMax; ++i) {
-    const auto c = static_cast<unsigned char>(t[i]);
-    if (c < 0x20 || c == 0x7F || c == '\\' || c == '\'') {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\x%02x", c);
-      out += buf;
-    } else {
-      out += static_cast<char>(c);
-    }
-  }
-  while (i < t.size() && i < kMax + 3 && (static_cast<unsigned char>(t[i]) & 0xC0) == 0x80) out += t[i++];
-  return out + (i < t.size() ? "'..." : "'");
-}
-
 void BpeTokenizer::Impl::index_bytes() {
   for (int b = 0; b < 256; ++b) {
     const auto it = id_of.find(std::string(text::byte_spelling(static_cast<uint8_t>(b))));

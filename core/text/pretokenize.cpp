@@ -255,8 +255,8 @@ Status Regex::find_matches(std::string_view s, std::vector<Span>& out) const {
     if (rc < 0) {
       PCRE2_UCHAR buf[256];
       pcre2_get_error_message(rc, buf, sizeof buf);
-      return make_error("pre-tokenizer regex gave up at byte " + std::to_string(search_from) + ": " +
-                        reinterpret_cast<const char*>(buf));
+      return make_error("pre-tokenizer regex " + quote_token(pattern_, 40) + " gave up on a piece of " +
+                        std::to_string(s.size()) + " bytes: " + reinterpret_cast<const char*>(buf));
     }
     const PCRE2_SIZE* ov = pcre2_get_ovector_pointer(res.data);
     const size_t begin = ov[0], end = ov[1];

@@ -44,7 +44,7 @@ class Regex {
 
   // Matches and the gaps between them, covering `s` (valid UTF-8) in order, as tokenizers'
   // find_matches: an empty match right where the previous match ended is skipped. Error only when
-  // PCRE2 gives up (match or heap limit of a pathological pattern), naming the offset.
+  // PCRE2 gives up (match or heap limit of a pathological pattern), naming the pattern.
   Status find_matches(std::string_view s, std::vector<Span>& out) const;
   const std::string& pattern() const { return pattern_; }
   bool literal() const { return literal_; }

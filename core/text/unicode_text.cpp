@@ -5,6 +5,7 @@
 #include <utf8proc.h>
 
 #include <array>
+#include <cstdio>
 #include <cstdlib>
 
 #include "kernels/common.h"
@@ -167,6 +168,23 @@ std::string unspell(std::string_view spelled) {
     i += static_cast<size_t>(n);
   }
   return out;
+}
+
+std::string quote_token(std::string_view t, size_t max_bytes) {
+  std::string out = "'";
+  size_t i = 0;
+  for (; i < t.size() && i < max_bytes; ++i) {
+    const auto c = static_cast<unsigned char>(t[i]);
+    if (c < 0x20 || c == 0x7F || c == '\\' || c == '\'') {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", c);
+      out += buf;
+    } else {
+      out += static_cast<char>(c);
+    }
+  }
+  while (i < t.size() && (static_cast<unsigned char>(t[i]) & 0xC0) == 0x80) out += t[i++];  // finish the character
+  return out + (i < t.size() ? "'..." : "'");
 }
 
 }  // namespace ftx::text

@@ -44,4 +44,8 @@ std::string spell_bytes(std::string_view bytes);
 // token's own UTF-8 is returned, as tokenizers' ByteLevel decoder does.
 std::string unspell(std::string_view spelled);
 
+// `t` in single quotes for a one-line error message: control bytes, quotes and backslashes as
+// \xNN, cut after `max_bytes` (at a character boundary) with "..." after the quote.
+std::string quote_token(std::string_view t, size_t max_bytes = 48);
+
 }  // namespace ftx::text
