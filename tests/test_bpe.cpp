@@ -374,6 +374,11 @@ TEST(Bpe, AddedTokenFlags) {
   const auto singing = encode_ok(*t, "singing");
   EXPECT_EQ(std::count(singing.begin(), singing.end(), ing), 0);        // not inside a word
   EXPECT_EQ(encode_ok(*t, "\u2126mega"), std::vector<int32_t>{omega});  // normalized: matched after NFC
+  // A normalized token whose content is not NFC is matched, and decoded, as its NFC form.
+  const int32_t ohm = *t->token_id("\u2126hm");
+  EXPECT_EQ(encode_ok(*t, "\u2126hm"), std::vector<int32_t>{ohm});
+  EXPECT_EQ(encode_ok(*t, "\u03a9hm"), std::vector<int32_t>{ohm});
+  EXPECT_EQ(t->token_bytes(ohm), "\u03a9hm");
   EXPECT_FALSE(t->is_special(hello_world));
   EXPECT_TRUE(t->is_special(mask));
 }

@@ -27,6 +27,7 @@ struct AddedToken {
   std::string content;
   int32_t id = -1;
   bool single_word = false, lstrip = false, rstrip = false, normalized = false, special = false;
+  std::string match;  // what is cut out of the text: the content, normalized when `normalized` (NFC)
 };
 
 struct BpeMerge {

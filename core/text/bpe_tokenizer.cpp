@@ -88,7 +88,7 @@ void split_added_hf(const Impl& im, int pass, std::string_view s, std::vector<Fr
   while (i < s.size()) {
     const AddedToken* hit = nullptr;
     for (uint32_t k : im.added_index[pass][static_cast<unsigned char>(s[i])]) {
-      if (s.substr(i).starts_with(im.added[k].content)) {
+      if (s.substr(i).starts_with(im.added[k].match)) {
         hit = &im.added[k];
         break;
       }
@@ -97,7 +97,7 @@ void split_added_hf(const Impl& im, int pass, std::string_view s, std::vector<Fr
       ++i;
       continue;
     }
-    size_t start = i, stop = i + hit->content.size();
+    size_t start = i, stop = i + hit->match.size();
     i = stop;
     if (hit->single_word && !is_single_word(s, start, stop)) continue;
     if (hit->lstrip) start = std::max(spaces_before(s, start), done);
@@ -247,16 +247,20 @@ void BpeTokenizer::Impl::index_bytes() {
 }
 
 void BpeTokenizer::Impl::index_added() {
+  for (AddedToken& t : added) {
+    t.match = t.normalized && nfc ? text::nfc(t.content) : t.content;
+    bytes[t.id] = text::unspell(t.match);  // tokenizers decodes an added token from its normalized form
+  }
   for (auto& pass : added_index)
     for (auto& bucket : pass) bucket.clear();
   std::vector<uint32_t> order(added.size());
   for (uint32_t k = 0; k < order.size(); ++k) order[k] = k;
   std::stable_sort(order.begin(), order.end(),
-                   [&](uint32_t a, uint32_t b) { return added[a].content.size() > added[b].content.size(); });
+                   [&](uint32_t a, uint32_t b) { return added[a].match.size() > added[b].match.size(); });
   for (uint32_t k : order) {
     const AddedToken& t = added[k];
-    if (t.content.empty()) continue;
-    added_index[t.normalized ? 1 : 0][static_cast<unsigned char>(t.content[0])].push_back(k);
+    if (t.match.empty()) continue;
+    added_index[t.normalized ? 1 : 0][static_cast<unsigned char>(t.match[0])].push_back(k);
   }
 }
 

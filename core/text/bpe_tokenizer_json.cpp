@@ -94,7 +94,9 @@ Status read_added_token(const Reader& rd, const json& t, const std::string& wher
   if (!t.contains("id")) return rd.fail(where + ".id", "missing");
   auto id = read_id(rd, t["id"], where + ".id");
   if (!id) return id.error();
-  AddedToken a{content->get<std::string>(), *id};
+  AddedToken a;
+  a.content = content->get<std::string>();
+  a.id = *id;
   const std::pair<const char*, bool*> flags[] = {
       {"single_word", &a.single_word}, {"lstrip", &a.lstrip}, {"rstrip", &a.rstrip}, {"special", &a.special}};
   for (const auto& [key, dst] : flags) {

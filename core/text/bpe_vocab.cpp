@@ -67,8 +67,12 @@ Status read_tokens(const BpeVocab& v, Impl& im, const std::string& prefix) {
     im.special[i] = type == kTypeControl;
     const bool plain_text = type == kTypeControl || type == kTypeUserDefined;
     im.bytes[i] = plain_text ? t : text::unspell(t);
-    if (type == kTypeControl || type == kTypeUserDefined || type == kTypeUnknown)
-      im.added.push_back({t, static_cast<int32_t>(i), false, false, false, false, type == kTypeControl});
+    if (type == kTypeControl || type == kTypeUserDefined || type == kTypeUnknown) {
+      AddedToken& a = im.added.emplace_back();
+      a.content = a.match = t;
+      a.id = static_cast<int32_t>(i);
+      a.special = type == kTypeControl;
+    }
   }
   // Longest first; among equals, lower ids first (llama.cpp leaves that order unspecified).
   std::stable_sort(im.added.begin(), im.added.end(),
