@@ -14,8 +14,7 @@ namespace {
 void exercise(const ftx::BpeTokenizer& t, std::string_view text) {
   auto ids = t.encode(text);
   if (!ids.ok()) {
-    FT_ASSERT(ids.error().message.find('\n') == std::string::npos, "multi-line error: %s",
-              ids.error().message.c_str());
+    FT_ASSERT(ids.error().message.find('\n') == std::string::npos, "multi-line error: %s", ids.error().message.c_str());
     return;
   }
   std::string streamed;
@@ -35,8 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto t = ftx::bpe_from_tokenizer_json_text(input, "fuzz.json");
   if (!t.ok()) {
     FT_ASSERT(t.error().message.find('\n') == std::string::npos, "multi-line error: %s", t.error().message.c_str());
-    FT_ASSERT(t.error().message.rfind("fuzz.json: ", 0) == 0, "error without the file: %s",
-              t.error().message.c_str());
+    FT_ASSERT(t.error().message.rfind("fuzz.json: ", 0) == 0, "error without the file: %s", t.error().message.c_str());
     return 0;
   }
   const ftx::BpeTokenizer& tok = **t;
