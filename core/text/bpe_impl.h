@@ -1,6 +1,6 @@
 // BpeTokenizer::Impl: what a byte-level BPE tokenizer holds once loaded, shared by its two readers
-// (bpe_from_vocab in bpe_tokenizer.cpp, bpe_from_tokenizer_json in bpe_tokenizer_json.cpp) and the
-// encoder. Private to core/text.
+// (bpe_from_vocab in bpe_vocab.cpp, bpe_from_tokenizer_json in bpe_tokenizer_json.cpp) and the
+// encoder (bpe_tokenizer.cpp). Private to core/text.
 //
 // Two flavours differ where Hugging Face tokenizers and llama.cpp differ:
 //  - added tokens: tokenizers cuts them out leftmost-longest (two passes: non-normalized tokens on
@@ -8,7 +8,9 @@
 //    llama.cpp cuts each CONTROL/USER_DEFINED/UNKNOWN token everywhere, longest token first;
 //  - a byte whose character has no token: tokenizers drops it (or emits unk_token) and its
 //    neighbours may then merge; llama.cpp keeps it as a symbol that merges with nothing and emits
-//    the tokens, if any, spelled by the single raw bytes of its character.
+//    the tokens, if any, spelled by the single raw bytes of its character;
+//  - a merge listed twice: tokenizers keeps the last rank, llama.cpp the first;
+//  - normalization: tokenizers applies tokenizer.json's normalizer (NFC), llama.cpp none.
 #pragma once
 #include <array>
 #include <cstdint>
@@ -53,7 +55,7 @@ struct BpeTokenizer::Impl {
   bool fuse_unk = false;
 
   bool nfc = false;                // normalizer NFC (kHuggingFace only)
-  std::vector<text::PreStep> pre;  // ends with a kByteLevel step (kHuggingFace)
+  std::vector<text::PreStep> pre;  // ends with a kByteLevel step
   std::vector<AddedToken> added;   // kHuggingFace: every added token;
                                    // kLlamaCpp: the tokens cut out, longest first
   // kHuggingFace: indices into `added` by pass (0 non-normalized, 1 normalized) and first byte,
@@ -68,7 +70,8 @@ struct BpeTokenizer::Impl {
   int32_t vocab_size() const { return static_cast<int32_t>(spelling.size()); }
   // Fills byte_id from id_of and in_model.
   void index_bytes();
-  // Fills added_index from added.
+  // kHuggingFace: sets each added token's match and bytes (its normalized form) and fills
+  // added_index.
   void index_added();
 };
 

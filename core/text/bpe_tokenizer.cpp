@@ -1,6 +1,8 @@
 // BpeTokenizer: encoding (added tokens cut out, normalizer, pre-tokenizer, merges by rank) and the
 // Tokenizer interface over the loaded vocabulary. The readers that fill an Impl are in
-// bpe_vocab.cpp (GGUF metadata) and bpe_tokenizer_json.cpp (tokenizer.json).
+// bpe_vocab.cpp (GGUF metadata) and bpe_tokenizer_json.cpp (tokenizer.json). Merging is
+// tokenizers' word.rs: a heap of adjacent pairs by (rank, position), stale entries skipped, so a
+// piece of n bytes costs O(n log n); each encode() call caches the ids of the pieces it has seen.
 #include "core/text/bpe_tokenizer.h"
 
 #include <algorithm>
@@ -82,7 +84,9 @@ size_t spaces_after(std::string_view s, size_t pos) {
 }
 
 // tokenizers' AddedVocabulary::find_matches with one pass's tokens: leftmost match, longest at
-// that position; the search goes on after it (after its stripped spaces when rstrip).
+// that position; the search goes on after it. After an rstrip token it goes on after the stripped
+// spaces (tokenizers resumes at the token's end and can then cut a token out of spaces it already
+// gave away: only for an added token that starts with a space; deliberately not reproduced).
 void split_added_hf(const Impl& im, int pass, std::string_view s, std::vector<Fragment>& out) {
   size_t done = 0, i = 0;
   while (i < s.size()) {
