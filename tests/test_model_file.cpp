@@ -35,7 +35,7 @@ std::vector<double> log_softmax(const float* logits, int V) {
   const double m = *std::max_element(logits, logits + V);
   double z = 0;
   for (int i = 0; i < V; ++i) z += std::exp(double(logits[i]) - m);
-  std::vector<double> out(size_t(V));
+  std::vector<double> out(static_cast<size_t>(V));
   for (int i = 0; i < V; ++i) out[size_t(i)] = double(logits[i]) - m - std::log(z);
   return out;
 }
@@ -145,7 +145,7 @@ TEST_F(SmolLM2, PrefillEqualsDecodeSteps) {
   ASSERT_TRUE(m);
   const int V = m->config().vocab_size, n = int(kChatPrompt.size());
   auto d = m->make_decode_state(1, n);
-  std::vector<float> all(size_t(n) * V), step(size_t(V));
+  std::vector<float> all(size_t(n) * V), step(static_cast<size_t>(V));
   m->prefill(*d, 0, kChatPrompt.data(), nullptr, n, 0, Model::PrefillLogits::All, all.data());
   auto d2 = m->make_decode_state(1, n);
   for (int p = 0; p < n; ++p) {
