@@ -13,9 +13,14 @@ each feeding the argmax of the previous logits, on the cache the prefill filled 
 tg128 measures. Each figure is the median over --reps timed runs after one untimed warm-up run.
 torch.set_num_threads(--threads) (default 2, as llama-bench -t 2).
 
+On a machine other jobs are loading, set OMP_WAIT_POLICY=PASSIVE (as for resources/pytorch_peer): with
+OpenMP's default spinning, a decode step's hundreds of small ops each wait at a barrier for a descheduled
+thread. On 2 shared cores (load about 9) that gave 0.6 decode tokens/s with 2 threads against 12 with
+PASSIVE or with 1 thread. The policy is reported in the JSON line.
+
 Not part of the product or its tests; run by hand, alone on the machine. Loading a GGUF file needs
 `accelerate` (~/.cache/ftx/venv lacks it; ~/.cache/ftx/venv-hf has it, see tests/fixtures/real/README.md):
-    ~/.cache/ftx/venv-hf/bin/python resources/hf_peer/bench_transformers.py                  # bf16 and fp32
+    OMP_WAIT_POLICY=PASSIVE ~/.cache/ftx/venv-hf/bin/python resources/hf_peer/bench_transformers.py  # bf16, fp32
     ~/.cache/ftx/venv-hf/bin/python resources/hf_peer/bench_transformers.py --dtype bf16 --decode-from-empty
     ~/.cache/ftx/venv/bin/python resources/hf_peer/bench_transformers.py --model tests/fixtures/real/tiny_gqa_llama3
 """
@@ -80,6 +85,7 @@ def bench(args, dtype_name):
         "prefill_tokens_per_s": round(args.prefill / prefill_s, 2),
         "decode_tokens_per_s": round(args.decode / decode_s, 2) if args.decode else None,
         "repetitions": args.reps, "attn_implementation": model.config._attn_implementation,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "default"),
         "transformers": transformers.__version__, "torch": torch.__version__,
     }
 
