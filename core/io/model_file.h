@@ -52,9 +52,12 @@ class ModelFile {
   static Result<std::unique_ptr<ModelFile>> open(const std::string& path);
   virtual ~ModelFile() = default;
   const ModelInfo& info() const { return info_; }
-  // progress(done, total) is called as tensors are taken (from the calling thread).
+  // progress(done, total) is called as tensors are taken (from the calling thread). gemm_dtype:
+  // what a GGUF file is dequantized to, and random weights are made in (bf16, or fp32 to measure
+  // what bf16 costs); a safetensors file's weights keep the file's dtype.
   using Progress = std::function<void(int64_t done, int64_t total)>;
-  virtual Result<std::unique_ptr<Model>> load(Backend& backend, const Progress& progress = {}) = 0;
+  virtual Result<std::unique_ptr<Model>> load(Backend& backend, const Progress& progress = {},
+                                              DType gemm_dtype = DType::BF16) = 0;
 
  protected:
   ModelInfo info_;

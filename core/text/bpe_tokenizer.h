@@ -1,16 +1,20 @@
 // Byte-level BPE (GPT-2 style): the tokenizer of Llama 3, GPT-2, SmolLM and Qwen2 checkpoints,
 // read from a Hugging Face tokenizer.json or from a GGUF file's tokenizer.ggml.* metadata
 // (docs/design.md, "Tokenizers"). Ids equal Hugging Face tokenizers' on the same tokenizer.json and
-// llama.cpp's on the same GGUF file.
+// llama.cpp's on the same GGUF file (where the two differ, each reader follows its own reference:
+// core/text/bpe_impl.h lists the differences).
 //
-// encode(): added/special tokens are cut out of the raw text first (longest match) and emitted as
-// their ids; the rest is pre-tokenized by the family's regexes (PCRE2, UTF + UCP), each piece's
-// bytes are spelled in the GPT-2 byte alphabet and merged by rank. A byte without a token is
-// dropped (as llama.cpp and tokenizers with unk_token null do). BOS is never added here: callers
-// prepend special_tokens().bos when add_bos() says the model wants it.
+// encode(): added/special tokens are cut out of the raw text first and emitted as their ids; the
+// rest is normalized (NFC when tokenizer.json asks for it), pre-tokenized by the family's regexes
+// (PCRE2, UTF + UCP), each piece's bytes are spelled in the GPT-2 byte alphabet and merged by
+// rank. A byte without a token is dropped (as llama.cpp and tokenizers with unk_token null do).
+// BOS is never added here: callers prepend special_tokens().bos when add_bos() says the model
+// wants it. encode() fails only on text that is not valid UTF-8 (naming the byte and its offset)
+// and when PCRE2 gives up on a pathological pattern of a tokenizer.json (match limit).
 //
 // Deliberately not here: SentencePiece vocabularies (refused), chat templates (the CLI), the
-// GGUF container (core/io/gguf.h fills a BpeVocab).
+// GGUF container (core/io/gguf.h fills a BpeVocab), truncation and padding (tokenizer.json keys
+// that only batch encoding uses), tokens a post-processor template puts after the text (EOS).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -38,11 +42,23 @@ struct BpeVocab {
 class BpeTokenizer;
 // The tokenizer of a GGUF file's vocabulary; `source` (the file's path) prefixes every error:
 // "model.gguf: tokenizer: merge 17 'a': not two tokens".
+// Supported pre types (tokenizer.ggml.pre, empty = "default" as llama.cpp): default; gpt2, gpt-2,
+// phi-2, mpt, olmo; llama3, llama-v3, llama-bpe, falcon3, pixtral (ignore_merges); dbrx,
+// smaug-bpe; qwen2, deepseek-r1-qwen, stablelm2, megrez; smollm, starcoder, refact, command-r,
+// codeshell, exaone, minerva-7b; falcon. Any other is refused in one line naming it.
 Result<std::unique_ptr<BpeTokenizer>> bpe_from_vocab(const BpeVocab& vocab, const std::string& source);
-// The tokenizer of a Hugging Face tokenizer.json (model type BPE with a ByteLevel decoder);
+// The tokenizer of a Hugging Face tokenizer.json (model type BPE with a ByteLevel pre-tokenizer
+// step and decoder; normalizer null or NFC; pre-tokenizers Split, Digits, ByteLevel, Sequence);
 // anything else (WordPiece, Unigram, SentencePiece-style BPE with byte_fallback and a Metaspace
-// pre-tokenizer) is refused in one line naming the file and the feature.
+// pre-tokenizer) is refused in one line naming the file and the feature. BOS is the special
+// token the post-processor's template puts before the text (then add_bos() is true); bos, eos
+// and pad come from a tokenizer_config.json beside the file when there is one, else EOS is the
+// first of <|end_of_text|>, <|endoftext|>, </s>, <|im_end|> in the vocabulary.
 Result<std::unique_ptr<BpeTokenizer>> bpe_from_tokenizer_json(const std::string& path);
+// The same from the file's text (no tokenizer_config.json is looked for); `source` names it in
+// errors.
+Result<std::unique_ptr<BpeTokenizer>> bpe_from_tokenizer_json_text(std::string_view json_text,
+                                                                   const std::string& source);
 
 class BpeTokenizer : public Tokenizer {
  public:
@@ -50,6 +66,8 @@ class BpeTokenizer : public Tokenizer {
   std::string type() const override { return "bpe"; }
   int vocab_size() const override;
   Result<std::vector<int32_t>> encode(std::string_view text) const override;
+  // A token's bytes with the byte alphabet undone; added and control tokens give their text. An id
+  // outside the vocabulary gives U+FFFD.
   std::string_view token_bytes(int32_t id) const override;
   SpecialTokens special_tokens() const override;
   std::unique_ptr<Tokenizer> clone() const override;
@@ -72,6 +90,7 @@ class BpeTokenizer : public Tokenizer {
   explicit BpeTokenizer(std::shared_ptr<const Impl> impl);
   friend Result<std::unique_ptr<BpeTokenizer>> bpe_from_vocab(const BpeVocab&, const std::string&);
   friend Result<std::unique_ptr<BpeTokenizer>> bpe_from_tokenizer_json(const std::string&);
+  friend Result<std::unique_ptr<BpeTokenizer>> bpe_from_tokenizer_json_text(std::string_view, const std::string&);
   std::shared_ptr<const Impl> impl_;
 };
 

@@ -1,0 +1,230 @@
+// Real model files through ModelFile (core/io/model_file.h) and text generation
+// (core/sample/generator.h):
+//   * SmolLM2-135M-Instruct (GGUF, Q4_1): next-token log-probabilities of a chat prompt against a
+//     float64 NumPy forward pass of the same dequantized weights (docs/testing.md, "real models"),
+//     fp32 within 2e-3, bf16 within a stated bound; the greedy answer "The capital of France is
+//     Paris." ending in <|im_end|>.
+//   * prefill (GEMM chunks) against decode steps one token at a time; prompts of different lengths
+//     in one batch against each alone; stop strings; a prompt longer than the context.
+//   * a Free Transformer with random weights on SmolLM2's tokenizer: the latent policies' mechanics
+//     (a fixed Z repeats, another Z changes the logits).
+#include "core/io/model_file.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/sample/generator.h"
+#include "kernels/backend.h"
+#include "tests/real_model.h"
+
+namespace ftx {
+namespace {
+
+// E5's chat prompt: <|im_start|>user\nWhat is the capital of France?<|im_end|>\n<|im_start|>assistant\n
+const std::vector<int32_t> kChatPrompt = {1, 4093, 198, 1780, 314, 260, 3575, 282, 4649, 47, 2, 198, 1, 520, 9531, 198};
+// The float64 reference's next-token log-probabilities after kChatPrompt.
+const std::vector<std::pair<int32_t, double>> kNextLogProbs = {
+    {504, -0.587}, {60, -2.317}, {38634, -2.345}, {15319, -2.484}, {7026, -3.265}};
+const std::vector<int32_t> kGreedyAnswer = {504, 3575, 282, 4649, 314, 7042, 30, 2};  // "The capital ... Paris.<|im_end|>"
+
+std::vector<double> log_softmax(const float* logits, int V) {
+  const double m = *std::max_element(logits, logits + V);
+  double z = 0;
+  for (int i = 0; i < V; ++i) z += std::exp(double(logits[i]) - m);
+  std::vector<double> out(static_cast<size_t>(V));
+  for (int i = 0; i < V; ++i) out[size_t(i)] = double(logits[i]) - m - std::log(z);
+  return out;
+}
+
+class SmolLM2 : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    path_ = test::smollm2_gguf_path();
+    REQUIRE_REAL_MODEL(path_);
+    auto f = ModelFile::open(path_);
+    ASSERT_TRUE(f.ok()) << f.error().message;
+    file_ = std::move(*f);
+  }
+  std::unique_ptr<Model> load(DType dtype) {
+    auto m = file_->load(*be_, {}, dtype);
+    EXPECT_TRUE(m.ok()) << m.error().message;
+    return m.ok() ? std::move(*m) : nullptr;
+  }
+  std::vector<double> next_log_probs(Model& m, const std::vector<int32_t>& prompt) {
+    auto d = m.make_decode_state(1, int(prompt.size()));
+    std::vector<float> logits(size_t(m.config().vocab_size));
+    m.prefill(*d, 0, prompt.data(), nullptr, int(prompt.size()), 0, Model::PrefillLogits::Last, logits.data());
+    return log_softmax(logits.data(), m.config().vocab_size);
+  }
+  std::string path_;
+  std::unique_ptr<Backend> be_ = make_cpu_backend();
+  std::unique_ptr<ModelFile> file_;
+};
+
+TEST_F(SmolLM2, InfoFromTheHeaders) {
+  const ModelInfo& i = file_->info();
+  EXPECT_EQ(i.format, "gguf");
+  EXPECT_EQ(i.config.n_layers, 30);
+  EXPECT_EQ(i.config.dim, 576);
+  EXPECT_EQ(i.config.n_kv_heads, 3);
+  EXPECT_TRUE(i.config.tie_embeddings);
+  EXPECT_FALSE(i.config.is_free());
+  EXPECT_EQ(i.n_params, 134515008);
+  ASSERT_TRUE(i.tokenizer);
+  EXPECT_EQ(i.tokenizer->vocab_size(), 49152);
+  EXPECT_FALSE(i.add_bos);
+  EXPECT_NE(std::find(i.eos_ids.begin(), i.eos_ids.end(), 2), i.eos_ids.end());
+  EXPECT_NE(i.chat_template.find("<|im_start|>"), std::string::npos);
+  EXPECT_EQ(i.tensors.size(), 272u);
+  auto ids = i.tokenizer->encode("The capital of France is");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ(*ids, (std::vector<int32_t>{504, 3575, 282, 4649, 314}));
+}
+
+TEST_F(SmolLM2, Fp32LogProbsMatchTheFloat64Reference) {
+  auto m = load(DType::F32);
+  ASSERT_TRUE(m);
+  const std::vector<double> lp = next_log_probs(*m, kChatPrompt);
+  for (auto [id, want] : kNextLogProbs) EXPECT_NEAR(lp[size_t(id)], want, 2e-3) << "token " << id;
+}
+
+// bf16 weights (the Q4_1 values rounded to bf16) and, on AVX512_BF16 CPUs, activations rounded
+// to bf16 inside the products: the log-probabilities move by a few hundredths at most.
+TEST_F(SmolLM2, Bf16LogProbsStayWithinTheStatedBound) {
+  auto m = load(DType::BF16);
+  ASSERT_TRUE(m);
+  const std::vector<double> lp = next_log_probs(*m, kChatPrompt);
+  double worst = 0;
+  for (auto [id, want] : kNextLogProbs) {
+    EXPECT_NEAR(lp[size_t(id)], want, 0.05) << "token " << id;
+    worst = std::max(worst, std::abs(lp[size_t(id)] - want));
+  }
+  std::printf("bf16: largest |log-prob difference| against the float64 reference: %.4f\n", worst);
+}
+
+TEST_F(SmolLM2, GreedyAnswerAndStops) {
+  auto m = load(DType::BF16);
+  ASSERT_TRUE(m);
+  const ModelInfo& info = file_->info();
+  SampleConfig sc;
+  sc.temperature = 0, sc.max_new_tokens = 12;
+  StopRule stop{info.eos_ids, {}};
+  std::string streamed;
+  auto g = generate_text(*m, info.tokenizer.get(), {{kChatPrompt, {}}}, sc, stop,
+                         [&](int, int32_t, const std::string& t) {
+                           streamed += t;
+                           return true;
+                         });
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  const std::vector<int32_t> answer((*g)[0].tokens.begin() + int(kChatPrompt.size()), (*g)[0].tokens.end());
+  EXPECT_EQ(answer, kGreedyAnswer);
+  EXPECT_EQ((*g)[0].finish, FinishReason::Eos);
+  EXPECT_EQ((*g)[0].text, "The capital of France is Paris.");
+  EXPECT_EQ(streamed, (*g)[0].text);
+
+  // A stop string ends the sequence and is cut from its text.
+  stop.stop_strings = {" Paris"};
+  streamed.clear();
+  g = generate_text(*m, info.tokenizer.get(), {{kChatPrompt, {}}}, sc, stop, [&](int, int32_t, const std::string& t) {
+    streamed += t;
+    return true;
+  });
+  ASSERT_TRUE(g.ok());
+  EXPECT_EQ((*g)[0].finish, FinishReason::StopString);
+  EXPECT_EQ((*g)[0].text, "The capital of France is");
+  EXPECT_EQ(streamed, "The capital of France is");
+}
+
+// Prefill through GEMM chunks, logits at every position, against feeding the tokens one by one.
+TEST_F(SmolLM2, PrefillEqualsDecodeSteps) {
+  auto m = load(DType::F32);
+  ASSERT_TRUE(m);
+  const int V = m->config().vocab_size, n = int(kChatPrompt.size());
+  auto d = m->make_decode_state(1, n);
+  std::vector<float> all(size_t(n) * V), step(static_cast<size_t>(V));
+  m->prefill(*d, 0, kChatPrompt.data(), nullptr, n, 0, Model::PrefillLogits::All, all.data());
+  auto d2 = m->make_decode_state(1, n);
+  for (int p = 0; p < n; ++p) {
+    m->decode_step(*d2, &kChatPrompt[size_t(p)], nullptr, p, step.data());
+    double worst = 0;
+    for (int v = 0; v < V; ++v) worst = std::max(worst, double(std::abs(step[size_t(v)] - all[size_t(p) * V + v])));
+    EXPECT_LT(worst, 2e-3) << "position " << p;
+  }
+}
+
+// Prompts of different lengths share one batch: each sequence's greedy tokens equal its run alone.
+TEST_F(SmolLM2, BatchOfDifferentPromptsEqualsEachAlone) {
+  auto m = load(DType::BF16);
+  ASSERT_TRUE(m);
+  const Tokenizer& t = *file_->info().tokenizer;
+  std::vector<GenerationRequest> reqs;
+  for (const char* text : {"The capital of France is", "Hello", "def fibonacci(n):\n    \"\"\"Return the n-th"})
+    reqs.push_back({*t.encode(text), {}});
+  SampleConfig sc;
+  sc.temperature = 0, sc.max_new_tokens = 10;
+  auto batch = generate_text(*m, &t, reqs, sc, {});
+  ASSERT_TRUE(batch.ok()) << batch.error().message;
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    auto alone = generate_text(*m, &t, {reqs[i]}, sc, {});
+    ASSERT_TRUE(alone.ok());
+    EXPECT_EQ((*batch)[i].tokens, (*alone)[0].tokens) << "prompt " << i;
+  }
+}
+
+TEST_F(SmolLM2, PromptLongerThanTheContextIsAOneLineError) {
+  auto m = load(DType::BF16);
+  ASSERT_TRUE(m);
+  SampleConfig sc;
+  sc.max_new_tokens = 64;
+  std::vector<int32_t> long_prompt(size_t(m->config().max_seq_len), 504);
+  auto g = generate_text(*m, nullptr, {{long_prompt, {}}}, sc, {});
+  ASSERT_FALSE(g.ok());
+  EXPECT_NE(g.error().message.find("exceed the context of 8192 positions"), std::string::npos) << g.error().message;
+}
+
+// A Free Transformer with random weights on SmolLM2's tokenizer: the latent policies' mechanics.
+TEST_F(SmolLM2, RandomFreeTransformerLatentMechanics) {
+  ModelConfig c = file_->info().config;
+  c.n_layers = 4, c.dim = 128, c.n_heads = 4, c.n_kv_heads = 2, c.head_dim = 32, c.ffn_hidden = 256;
+  c.latent_bits = 8, c.inject_after = 2, c.max_seq_len = 256;
+  auto file = random_model_file(c, file_->info().tokenizer, 7);
+  auto m = file->load(*be_);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const std::vector<int32_t> prompt = *file_->info().tokenizer->encode("Once upon a time");
+  SampleConfig sc;
+  sc.temperature = 1.0f, sc.max_new_tokens = 12;
+  const int n_in = int(prompt.size()) + sc.max_new_tokens - 1;
+  const std::vector<uint32_t> z = uniform_codes(5, n_in, 8), z2 = uniform_codes(6, n_in, 8);
+  // Same Z and same sampling seed: the same sequence; the codes are the ones given.
+  auto g = generate_text(**m, nullptr,
+                         {{prompt, {LatentPolicy::fixed(z), 1}}, {prompt, {LatentPolicy::fixed(z), 1}},
+                          {prompt, {LatentPolicy::fixed(z2), 1}}},
+                         sc, {});
+  ASSERT_TRUE(g.ok()) << g.error().message;
+  EXPECT_EQ((*g)[0].tokens, (*g)[1].tokens);
+  EXPECT_EQ((*g)[0].codes, z);
+  // Another Z changes the next-token distribution after the prompt.
+  auto d = (*m)->make_decode_state(2, int(prompt.size()));
+  std::vector<float> a(size_t(c.vocab_size)), b(size_t(c.vocab_size));
+  (*m)->prefill(*d, 0, prompt.data(), z.data(), int(prompt.size()), 0, Model::PrefillLogits::Last, a.data());
+  (*m)->prefill(*d, 1, prompt.data(), z2.data(), int(prompt.size()), 0, Model::PrefillLogits::Last, b.data());
+  double diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
+  EXPECT_GT(diff, 1e-4);
+}
+
+TEST(ModelFileErrors, MissingAndForeignFiles) {
+  auto missing = ModelFile::open("/nonexistent/model.gguf");
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("/nonexistent/model.gguf"), std::string::npos);
+  auto foreign = ModelFile::open("/etc/hostname");
+  ASSERT_FALSE(foreign.ok());
+  EXPECT_NE(foreign.error().message.find("/etc/hostname"), std::string::npos) << foreign.error().message;
+}
+
+}  // namespace
+}  // namespace ftx
