@@ -14,6 +14,7 @@
 #include "views/main_window.h"
 #include "views/model_worker.h"
 #include "views/models_view.h"
+#include "views/run_list_model.h"
 #include "views/text_generations_view.h"
 #include "views/text_groups_grid.h"
 
@@ -146,6 +147,7 @@ void MainWindow::on_model_loaded(int id, double seconds) {
   if (it == models_.end() || models_view_->row_of(id) < 0) return;  // closed meanwhile
   models_view_->set_loaded(id, seconds);
   text_generations_->add_model(id, it->second);
+  if (runs_model_->runs().empty()) generations_tabs_->setCurrentWidget(text_generations_);
   fill_latent_sources(latent_free_runs_);
   statusBar()->showMessage(QString("Loaded %1 in %2 s").arg(model_name(*it->second)).arg(seconds, 0, 'f', 1), 5000);
   qInfo("models: loaded '%s' in %.1f s", qPrintable(model_name(*it->second)), seconds);
@@ -157,6 +159,7 @@ void MainWindow::on_model_loaded(int id, double seconds) {
   if (latent_model() < 0 || latent_model() == id) show_model_latent(id, QString());
   if (id == auto_generate_ && !opts_.prompt.isEmpty()) {
     auto_generate_ = -1;
+    generations_tabs_->setCurrentWidget(text_generations_);
     text_generations_->select_model(id);
     text_generations_->set_prompt(opts_.prompt);
     text_generations_->generate();

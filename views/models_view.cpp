@@ -26,7 +26,7 @@ ModelsView::ModelsView(QWidget* parent) : QWidget(parent) {
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);
   table_->verticalHeader()->hide();
   table_->horizontalHeader()->setStretchLastSection(true);
-  table_->setColumnWidth(kName, 170);
+  table_->setWordWrap(false);
   progress_ = new QProgressBar;
   progress_->setRange(0, 1000);
   progress_->setTextVisible(true);
@@ -118,6 +118,7 @@ void ModelsView::set_info(int id, std::shared_ptr<const ftx::ModelInfo> info) {
   table_->item(row, kLatent)->setText(latent_text(c));
   table_->item(row, kLatent)->setForeground(c.is_free() ? QColor(47, 158, 68) : palette().color(QPalette::Text));
   set_status(id, tr("loading…"));
+  table_->resizeColumnsToContents();
   loading_ = id;
   progress_->setValue(0);
   progress_->setFormat(tr("Loading %1: %p%").arg(table_->item(row, kName)->text()));

@@ -206,7 +206,7 @@ bool TextGenerationsView::generate() {
   TextJob job;
   job.model = current_model();
   job.prompt = prompt.toStdString();
-  job.chat = chat_->isVisible() && chat_->isChecked();
+  job.chat = !chat_->isHidden() && chat_->isChecked();
   job.groups.group_size = group_size_->value();
   job.groups.fixed_groups = mi->config.is_free() ? fixed_groups_->value() : 0;
   job.groups.latent_seed = job.groups.sample_seed = static_cast<uint64_t>(seed_->value());
@@ -215,7 +215,7 @@ bool TextGenerationsView::generate() {
 }
 
 bool TextGenerationsView::resample_z() {
-  if (busy() || !last_job_ || !info(last_job_->model)) return false;
+  if (busy() || !last_job_ || !info(last_job_->model) || !info(last_job_->model)->config.is_free()) return false;
   TextJob job = *last_job_;
   job.groups.latent_seed += 1;
   fill_sample(job);
@@ -223,7 +223,7 @@ bool TextGenerationsView::resample_z() {
 }
 
 bool TextGenerationsView::freeze_z() {
-  if (busy() || !last_job_ || !info(last_job_->model)) return false;
+  if (busy() || !last_job_ || !info(last_job_->model) || !info(last_job_->model)->config.is_free()) return false;
   TextJob job = *last_job_;
   job.groups.sample_seed += 1;
   fill_sample(job);
