@@ -1,6 +1,6 @@
 // ftx-studio: argument parsing and wiring only (the window is views/main_window).
-//   ftx-studio [--db PATH] [--view runs|train|curves|generations|latent|lessons]
-//              [--open MODEL]... [--random-ft] [--prompt TEXT]
+//   ftx-studio [--db PATH] [--view runs|train|curves|generations|latent|lessons[+another]]
+//              [--open MODEL]... [--random-ft] [--prompt TEXT] [--size WxH]
 //              [--screenshot PNG --after SECONDS] [--train RUN --steps N] [--latency]
 #include <unistd.h>
 
@@ -44,7 +44,10 @@ int main(int argc, char** argv) {
   p.addHelpOption();
   QCommandLineOption db({"d", "db"}, "Run store (SQLite).", "PATH",
                         QSettings().value("store/path", "workspace/runs.db").toString());
-  QCommandLineOption view("view", "Open on this view: runs, train, curves, generations, latent, lessons.", "VIEW");
+  QCommandLineOption view("view",
+                          "Open on this view: runs, train, curves, generations, latent, lessons; two joined by + "
+                          "are shown one above the other.",
+                          "VIEW");
   QCommandLineOption shot("screenshot", "Save a screenshot of the window to PNG, then exit.", "PNG");
   QCommandLineOption after("after", "Seconds before the screenshot (default 3).", "SECONDS", "3");
   QCommandLineOption train("train", "Start training a run of this name with the Train form's settings.", "RUN");
@@ -55,7 +58,8 @@ int main(int argc, char** argv) {
                                "With --open: also a random-weight Free Transformer (4 layers, dim 128, 8 latent bits) "
                                "with the opened model's tokenizer.");
   QCommandLineOption prompt("prompt", "With --open: generate this prompt once the (last) model is loaded.", "TEXT");
-  p.addOptions({db, view, shot, after, train, steps, latency, open, random_ft, prompt});
+  QCommandLineOption size("size", "Window size in pixels (default 1400x860).", "WxH", "1400x860");
+  p.addOptions({db, view, shot, after, train, steps, latency, open, random_ft, prompt, size});
   p.process(app);
 
   bool ok = false;
@@ -64,13 +68,17 @@ int main(int argc, char** argv) {
     return fail("--after '" + p.value(after) + "': expected seconds in 0..3600");
   const int n_steps = p.value(steps).toInt(&ok);
   if (!ok || n_steps < 1) return fail("--steps '" + p.value(steps) + "': expected a positive integer");
+  const QStringList wh = p.value(size).split('x');
+  const int width = wh.size() == 2 ? wh[0].toInt(&ok) : 0, height = ok && wh.size() == 2 ? wh[1].toInt(&ok) : 0;
+  if (!ok || width < 200 || height < 200 || width > 10000 || height > 10000)
+    return fail("--size '" + p.value(size) + "': expected WIDTHxHEIGHT in pixels, e.g. 1400x860");
   const QString view_name = p.value(view);
   if ((p.isSet(random_ft) || p.isSet(prompt)) && !p.isSet(open)) return fail("--random-ft and --prompt need --open");
   MainWindow w(
       StudioOptions{p.value(db), view_name, ftx::make_dataset, p.values(open), p.isSet(random_ft), p.value(prompt)});
   if (!view_name.isEmpty() && !w.raise_view(view_name))
     return fail("--view '" + view_name + "': unknown (expected runs, train, curves, generations, latent or lessons)");
-  w.resize(1400, 860);
+  w.resize(width, height);
   w.show();
   // The probe starts once the first frames are drawn: it measures the steady state, not start-up.
   if (p.isSet(latency)) QTimer::singleShot(1500, &w, [&w] { w.start_latency_probe(); });

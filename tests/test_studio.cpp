@@ -14,6 +14,7 @@
 #include <sqlite3.h>
 
 #include "test_util.h"
+#include "tests/real_model.h"
 
 namespace ftx {
 namespace {
@@ -158,6 +159,70 @@ TEST_F(StudioTest, BadInputIsAMessageNotACrash) {
   EXPECT_EQ(g.code, 0) << g.out;
   EXPECT_NE(g.out.find("generations: "), std::string::npos) << g.out;
   EXPECT_NE(g.out.find("gone/fx.checkpoints"), std::string::npos) << g.out;
+}
+
+// Pixels of exactly this colour (the Generations notices' backgrounds, views/text_generations_view.cpp).
+size_t pixels_of(const std::string& path, QRgb rgb) {
+  QImage img(QString::fromStdString(path));
+  size_t n = 0;
+  for (int y = 0; y < img.height(); ++y)
+    for (int x = 0; x < img.width(); ++x) n += (img.pixel(x, y) & 0xFFFFFF) == (rgb & 0xFFFFFF);
+  return n;
+}
+
+constexpr QRgb kNoZNotice = qRgb(0xff, 0xf4, 0xe6);   // "This model has no latent Z (plain decoder) ..."
+constexpr QRgb kFreeNotice = qRgb(0xeb, 0xfb, 0xee);  // "Free Transformer (H = 8 ..."
+constexpr size_t kNoticePixels = 5000;                // a notice line across the view: ~30 x 800 px
+
+// A real model file opened from the command line: loaded off the UI thread, listed, generating a
+// chat answer while the event loop stays within its budget; a plain decoder says it has no Z; a
+// random Free Transformer on its tokenizer shows its groups and its latent over real tokens.
+TEST(StudioRealModel, OpensGeneratesAndSaysItHasNoZ) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  const std::string model = test::smollm2_gguf_path();
+  REQUIRE_REAL_MODEL(model);
+  test::TempDir dir("ftx_studio_model_");
+  const std::string png = dir / "smollm2.png";
+  test::Outcome o = studio({"--db", dir / "none.db", "--open", model, "--prompt", "What is the capital of France?",
+                            "--view", "generations", "--latency", "--screenshot", png, "--after", "25"});
+  ASSERT_EQ(o.code, 0) << o.out;
+  EXPECT_NE(o.out.find("models: opened"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("plain decoder)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("models: loaded"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("has no latent Z (plain decoder)"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("generations: generated"), std::string::npos) << o.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(o.out, m, std::regex("worst latency: ([0-9.]+) ms"))) << o.out;
+  EXPECT_LT(std::stod(m[1]), kMaxLatencyMs) << "generation runs off the UI thread: " << o.out;
+  EXPECT_GE(stats_of(png).colours, 50u);
+  EXPECT_GT(pixels_of(png, kNoZNotice), kNoticePixels) << "the no-Z notice is on screen";
+
+  const std::string ft = dir / "random-ft.png";
+  test::Outcome f = studio({"--db", dir / "none.db", "--open", model, "--random-ft", "--prompt", "Tell me a story.",
+                            "--view", "generations+latent", "--screenshot", ft, "--after", "30"});
+  ASSERT_EQ(f.code, 0) << f.out;
+  EXPECT_NE(f.out.find("Free Transformer)"), std::string::npos) << f.out;
+  EXPECT_NE(f.out.find("generations: generated"), std::string::npos) << f.out;
+  EXPECT_TRUE(std::regex_search(f.out, std::regex("latent: shown [0-9]+ positions x 8 bits of model 'random")))
+      << f.out;
+  EXPECT_GT(pixels_of(ft, kFreeNotice), kNoticePixels) << "the Free Transformer notice is on screen";
+  EXPECT_GT(stats_of(ft).saturated, 0.02) << "the heatmap";
+}
+
+TEST(StudioRealModel, AFileThatIsNotAModelIsAMessageNotACrash) {
+  if (!have_xvfb()) GTEST_SKIP() << "xvfb-run not installed";
+  test::TempDir dir("ftx_studio_model_");
+  const std::string bogus = dir / "bogus.gguf";
+  ASSERT_TRUE(test::write_file(bogus, "GGUF but not really"));
+  test::Outcome o = studio({"--db", dir / "none.db", "--open", bogus, "--open", dir / "missing", "--screenshot",
+                            dir / "bad.png", "--after", "3"});
+  EXPECT_EQ(o.code, 0) << o.out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(o.out, m, std::regex(R"(models: [^\n]*bogus\.gguf)"))) << o.out;
+  ASSERT_TRUE(std::regex_search(o.out, m, std::regex(R"(models: [^\n]*missing)"))) << o.out;
+  test::Outcome r = studio({"--db", dir / "none.db", "--random-ft"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_NE(r.out.find("need --open"), std::string::npos) << r.out;
 }
 
 }  // namespace

@@ -18,7 +18,7 @@ namespace {
 
 constexpr double kLn2 = 0.69314718055994530942;
 constexpr float kMaxCellW = 26.0f;       // wider cells only spread the picture
-constexpr float kMaxTokenCellW = 78.0f;  // token labels past this width are cut with an ellipsis
+constexpr float kMaxTokenCellW = 66.0f;  // token labels past this width are cut with an ellipsis
 constexpr float kKlHeight = 104.0f;
 constexpr ImU32 kFlipAccent = IM_COL32(255, 106, 61, 255);
 constexpr ImU32 kKlUnder = IM_COL32(86, 120, 160, 255);
@@ -230,16 +230,17 @@ Grid make_grid(const LatentPanelData& d) {
   g.gutter_w = std::ceil(ImGui::CalcTextSize("original").x + 28);
   g.regen = !li.regenerated.empty();
   const float avail = ImGui::GetContentRegionAvail().x - g.gutter_w;
-  float max_cell_w = kMaxCellW;
-  if (!li.tokens.empty()) {  // as wide as the widest label, up to kMaxTokenCellW
+  float min_cell_w = std::ceil(char_w + 8), max_cell_w = kMaxCellW;
+  if (!li.tokens.empty()) {  // as wide as the widest label, up to kMaxTokenCellW (the grid scrolls)
     float widest = 0;
     for (const std::string& t : li.tokens) {
       g.labels.push_back(printable_token(t));
       widest = std::max(widest, g.mono->CalcTextSizeA(g.mono->FontSize, FLT_MAX, 0, g.labels.back().c_str()).x);
     }
     max_cell_w = std::clamp(std::ceil(widest + 10), kMaxCellW, kMaxTokenCellW);
+    min_cell_w = max_cell_w;
   }
-  g.cell_w = std::floor(std::clamp(avail / float(g.cols), std::ceil(char_w + 8), max_cell_w));
+  g.cell_w = std::floor(std::clamp(avail / float(g.cols), min_cell_w, max_cell_w));
   g.row_h = std::ceil(g.mono->FontSize + 8);
   const int digits = (g.H + 3) / 4;
   g.codes_across = float(digits) * small_w + 3 <= g.cell_w;
@@ -429,7 +430,10 @@ std::string input_name(const ftx::LatentInspection& li, int i) {
     return buf;
   }
   if (i < 0 || i >= int(li.tokens.size())) return "-";
-  return "'" + printable_token(li.tokens[size_t(i)]) + "'";
+  std::string quoted(1, '\'');  // (not "'" + ...: GCC 12 warns -Wrestrict on that, a known false alarm)
+  quoted += printable_token(li.tokens[size_t(i)]);
+  quoted += '\'';
+  return quoted;
 }
 
 void code_lines(const LatentPanelData& d, int t) {

@@ -151,7 +151,7 @@ QWidget* MainWindow::build_latent_dock() {
   auto* next = new QPushButton("New sequence");
   latent_ = new LatentView;
   auto* bar = new QHBoxLayout;
-  bar->addWidget(new QLabel("Run"));
+  bar->addWidget(new QLabel("Source"));
   bar->addWidget(latent_run_);
   bar->addWidget(latent_text_, 1);
   bar->addWidget(inspect);
@@ -186,10 +186,22 @@ void MainWindow::build_menus() {
 }
 
 bool MainWindow::raise_view(const QString& name) {
-  auto it = docks_.find(name);
-  if (it == docks_.end()) return false;
-  it->second->show();
-  it->second->raise();
+  // "generations+latent": the second dock split off below the first, both shown.
+  const QStringList parts = name.split('+');
+  std::vector<QDockWidget*> docks;
+  for (const QString& part : parts) {
+    auto it = docks_.find(part);
+    if (it == docks_.end() || parts.size() > 2) return false;
+    docks.push_back(it->second);
+  }
+  if (docks.size() == 2 && docks[0] != docks[1]) {
+    // Out of its tab group, then back into the first one's area below what is there
+    // (splitDockWidget would only add it as another tab of a tabbed dock).
+    removeDockWidget(docks[1]);
+    addDockWidget(dockWidgetArea(docks[0]), docks[1], Qt::Vertical);
+    resizeDocks({docks[0], docks[1]}, {1, 1}, Qt::Vertical);
+  }
+  for (QDockWidget* dock : docks) dock->show(), dock->raise();
   return true;
 }
 

@@ -54,7 +54,9 @@ class MainWindow : public QMainWindow {
  public:
   explicit MainWindow(StudioOptions opts);
   ~MainWindow() override;
-  bool raise_view(const QString& name);  // false for an unknown name
+  // Shows a dock (runs, train, ...), or two split one above the other ("generations+latent");
+  // false for an unknown name.
+  bool raise_view(const QString& name);
   bool save_view_png(const QString& path);
   void start_training(const QString& run, int steps);  // the form's settings under this name
   // Event-loop latency: the worst lateness of a 10 ms timer since the probe started.

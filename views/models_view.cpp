@@ -20,7 +20,7 @@ ModelsView::ModelsView(QWidget* parent) : QWidget(parent) {
   auto* title = new QLabel(tr("<b>Models</b> (File → Open model)"));
   table_ = new QTableWidget(0, kColumns);
   table_->setHorizontalHeaderLabels(
-      {tr("Name"), tr("Architecture"), tr("Params"), tr("Format"), tr("Latent"), tr("Status")});
+      {tr("Name"), tr("Latent"), tr("Params"), tr("Format"), tr("Status"), tr("Architecture")});
   table_->setSelectionBehavior(QAbstractItemView::SelectRows);
   table_->setSelectionMode(QAbstractItemView::SingleSelection);
   table_->setEditTriggers(QAbstractItemView::NoEditTriggers);

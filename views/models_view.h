@@ -22,7 +22,7 @@ class QTableWidget;
 class ModelsView : public QWidget {
   Q_OBJECT
  public:
-  enum Column { kName, kArchitecture, kParams, kFormat, kLatent, kStatus, kColumns };
+  enum Column { kName, kLatent, kParams, kFormat, kStatus, kArchitecture, kColumns };
   explicit ModelsView(QWidget* parent = nullptr);
 
   // A row for model `id` while it opens ("opening…"); its headers arrive with set_info.

@@ -80,6 +80,7 @@ QWidget* TextGroupsGrid::make_group(const ftx::TextGroup& g, const TextJobPlan& 
   v->setSpacing(6);
   auto* title = new QLabel(QString("<b style='color:%1'>%2</b>")
                                .arg(group_colour(g, plan.has_latent), group_title(g, plan.has_latent).toHtmlEscaped()));
+  title->setWordWrap(true);
   if (plan.has_latent && g.fixed && g.first < static_cast<int>(plan.latent_seeds.size()))
     title->setToolTip(tr("Z seed %1").arg(seed_text(plan.latent_seeds[size_t(g.first)])));
   v->addWidget(title);
