@@ -221,7 +221,7 @@ TEST(StudioRealModel, AFileThatIsNotAModelIsAMessageNotACrash) {
   ASSERT_TRUE(std::regex_search(o.out, m, std::regex(R"(models: [^\n]*bogus\.gguf)"))) << o.out;
   ASSERT_TRUE(std::regex_search(o.out, m, std::regex(R"(models: [^\n]*missing)"))) << o.out;
   test::Outcome r = studio({"--db", dir / "none.db", "--random-ft"});
-  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.code, 1) << r.out;
   EXPECT_NE(r.out.find("need --open"), std::string::npos) << r.out;
 }
 
