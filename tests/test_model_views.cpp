@@ -392,12 +392,13 @@ TEST_F(ModelWorkerTest, LoadsWithProgressAndStreamsTheGroups) {
   EXPECT_GE(w.batches[1], 1);
 
   // The latent of a text, and a text the tokenizer cannot encode.
-  w.call([](ModelWorker* m) { m->inspect(1, 1, "the sea was calm.", 5); });
+  w.call([](ModelWorker* m) { m->inspect(1, 1, "the sea was calm.", 0, 5); });
   ASSERT_TRUE(wait_until([&] { return !w.latents.empty(); }));
   EXPECT_EQ(w.latents[0].T, 16);
   EXPECT_EQ(w.latents[0].H, 4);
   EXPECT_EQ(w.latents[0].tokens.size(), 17u);
-  w.call([](ModelWorker* m) { m->inspect(2, 1, "The Sea", 5); });
+  EXPECT_TRUE(w.latents[0].regenerated_tokens.empty()) << "typed text: no prompt, no regeneration";
+  w.call([](ModelWorker* m) { m->inspect(2, 1, "The Sea", 0, 5); });
   ASSERT_TRUE(wait_until([&] { return !w.latent_errors.empty(); }));
   EXPECT_TRUE(w.latent_errors[0].startsWith("prompt: ")) << w.latent_errors[0].toStdString();
 }
@@ -431,6 +432,30 @@ TEST_F(ModelWorkerTest, StopCancelsTheRunningJobAndOneStillQueued) {
   EXPECT_EQ(w.plans.size(), 2u) << "no plan for job 3";
 }
 
+TEST_F(ModelWorkerTest, FlipsOfAGenerationsLatentRegenerateItsText) {
+  const std::string dir = save_tiny_checkpoint(in_dir("free"), 4);
+  WorkerHarness w;
+  std::vector<std::vector<std::string>> edits;
+  QObject::connect(w.worker, &ModelWorker::edited_ready, &w.ctx,
+                   [&](std::vector<std::string> tokens, QString) { edits.push_back(tokens); });
+  ASSERT_TRUE(w.open(1, dir));
+  // "the sea" is the prompt (7 bytes, 7 tokens) of a 20-token text.
+  w.call([](ModelWorker* m) { m->inspect(1, 1, "the sea was calm. a", 7, 5); });
+  ASSERT_TRUE(wait_until([&] { return !w.latents.empty() || !w.latent_errors.empty(); }));
+  ASSERT_FALSE(w.latents.empty()) << w.latent_errors[0].toStdString();
+  const ftx::LatentInspection& li = w.latents[0];
+  ASSERT_EQ(li.regenerated_tokens.size(), li.tokens.size()) << "the regeneration lines up with the text";
+  for (int i = 0; i < 7; ++i) EXPECT_EQ(li.regenerated_tokens[size_t(i)], li.tokens[size_t(i)]) << "the prompt";
+  w.worker->request_edit({});
+  ASSERT_TRUE(wait_until([&] { return edits.size() == 1; }));
+  EXPECT_EQ(edits[0], li.regenerated_tokens) << "no flips: the original";
+  w.worker->request_edit({{7, 0}, {8, 1}, {9, 2}});
+  ASSERT_TRUE(wait_until([&] { return edits.size() == 2; }));
+  ASSERT_EQ(edits[1].size(), li.tokens.size());
+  EXPECT_TRUE(std::equal(edits[1].begin(), edits[1].begin() + 8, li.regenerated_tokens.begin()))
+      << "a flip at position 7 changes tokens 8 on, not before";
+}
+
 TEST_F(ModelWorkerTest, MissingFilesAndPlainDecodersAreOneLineMessages) {
   const std::string plain = save_tiny_checkpoint(in_dir("plain"), 0);
   WorkerHarness w;
@@ -442,7 +467,7 @@ TEST_F(ModelWorkerTest, MissingFilesAndPlainDecodersAreOneLineMessages) {
   ASSERT_TRUE(w.open(2, plain));
   ASSERT_TRUE(w.loaded.count(2));
   EXPECT_FALSE(w.opened[2]->config.is_free());
-  w.call([](ModelWorker* m) { m->inspect(1, 2, "the sea", 5); });
+  w.call([](ModelWorker* m) { m->inspect(1, 2, "the sea", 0, 5); });
   ASSERT_TRUE(wait_until([&] { return !w.latent_errors.empty(); }));
   EXPECT_EQ(w.latent_errors[0], "this model has no latent Z (plain decoder)");
   const TextJobResult* r = w.run(job_for(5, 2, "the", 2, 3, 5));
@@ -489,7 +514,7 @@ TEST(RealModel, SmolLM2AnswersThroughTheWorkerAndLendsItsTokenizer) {
   ASSERT_TRUE(w.loaded.count(2)) << w.failed[2].toStdString();
   EXPECT_TRUE(w.opened[2]->config.is_free());
   EXPECT_EQ(w.opened[2]->chat_template, info.chat_template) << "the borrowed prompt conventions";
-  w.call([](ModelWorker* m) { m->inspect(1, 2, "The sea was calm.\nThe boat", 5); });
+  w.call([](ModelWorker* m) { m->inspect(1, 2, "The sea was calm.\nThe boat", 0, 5); });
   ASSERT_TRUE(wait_until([&] { return !w.latents.empty() || !w.latent_errors.empty(); }));
   ASSERT_FALSE(w.latents.empty()) << w.latent_errors[0].toStdString();
   const ftx::LatentInspection& li = w.latents[0];

@@ -225,6 +225,39 @@ TEST(InspectTextLatent, KlIsTheClosedFormOfTheBitProbabilities) {
   EXPECT_EQ(other->bit_probs, li->bit_probs) << "the encoder's probabilities do not depend on the seed";
 }
 
+// The Latent panel's rows for a model file: "original" is the text's prompt continued under the
+// encoder's codes, "edited" the same with bits flipped, which equals the Fixed policy with those
+// bits flipped by hand.
+TEST(InspectTextLatent, RegenerationsFromThePromptUnderTheCodes) {
+  auto be = make_cpu_backend();
+  auto m = tiny_model(*be, 4);
+  CharTokenizer t(kAlphabet);
+  const std::vector<int32_t> tokens = *t.encode("the sea was calm");
+  SampleConfig sc;
+  sc.temperature = 0.8f;
+  auto li = inspect_text_latent(*m, t, tokens, 3, 4, sc);
+  ASSERT_TRUE(li.ok()) << li.error().message;
+  ASSERT_EQ(li->regenerated_tokens.size(), tokens.size());
+  EXPECT_EQ(li->regenerated.substr(0, 4), "the ");
+  auto original = regenerate_text_latent(*m, tokens, 4, *li, {}, sc);
+  ASSERT_TRUE(original.ok());
+  EXPECT_EQ(t.decode(*original), li->regenerated);
+
+  const std::vector<std::pair<int, int>> flips{{3, 1}, {6, 0}, {6, 3}};
+  auto edited = regenerate_text_latent(*m, tokens, 4, *li, flips, sc);
+  ASSERT_TRUE(edited.ok());
+  std::vector<uint32_t> by_hand = li->codes;
+  for (auto [p, h] : flips) by_hand[size_t(p)] ^= 1u << h;
+  SampleConfig fixed_sc = sc;
+  fixed_sc.max_new_tokens = int(tokens.size()) - 4;
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + 4);
+  auto fixed = generate_text(*m, nullptr, {{prompt, {LatentPolicy::fixed(by_hand), li->sample_seed}}}, fixed_sc, {});
+  ASSERT_TRUE(fixed.ok());
+  EXPECT_EQ(*edited, (*fixed)[0].tokens);
+  EXPECT_FALSE(regenerate_text_latent(*m, tokens, 0, *li, {}, sc).ok());
+  EXPECT_FALSE(regenerate_text_latent(*m, tokens, int(tokens.size()), *li, {}, sc).ok());
+}
+
 TEST(InspectTextLatent, PlainDecoderAndShortTextsAreRefused) {
   auto be = make_cpu_backend();
   CharTokenizer t(kAlphabet);

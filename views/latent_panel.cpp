@@ -301,17 +301,30 @@ std::string fit_label(ImFont* f, const std::string& s, float width) {
   return cut + dots;
 }
 
-// One token label per column, centred, cut to the cell.
-void draw_label_row(ImDrawList* dl, const Grid& g, float y) {
+// One token label per column (`tokens`: each token's bytes), centred, cut to the cell; where
+// `other` is given, tokens that differ from it get the accent background. The first prompt_len
+// columns are the prompt.
+void draw_label_row(ImDrawList* dl, const Grid& g, float y, const std::vector<std::string>& tokens,
+                    const std::vector<std::string>* other, int prompt_len) {
+  constexpr ImU32 kDiffBackground = (kFlipAccent & 0x00FFFFFFu) | 0x99000000u;  // accent at 60% alpha
   const float fs = g.mono->FontSize;
-  for (int i = 0; i < g.cols && i < int(g.labels.size()); ++i) {
+  for (int i = 0; i < g.cols && i < int(tokens.size()); ++i) {
     const float x = g.origin.x + float(i) * g.cell_w;
-    const std::string label = fit_label(g.mono, g.labels[size_t(i)], g.cell_w - 4);
+    const bool differs = other != nullptr && (i >= int(other->size()) || (*other)[size_t(i)] != tokens[size_t(i)]);
+    const std::string label = fit_label(g.mono, printable_token(tokens[size_t(i)]), g.cell_w - 4);
     const float w = g.mono->CalcTextSizeA(fs, FLT_MAX, 0, label.c_str()).x;
-    dl->AddRectFilled(ImVec2(x + 1, y + 1), ImVec2(x + g.cell_w - 1, y + g.row_h - 1), IM_COL32(255, 255, 255, 10),
-                      2.0f);
-    dl->AddText(g.mono, fs, ImVec2(x + (g.cell_w - w) * 0.5f, y + (g.row_h - fs) * 0.5f), kPlainChar, label.c_str());
+    dl->AddRectFilled(ImVec2(x + 1, y + 1), ImVec2(x + g.cell_w - 1, y + g.row_h - 1),
+                      differs ? kDiffBackground : IM_COL32(255, 255, 255, 10), 2.0f);
+    const ImU32 col = differs ? IM_COL32_WHITE : i < prompt_len ? kPromptChar : kPlainChar;
+    dl->AddText(g.mono, fs, ImVec2(x + (g.cell_w - w) * 0.5f, y + (g.row_h - fs) * 0.5f), col, label.c_str());
   }
+}
+
+// Tokens the input and its regeneration share from the start: the prompt of a model file's text.
+int common_prefix(const std::vector<std::string>& a, const std::vector<std::string>& b) {
+  size_t n = 0;
+  while (n < a.size() && n < b.size() && a[n] == b[n]) ++n;
+  return int(n);
 }
 
 void draw_cell(ImDrawList* dl, const Grid& g, const LatentPanelData& d, int t, int h) {
@@ -488,7 +501,16 @@ void column_tooltip(const LatentPanelData& d, int t) {
   char_name(edit, sizeof edit, d.edited, t);
   ImGui::BeginTooltip();
   column_lines(d, t);
-  if (!li.regenerated.empty()) ImGui::Text("original %s   edited %s", orig, d.edited.empty() ? "-" : edit);
+  if (!li.tokens.empty() && !li.regenerated_tokens.empty()) {
+    auto name = [t](const std::vector<std::string>& v) {
+      std::string q = "-";
+      if (t < int(v.size())) q.assign(1, '\''), q += printable_token(v[size_t(t)]), q += '\'';
+      return q;
+    };
+    ImGui::Text("original %s   edited %s", name(li.regenerated_tokens).c_str(), name(d.edited_tokens).c_str());
+  } else if (!li.regenerated.empty()) {
+    ImGui::Text("original %s   edited %s", orig, d.edited.empty() ? "-" : edit);
+  }
   ImGui::EndTooltip();
 }
 
@@ -512,24 +534,29 @@ Hover hover_of(const Grid& g, bool window_hovered) {
 
 void draw_edited_row(ImDrawList* dl, const Grid& g, const LatentPanelData& d, char target, int prompt_len) {
   const float y = g.origin.y + g.y_edit;
-  const ImVec2 hint_at(g.origin.x + float(prompt_len) * g.cell_w + 6, y + (g.row_h - ImGui::GetFontSize()) * 0.5f);
+  // After a character-level prompt; a model file's prompt (a chat template) may be wider than the view.
+  const float hint_x = g.labels.empty() ? g.origin.x + float(prompt_len) * g.cell_w + 6 : g.origin.x + 6;
+  const ImVec2 hint_at(hint_x, y + (g.row_h - ImGui::GetFontSize()) * 0.5f);
   char buf[96];
   if (d.regenerating) {
     std::snprintf(buf, sizeof buf, "regenerating%s", ellipsis(ImGui::GetFont()));
     dl->AddText(hint_at, kGutterText, buf);
   } else if (d.flips.empty()) {
     dl->AddText(hint_at, kGutterText, "click a heatmap cell to flip that bit of Z_t");
-  } else if (d.edited.empty()) {
+  } else if (g.labels.empty() ? d.edited.empty() : d.edited_tokens.empty()) {
     dl->AddText(hint_at, kGutterText, "no edited generation for these flips");
-  } else {
+  } else if (g.labels.empty()) {
     draw_text_row(dl, g, y, d.edited, &d.inspection->regenerated, target, prompt_len);
+  } else {
+    draw_label_row(dl, g, y, d.edited_tokens, &d.inspection->regenerated_tokens, prompt_len);
   }
 }
 
 void draw_columns(ImDrawList* dl, const Grid& g, const LatentPanelData& d, const Hover& hv) {
   const ftx::LatentInspection& li = *d.inspection;
   const char target = g.labels.empty() ? target_letter(li.text) : 0;
-  const int prompt_len = g.labels.empty() ? std::min(prompt_length(li.text), g.cols) : 0;
+  const int prompt_len =
+      std::min(g.labels.empty() ? prompt_length(li.text) : common_prefix(li.tokens, li.regenerated_tokens), g.cols);
   if (prompt_len > 0)
     for (float y : {g.y_seq, g.y_orig, g.y_edit})
       dl->AddRectFilled(ImVec2(g.origin.x, g.origin.y + y),
@@ -542,7 +569,7 @@ void draw_columns(ImDrawList* dl, const Grid& g, const LatentPanelData& d, const
   if (g.labels.empty())
     draw_text_row(dl, g, g.origin.y + g.y_seq, li.text, nullptr, target, prompt_len);
   else
-    draw_label_row(dl, g, g.origin.y + g.y_seq);
+    draw_label_row(dl, g, g.origin.y + g.y_seq, li.tokens, nullptr, prompt_len);
   for (int t = 0; t < g.T; ++t)
     for (int h = 0; h < g.H; ++h) draw_cell(dl, g, d, t, h);
   if (hv.h >= 0) {
@@ -552,7 +579,10 @@ void draw_columns(ImDrawList* dl, const Grid& g, const LatentPanelData& d, const
   draw_kl_bars(dl, g, d);
   draw_codes(dl, g, d);
   if (!g.regen) return;
-  draw_text_row(dl, g, g.origin.y + g.y_orig, li.regenerated, nullptr, target, prompt_len);
+  if (g.labels.empty())
+    draw_text_row(dl, g, g.origin.y + g.y_orig, li.regenerated, nullptr, target, prompt_len);
+  else
+    draw_label_row(dl, g, g.origin.y + g.y_orig, li.regenerated_tokens, nullptr, prompt_len);
   draw_edited_row(dl, g, d, target, prompt_len);
 }
 
@@ -587,15 +617,24 @@ void draw_grid(const LatentPanelData& d, LatentPanelActions& act) {
   ImGui::EndChild();
 }
 
-void draw_summary(const LatentPanelData& d) {
-  const std::string& a = d.inspection->regenerated;
-  const std::string& b = d.edited;
+// Positions where two sequences differ (one past the other's end counts), and the longer length.
+template <class Seq>
+std::pair<int, size_t> differences(const Seq& a, const Seq& b) {
   int differ = 0;
   for (size_t i = 0; i < std::max(a.size(), b.size()); ++i) differ += i >= a.size() || i >= b.size() || a[i] != b[i];
+  return {differ, std::max(a.size(), b.size())};
+}
+
+void draw_summary(const LatentPanelData& d) {
+  const std::string& a = d.inspection->regenerated;
+  const bool tokens = !d.inspection->tokens.empty();
+  const bool edited = tokens ? !d.edited_tokens.empty() : !d.edited.empty();
+  const auto [differ, n] =
+      tokens ? differences(d.inspection->regenerated_tokens, d.edited_tokens) : differences(a, d.edited);
   ImGui::Spacing();
-  if (!d.flips.empty() && !d.regenerating && !b.empty())
-    ImGui::Text("%zu bit%s flipped: the edited generation differs from the original at %d of %zu positions",
-                d.flips.size(), d.flips.size() == 1 ? "" : "s", differ, std::max(a.size(), b.size()));
+  if (!d.flips.empty() && !d.regenerating && edited)
+    ImGui::Text("%zu bit%s flipped: the edited generation differs from the original at %d of %zu %s", d.flips.size(),
+                d.flips.size() == 1 ? "" : "s", differ, n, tokens ? "tokens" : "positions");
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   if (a.empty())
     ImGui::TextWrapped(

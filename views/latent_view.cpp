@@ -90,6 +90,7 @@ void LatentView::set_inspection(const ftx::LatentInspection& inspection, QString
   step_ = step;
   flips_.clear();
   edited_.clear();
+  edited_tokens_.clear();
   regenerating_ = false;
   message_.clear();
   schedule_frames(2);
@@ -99,6 +100,7 @@ void LatentView::clear(QString text) {
   inspection_.reset();
   flips_.clear();
   edited_.clear();
+  edited_tokens_.clear();
   regenerating_ = false;
   message_.clear();
   empty_text_ = text.toStdString();
@@ -110,6 +112,11 @@ void LatentView::set_edited(QString text) {
   edited_ = text.toStdString();
   regenerating_ = false;
   schedule_frames(2);
+}
+
+void LatentView::set_edited_tokens(std::vector<std::string> tokens, QString text) {
+  edited_tokens_ = std::move(tokens);
+  set_edited(std::move(text));
 }
 
 void LatentView::set_message(QString message) {
@@ -197,6 +204,7 @@ bool LatentView::render_frame() {
   d.step = step_;
   d.flips = flips_;
   d.edited = edited_;
+  d.edited_tokens = edited_tokens_;
   d.regenerating = regenerating_;
   d.message = message_;
   d.empty_text = empty_text_;
@@ -228,6 +236,7 @@ void LatentView::apply(const LatentPanelActions& a) {
   if (a.clear_flips && !flips_.empty()) {
     flips_.clear();
     edited_.clear();
+    edited_tokens_.clear();
     regenerating_ = false;
     QMetaObject::invokeMethod(
         this, [this, f = flips_] { emit flips_changed(f); }, Qt::QueuedConnection);
@@ -246,6 +255,7 @@ void LatentView::toggle_flip(int t, int h) {
   else
     flips_.insert(it, bit);
   edited_.clear();
+  edited_tokens_.clear();
   regenerating_ = !flips_.empty();
   QMetaObject::invokeMethod(
       this, [this, f = flips_] { emit flips_changed(f); }, Qt::QueuedConnection);

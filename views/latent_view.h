@@ -46,6 +46,8 @@ class LatentView : public QWidget {
   void clear(QString text);
   // The regeneration for the flips of the latest flips_changed.
   void set_edited(QString text);
+  // The same for an inspection with tokens: each token's bytes (prompt included), and the text.
+  void set_edited_tokens(std::vector<std::string> tokens, QString text);
   // One status line (errors from the owner's worker); a non-empty one also ends "regenerating".
   void set_message(QString message);
   // Renders one frame and writes it as PNG; false when OpenGL or the file failed.
@@ -93,6 +95,7 @@ class LatentView : public QWidget {
   int step_ = 0;
   std::vector<std::pair<int, int>> flips_;  // (t, h), sorted
   std::string edited_;
+  std::vector<std::string> edited_tokens_;
   bool regenerating_ = false;
   std::string message_;
   std::string empty_text_;    // the empty state's text; empty: the panel's default

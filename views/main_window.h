@@ -94,7 +94,9 @@ class MainWindow : public QMainWindow {
   void on_model_failed(int id, const QString& message);
   void close_model(int id);
   void show_model_generations(int id);
-  void show_model_latent(int id, const QString& text);
+  // The Latent dock on model `id`: its no-Z message for a plain decoder, else the encoder over
+  // `text` (empty: the text last inspected) whose first prompt_bytes bytes are its prompt (0: none).
+  void show_model_latent(int id, const QString& text, int prompt_bytes = 0);
   void inspect_model_latent(int id, quint64 seed);
   int latent_model() const;  // the model chosen in the Latent dock, -1 for a run
   void fill_latent_sources(const QStringList& free_runs);
@@ -114,6 +116,7 @@ class MainWindow : public QMainWindow {
   int auto_generate_ = -1;         // the model that generates opts_.prompt once loaded
   int random_pending_ = -1;        // the model whose tokenizer a --random-ft model borrows, once loaded
   std::string latent_model_text_;  // the exact text of a model inspection (the line edit flattens it)
+  int latent_model_prompt_ = 0;    // bytes of it that are a prompt (a generation's), 0: none
   quint64 latent_request_ = 0;     // the newest model inspection asked for
   QStringList latent_free_runs_;
   RunListModel* runs_model_ = nullptr;

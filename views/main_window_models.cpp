@@ -73,22 +73,28 @@ void MainWindow::connect_models() {
   connect(models_view_, &ModelsView::close_requested, this, &MainWindow::close_model);
   connect(models_view_, &ModelsView::generations_requested, this, &MainWindow::show_model_generations);
   connect(models_view_, &ModelsView::latent_requested, this, [this](int id) { show_model_latent(id, QString()); });
+  connect(model_worker_, &ModelWorker::edited_ready, latent_, &LatentView::set_edited_tokens);
+  connect(model_worker_, &ModelWorker::edit_failed, latent_, &LatentView::set_message);
   connect(text_generations_, &TextGenerationsView::generate_requested, model_worker_, &ModelWorker::generate);
   connect(text_generations_, &TextGenerationsView::stop_requested, this,
           [this](quint64 job) { model_worker_->cancel(job); });
-  connect(text_generations_, &TextGenerationsView::inspect_requested, this, &MainWindow::show_model_latent);
+  connect(text_generations_, &TextGenerationsView::inspect_requested, this,
+          [this](int id, const QString& text, int prompt_bytes) { show_model_latent(id, text, prompt_bytes); });
   // A Free Transformer's latent follows its newest generation (prompt + the first sequence).
   connect(text_generations_, &TextGenerationsView::generation_done, this, [this](int id) {
     auto it = models_.find(id);
     if (it == models_.end() || !it->second->config.is_free() || !text_generations_->last_plan()) return;
-    const TextGroupsGrid* grid = text_generations_->grid();
-    show_model_latent(id, QString::fromStdString(text_generations_->last_plan()->prompt_text) + grid->text(0));
+    const std::string& prompt = text_generations_->last_plan()->prompt_text;
+    show_model_latent(id, QString::fromStdString(prompt) + text_generations_->grid()->text(0),
+                      static_cast<int>(prompt.size()));
   });
   connect(latent_run_, &QComboBox::currentIndexChanged, this, [this] {
     if (latent_model() >= 0) show_model_latent(latent_model(), QString());
   });
-  connect(latent_text_, &QLineEdit::textEdited, this,
-          [this](const QString& t) { latent_model_text_ = t.toStdString(); });
+  connect(latent_text_, &QLineEdit::textEdited, this, [this](const QString& t) {
+    latent_model_text_ = t.toStdString();
+    latent_model_prompt_ = 0;  // typed text: no prompt to regenerate from
+  });
   model_thread_.start();
 
   for (const QString& path : opts_.open) auto_generate_ = open_model(path);
@@ -190,9 +196,7 @@ void MainWindow::show_model_generations(int id) {
   text_generations_->select_model(id);
 }
 
-// The Latent dock on model `id`: its no-Z message for a plain decoder, else the encoder over
-// `text` (empty: the text last inspected, or the Generations prompt).
-void MainWindow::show_model_latent(int id, const QString& text) {
+void MainWindow::show_model_latent(int id, const QString& text, int prompt_bytes) {
   auto it = models_.find(id);
   if (it == models_.end()) return;
   const int i = latent_run_->findData(id);
@@ -206,7 +210,7 @@ void MainWindow::show_model_latent(int id, const QString& text) {
     qInfo("latent: model '%s' has no latent Z (plain decoder)", qPrintable(model_name(*it->second)));
     return;
   }
-  if (!text.isEmpty()) latent_model_text_ = text.toStdString();
+  if (!text.isEmpty()) latent_model_text_ = text.toStdString(), latent_model_prompt_ = prompt_bytes;
   inspect_model_latent(id, latent_seed_);
 }
 
@@ -215,12 +219,14 @@ void MainWindow::inspect_model_latent(int id, quint64 seed) {
   if (it == models_.end()) return;
   if (!it->second->config.is_free()) return latent_->clear(kNoLatent);
   if (!models_view_->loaded(id)) return latent_->clear("Loading " + model_name(*it->second) + "…");
-  if (latent_model_text_.empty())
+  if (latent_model_text_.empty()) {
     latent_model_text_ = text_generations_->last_plan() ? text_generations_->last_plan()->prompt_text
                                                         : std::string("The sea was calm, and the boat moved slowly.");
+    latent_model_prompt_ = 0;
+  }
   QMetaObject::invokeMethod(model_worker_, "inspect", Qt::QueuedConnection, Q_ARG(quint64, ++latent_request_),
                             Q_ARG(int, id), Q_ARG(QString, QString::fromStdString(latent_model_text_)),
-                            Q_ARG(quint64, seed));
+                            Q_ARG(int, latent_model_prompt_), Q_ARG(quint64, seed));
 }
 
 int MainWindow::latent_model() const {

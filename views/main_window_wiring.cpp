@@ -20,6 +20,7 @@
 #include "views/latent_view.h"
 #include "views/lessons_view.h"
 #include "views/main_window.h"
+#include "views/model_worker.h"
 #include "views/run_list_model.h"
 #include "views/train_view.h"
 
@@ -78,7 +79,12 @@ void MainWindow::connect_explorer() {
             latent_text_->setText(QString::fromStdString(li.text));
           });
   connect(explorer_, &ExploreWorker::edited_ready, latent_, &LatentView::set_edited);
-  connect(latent_, &LatentView::flips_changed, this, [this](const BitFlips& f) { explorer_->request_edit(f); });
+  connect(latent_, &LatentView::flips_changed, this, [this](const BitFlips& f) {
+    if (latent_model() >= 0)
+      model_worker_->request_edit(f);
+    else
+      explorer_->request_edit(f);
+  });
   connect(lessons_, &LessonsView::coinflip_requested, explorer_, &ExploreWorker::coinflip);
   connect(lessons_, &LessonsView::kappa_lesson_requested, explorer_, [this] {
     QMetaObject::invokeMethod(explorer_, "kappa_lesson", Qt::QueuedConnection, Q_ARG(quint64, ++latent_seed_));

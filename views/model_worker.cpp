@@ -16,6 +16,13 @@ namespace {
 constexpr qint64 kProgressIntervalMs = 33;  // load_progress at most ~30 times a second
 constexpr qint64 kTextIntervalMs = 33;      // text_arrived at most once a frame
 
+// Sampling of the Latent view's regenerations (original and edited share the token seed).
+ftx::SampleConfig latent_sampling() {
+  ftx::SampleConfig sc;
+  sc.temperature = 0.8f, sc.top_p = 0.95f;
+  return sc;
+}
+
 QString qs(const std::string& s) { return QString::fromStdString(s); }
 
 }  // namespace
@@ -34,6 +41,7 @@ void ModelWorker::register_meta_types() {
   qRegisterMetaType<TextPieces>("TextPieces");
   qRegisterMetaType<TextJobResult>("TextJobResult");
   qRegisterMetaType<ftx::ModelConfig>("ftx::ModelConfig");
+  qRegisterMetaType<std::vector<std::string>>("std::vector<std::string>");
 }
 
 void ModelWorker::cancel(quint64 job) {
@@ -100,6 +108,7 @@ void ModelWorker::close(int id) {
   if (it == models_.end()) return;
   it->second.model.reset();
   models_.erase(it);
+  if (inspected_ && inspected_->model == id) inspected_.reset();
 }
 
 void ModelWorker::generate(TextJob job) {
@@ -165,15 +174,55 @@ ftx::Result<TextJobResult> ModelWorker::run_job(const TextJob& job, Entry& e) {
   return result;
 }
 
-void ModelWorker::inspect(quint64 request, int id, QString text, quint64 seed) {
+void ModelWorker::inspect(quint64 request, int id, QString text, int prompt_bytes, quint64 seed) {
   auto it = models_.find(id);
   if (it == models_.end())
     return emit latent_failed(request, "the model is not loaded (still loading, failed or closed)");
   const ftx::ModelInfo& info = *it->second.info;
   if (!info.tokenizer) return emit latent_failed(request, qs(info.path + ": no tokenizer: the latent view needs text"));
-  auto tokens = ftx::prompt_tokens(*info.tokenizer, info.add_bos, text.toStdString());
+  const std::string all = text.toStdString();
+  auto tokens = ftx::prompt_tokens(*info.tokenizer, info.add_bos, all);
   if (!tokens) return emit latent_failed(request, qs(tokens.error().message));
-  auto li = ftx::inspect_text_latent(*it->second.model, *info.tokenizer, *tokens, seed);
+  // The prompt's tokens, when they begin the text's (a generation's prompt always does).
+  int prompt_len = 0;
+  if (prompt_bytes > 0 && prompt_bytes < static_cast<int>(all.size())) {
+    auto prompt = ftx::prompt_tokens(*info.tokenizer, info.add_bos, all.substr(0, size_t(prompt_bytes)));
+    if (prompt && prompt->size() < tokens->size() && std::equal(prompt->begin(), prompt->end(), tokens->begin()))
+      prompt_len = static_cast<int>(prompt->size());
+  }
+  auto li = ftx::inspect_text_latent(*it->second.model, *info.tokenizer, *tokens, seed, prompt_len, latent_sampling());
   if (!li) return emit latent_failed(request, qs(li.error().message));
+  if (prompt_len > 0)
+    inspected_ = Inspected{id, *tokens, prompt_len, *li};
+  else
+    inspected_.reset();
   emit latent_ready(request, std::move(*li), qs(info.name));
+}
+
+void ModelWorker::request_edit(const std::vector<std::pair<int, int>>& flips) {
+  {
+    std::lock_guard lk(edit_mu_);
+    pending_flips_ = flips;
+    ++edit_requested_;
+  }
+  QMetaObject::invokeMethod(this, "process_edit", Qt::QueuedConnection);
+}
+
+void ModelWorker::process_edit() {
+  std::vector<std::pair<int, int>> flips;
+  {
+    std::lock_guard lk(edit_mu_);
+    if (edit_done_ == edit_requested_) return;  // a newer request was already computed
+    edit_done_ = edit_requested_;
+    flips = pending_flips_;
+  }
+  auto it = inspected_ ? models_.find(inspected_->model) : models_.end();
+  if (it == models_.end()) return emit edit_failed("nothing to regenerate: inspect a generation first");
+  auto ids = ftx::regenerate_text_latent(*it->second.model, inspected_->tokens, inspected_->prompt_len, inspected_->li,
+                                         flips, latent_sampling());
+  if (!ids) return emit edit_failed(qs(ids.error().message));
+  const ftx::Tokenizer& t = *it->second.info->tokenizer;
+  std::vector<std::string> tokens;
+  for (int32_t id : *ids) tokens.emplace_back(t.token_bytes(id));
+  emit edited_ready(std::move(tokens), qs(t.decode(*ids)));
 }

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -62,6 +64,7 @@ Q_DECLARE_METATYPE(TextJobPlan)
 Q_DECLARE_METATYPE(TextPieces)
 Q_DECLARE_METATYPE(TextJobResult)
 Q_DECLARE_METATYPE(ftx::ModelConfig)
+Q_DECLARE_METATYPE(std::vector<std::string>)
 
 class ModelWorker : public QObject {
   Q_OBJECT
@@ -71,6 +74,9 @@ class ModelWorker : public QObject {
   // Thread-safe (call from the UI thread): every job up to `job` stops at its next token, and one
   // still queued does not start.
   void cancel(quint64 job);
+  // Thread-safe (call from the UI thread): the last inspection regenerated with these (position,
+  // bit) flips; only the newest of several requests is computed.
+  void request_edit(const std::vector<std::pair<int, int>>& flips);
   static void register_meta_types();
 
  public slots:
@@ -84,8 +90,9 @@ class ModelWorker : public QObject {
   void close(int id);
   void generate(TextJob job);
   // The encoder's bit probabilities and KL over `text` (tokenized as a prompt: BOS when the model
-  // wants one); `request` is echoed back.
-  void inspect(quint64 request, int id, QString text, quint64 seed);
+  // wants one); `request` is echoed back. When its first `prompt_bytes` bytes are a prompt (a
+  // generation's), the inspection also holds the regeneration from it, and flips can be asked for.
+  void inspect(quint64 request, int id, QString text, int prompt_bytes, quint64 seed);
 
  signals:
   void opened(int id, std::shared_ptr<const ftx::ModelInfo> info);
@@ -97,6 +104,12 @@ class ModelWorker : public QObject {
   void finished(TextJobResult result);
   void latent_ready(quint64 request, ftx::LatentInspection inspection, QString model);
   void latent_failed(quint64 request, QString message);
+  // The regeneration for the newest request_edit: its tokens' bytes (prompt included) and text.
+  void edited_ready(std::vector<std::string> tokens, QString text);
+  void edit_failed(QString message);
+
+ private slots:
+  void process_edit();
 
  private:
   struct Entry {
@@ -111,4 +124,15 @@ class ModelWorker : public QObject {
   std::unique_ptr<ftx::Backend> be_;
   std::map<int, Entry> models_;
   std::atomic<quint64> cancelled_up_to_{0};
+  // The last inspection with a prompt (what flips regenerate).
+  struct Inspected {
+    int model = 0;
+    std::vector<int32_t> tokens;
+    int prompt_len = 0;
+    ftx::LatentInspection li;
+  };
+  std::optional<Inspected> inspected_;
+  std::mutex edit_mu_;
+  std::vector<std::pair<int, int>> pending_flips_;
+  uint64_t edit_requested_ = 0, edit_done_ = 0;
 };

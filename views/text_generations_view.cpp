@@ -50,7 +50,8 @@ TextGenerationsView::TextGenerationsView(QWidget* parent) : QWidget(parent) {
   layout->addWidget(scroll, 1);
   connect(grid_, &TextGroupsGrid::row_activated, this, [this](int seq) {
     if (!plan_ || !last_job_) return;
-    emit inspect_requested(last_job_->model, QString::fromStdString(plan_->prompt_text) + grid_->text(seq));
+    emit inspect_requested(last_job_->model, QString::fromStdString(plan_->prompt_text) + grid_->text(seq),
+                           static_cast<int>(plan_->prompt_text.size()));
   });
   update_enabled();
 }

@@ -54,7 +54,8 @@ class TextGenerationsView : public QWidget {
  signals:
   void generate_requested(TextJob job);
   void stop_requested(quint64 job);
-  void inspect_requested(int model, QString text);
+  // The latent of a generation: prompt (as the model was given it) + its text; the prompt's bytes.
+  void inspect_requested(int model, QString text, int prompt_bytes);
   void generation_done(int model);  // a job ended with text (not an error)
 
  public slots:

@@ -68,14 +68,15 @@ Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::strin
 
 // ---- Latent ----
 struct LatentInspection {
-  std::string text;                 // the inspected sequence (prompt + body)
-  std::vector<std::string> tokens;  // (T + 1) each token's bytes; empty: one character per token
-  int T = 0, H = 0;                 // positions (tokens - 1), latent bits
-  std::vector<float> bit_probs;     // (T, H) encoder's P(bit h of Z_t = 1)
-  std::vector<float> kl;            // (T) nats
-  std::vector<uint32_t> codes;      // (T) sampled from the encoder (seed)
-  double kappa_nats = 0;            // the run's free bits
-  std::string regenerated;          // generated from the prompt with these codes (sample seed)
+  std::string text;                             // the inspected sequence (prompt + body)
+  std::vector<std::string> tokens;              // (T + 1) each token's bytes; empty: one character per token
+  int T = 0, H = 0;                             // positions (tokens - 1), latent bits
+  std::vector<float> bit_probs;                 // (T, H) encoder's P(bit h of Z_t = 1)
+  std::vector<float> kl;                        // (T) nats
+  std::vector<uint32_t> codes;                  // (T) sampled from the encoder (seed)
+  double kappa_nats = 0;                        // the run's free bits
+  std::string regenerated;                      // generated from the prompt with these codes (sample seed)
+  std::vector<std::string> regenerated_tokens;  // its tokens' bytes, when `tokens` is set (else empty)
   uint64_t sample_seed = 0;
 };
 // Runs the encoder on `text` (prompt + at most seq_len-1 more tokens), samples codes with `seed`,

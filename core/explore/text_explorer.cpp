@@ -89,7 +89,8 @@ Result<TextGroupPlan> plan_text_groups(const ModelConfig& cfg, const std::vector
 }
 
 Result<LatentInspection> inspect_text_latent(Model& model, const Tokenizer& tokenizer,
-                                             const std::vector<int32_t>& tokens, uint64_t seed) {
+                                             const std::vector<int32_t>& tokens, uint64_t seed, int prompt_len,
+                                             const SampleConfig& sample) {
   const ModelConfig& cfg = model.config();
   if (!cfg.is_free()) return make_error("this model has no latent Z (plain decoder)");
   const int n = static_cast<int>(tokens.size());
@@ -107,8 +108,31 @@ Result<LatentInspection> inspect_text_latent(Model& model, const Tokenizer& toke
   model.read_bit_probs(*state, li.bit_probs.data());
   model.read_kl(*state, li.kl.data());
   model.read_codes(*state, li.codes.data());
-  li.sample_seed = seed;
+  li.sample_seed = derive_seed(seed, kLaneInspect, 1);
+  if (prompt_len <= 0) return li;
+  auto regen = regenerate_text_latent(model, tokens, prompt_len, li, {}, sample);
+  if (!regen) return regen.error();
+  li.regenerated = tokenizer.decode(*regen);
+  for (int32_t id : *regen) li.regenerated_tokens.emplace_back(tokenizer.token_bytes(id));
   return li;
+}
+
+Result<std::vector<int32_t>> regenerate_text_latent(Model& model, const std::vector<int32_t>& tokens, int prompt_len,
+                                                    const LatentInspection& li,
+                                                    const std::vector<std::pair<int, int>>& flips,
+                                                    const SampleConfig& sample) {
+  const int n = static_cast<int>(tokens.size());
+  if (prompt_len < 1 || prompt_len >= n)
+    return make_error("the prompt must have 1.." + std::to_string(n - 1) + " of the text's " + std::to_string(n) +
+                      " tokens, got " + std::to_string(prompt_len));
+  if (static_cast<int>(li.codes.size()) != n - 1) return make_error("the inspection is not of this text");
+  SampleConfig sc = sample;
+  sc.max_new_tokens = n - prompt_len;  // prompt + new tokens = the text's n: the codes cover every input
+  const std::vector<int32_t> prompt(tokens.begin(), tokens.begin() + prompt_len);
+  const std::vector<GenerationRequest> req{{prompt, {LatentPolicy::edited(li.codes, flips), li.sample_seed}}};
+  auto gens = generate_text(model, nullptr, req, sc, {});
+  if (!gens) return gens.error();
+  return std::move((*gens)[0].tokens);
 }
 
 }  // namespace ftx

@@ -11,6 +11,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/explore/explorer.h"
@@ -70,9 +71,20 @@ Result<TextGroupPlan> plan_text_groups(const ModelConfig& cfg, const std::vector
 // The encoder over `tokens` (n >= 2: T = n - 1 input positions, at most the context): bit
 // probabilities, KL per position and the codes the binary mapper samples with `seed`, as one
 // forward of B = 1. The inspection's `tokens` are each token's bytes (n of them), `text` their
-// concatenation, kappa_nats 0 (a model file carries no free-bits setting). Errors: a plain
-// decoder ("has no latent Z"), too few or too many tokens.
+// concatenation, kappa_nats 0 (a model file carries no free-bits setting). With 0 < prompt_len < n
+// it also holds the regeneration of the text from its first prompt_len tokens under these codes
+// (regenerate_text_latent without flips; `regenerated` and `regenerated_tokens`); with
+// prompt_len 0 it has none. Errors: a plain decoder ("has no latent Z"), too few or too many tokens.
 Result<LatentInspection> inspect_text_latent(Model& model, const Tokenizer& tokenizer,
-                                             const std::vector<int32_t>& tokens, uint64_t seed);
+                                             const std::vector<int32_t>& tokens, uint64_t seed, int prompt_len = 0,
+                                             const SampleConfig& sample = {});
+// The text's first prompt_len tokens continued to its length (n tokens in all) under the
+// inspection's codes with (position, bit) `flips` (LatentPolicy::edited), token draws from
+// li.sample_seed: what the Latent panel shows as "original" (no flips) and "edited". The ids,
+// prompt included; no end-of-generation stop, so that the rows line up with the text's.
+Result<std::vector<int32_t>> regenerate_text_latent(Model& model, const std::vector<int32_t>& tokens, int prompt_len,
+                                                    const LatentInspection& li,
+                                                    const std::vector<std::pair<int, int>>& flips,
+                                                    const SampleConfig& sample);
 
 }  // namespace ftx
