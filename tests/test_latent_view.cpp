@@ -1,6 +1,7 @@
 // LatentView in a real window (Xvfb when there is no display): clicking a heatmap cell flips that
-// bit of Z_t and clicking it again restores it; "Clear flips" empties the list; save_png writes
-// the frame; and the window hosting the panel stays a raster window (an OpenGL-composed one costs
+// bit of Z_t and clicking it again restores it; "Clear flips" empties the list; a model file's
+// inspection has columns as wide as its token labels and flips only when it has a regeneration;
+// save_png writes the frame; and the window hosting the panel stays a raster window (an OpenGL-composed one costs
 // every repaint in the studio a full-window upload, which broke the 50 ms latency budget).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -117,6 +118,39 @@ TEST_F(LatentViewTest, ClickingACellFlipsThatBitAndClickingAgainRestoresIt) {
   frames(2);
   EXPECT_TRUE(view_->flips().empty());
   EXPECT_EQ(emitted_.size(), 3u);
+}
+
+// A model file's inspection: columns as wide as the token labels; without a regeneration (typed
+// text) a click flips nothing, with one it flips as for a run.
+TEST_F(LatentViewTest, TokenColumnsAndFlipsOnlyWithARegeneration) {
+  ftx::LatentInspection li = inspection(6, 4);
+  li.tokens = {"The", " sea", " was", "\n", " calm", "."};
+  li.tokens.push_back(" and");
+  li.text.clear();
+  for (const std::string& t : li.tokens) li.text += t;
+  li.regenerated.clear();
+  view_->set_inspection(li, "random Free Transformer", -1);
+  frames(3);
+  const QRectF cell = view_->cell_rect(2, 1);
+  ASSERT_FALSE(cell.isEmpty());
+  const QRectF char_cell = [&] {
+    view_->set_inspection(inspection(6, 4), "run", 1);
+    frames(3);
+    return view_->cell_rect(2, 1);
+  }();
+  EXPECT_GT(cell.width(), char_cell.width()) << "a label of 5 characters needs a wider column than one character";
+  view_->set_inspection(li, "random Free Transformer", -1);
+  frames(3);
+  click(view_->cell_rect(2, 1).center());
+  EXPECT_TRUE(emitted_.empty()) << "no regeneration: nothing to flip";
+
+  li.regenerated_tokens = li.tokens;
+  li.regenerated = li.text;
+  view_->set_inspection(li, "random Free Transformer", -1);
+  frames(3);
+  click(view_->cell_rect(2, 1).center());
+  ASSERT_EQ(emitted_.size(), 1u);
+  EXPECT_EQ(emitted_.back(), (Flips{{2, 1}}));
 }
 
 TEST_F(LatentViewTest, SavePngWritesTheFrameAtTheWidgetsSize) {
