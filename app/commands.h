@@ -41,6 +41,20 @@ struct ScoreArgs {
 void add_score_options(CLI::App& app, ScoreArgs& a);
 int run_score(const ScoreArgs& a);
 
+struct InspectArgs {
+  std::string path;
+  bool json = false, tensors = false;
+};
+void add_inspect_options(CLI::App& app, InspectArgs& a);
+int run_inspect(const InspectArgs& a);
+
+struct TokenizeArgs {
+  std::string checkpoint, text;
+  bool decode = false, no_bos = false, json = false;
+};
+void add_tokenize_options(CLI::App& app, TokenizeArgs& a);
+int run_tokenize(const TokenizeArgs& a);
+
 struct StoreArgs {
   std::string db = kDefaultDb, run, key;
   bool csv = false;
