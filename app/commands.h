@@ -12,6 +12,16 @@ namespace ftx::app {
 
 inline constexpr const char* kDefaultDb = "workspace/runs.db";
 
+// Where a command's model comes from: --checkpoint PATH, or --random-init with --preset NAME or
+// with the shape and tokenizer of --checkpoint; --latent-bits makes a random model a Free
+// Transformer (0: the plain decoder).
+struct ModelSourceArgs {
+  std::string checkpoint, preset;
+  bool random_init = false;
+  std::optional<int> latent_bits;
+  uint64_t seed = 1;
+};
+
 struct TrainArgs {
   TrainConfig train;     // its fields are options (app/options.h), kappa also in bits below
   ShapeOverrides shape;  // --preset and its overrides
@@ -24,13 +34,20 @@ void add_train_options(CLI::App& app, TrainArgs& a);
 int run_train(TrainArgs& a);
 
 struct GenerateArgs {
-  std::string db = kDefaultDb, run, checkpoint, prompt, device = "cpu", precision;
+  std::string db = kDefaultDb, run, prompt, device = "cpu", precision;
   std::optional<int> step;
-  int independent = 8, fixed_groups = 3, group_size = 8;
+  // Group sizes; when not given: 8 / 3 / 8 for a run, 4 / 2 / 4 for a Free Transformer file, one
+  // sequence for a plain decoder.
+  std::optional<int> independent, fixed_groups, group_size;
   uint64_t seed = 1;
-  SampleConfig sample;  // --temperature, --top-k; the length comes from the run's data
+  SampleConfig sample;  // --temperature, --top-k, --top-p; a run's length comes from its data
   bool json = false;
+  // A model file instead of a run: free text, streamed; --chat applies the file's chat format.
+  ModelSourceArgs source;
+  bool chat = false;
+  std::vector<std::string> stop;
 };
+int run_generate_text(const GenerateArgs& a);
 void add_generate_options(CLI::App& app, GenerateArgs& a);
 int run_generate(const GenerateArgs& a);
 

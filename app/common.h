@@ -44,19 +44,13 @@ struct LoadedModel {
 // inference model; loading progress on stderr when it takes a while and stderr is a terminal.
 Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision);
 
-// Where a command's model comes from: --checkpoint PATH, or --random-init with --preset NAME or
-// with the shape and tokenizer of --checkpoint; --latent-bits makes a random model a Free
-// Transformer (0: the plain decoder).
-struct ModelSourceArgs {
-  std::string checkpoint, preset;
-  bool random_init = false;
-  std::optional<int> latent_bits;
-  uint64_t seed = 1;
-};
 // Adds --checkpoint (required unless random_only_ok) and, with random, --random-init, --preset, --latent-bits.
 void add_model_source_options(CLI::App* c, ModelSourceArgs& a, bool random);
 Result<LoadedModel> load_model(const ModelSourceArgs& a, const std::string& device, const std::string& precision);
 // The checkpoint of run `run` at `step` (latest when absent) in the database.
+// The --independent / --fixed-groups / --group-size rules (none negative, some sequence, at most
+// 4096 sequences).
+Status check_groups(int independent, int fixed_groups, int group_size);
 Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,
                                    const std::string& device, const std::string& precision);
 
