@@ -7,7 +7,7 @@
 //   - one decode token of each model (every GEMM of every layer and the head, each its own memory),
 //   - prefill (N = 512): GFLOP/s per shape, beside the widen + sgemm path of ops_matmul.h.
 // Figures are the best of several repetitions (the machine is shared). Usage:
-//   bench_gemm_bf16 [decode|prefill|model|all] [seconds per figure, default 0.3]
+//   bench_gemm_bf16 [decode|prefill|model|crossover|all] [seconds per figure, default 0.3]
 #include <omp.h>
 
 #include <algorithm>
@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops_matmul.h"
 #include "kernels/dtype.h"
@@ -147,8 +148,30 @@ void prefill(CpuIsa isa, const Shape* shapes, int n_shapes, int N) {
   }
 }
 
-}  // namespace
+// The kernel against widen + sgemm for growing N (where gemm_bf16w_on switches, sgemm_min_n).
+void crossover(CpuIsa isa) {
+  const Shape shapes[] = {
+      {"576x576", 576, 576}, {"1536x576", 1536, 576}, {"1536x1536", 1536, 1536}, {"576x1536", 576, 1536}};
+  for (const Shape sh : shapes) {
+    const std::vector<uint16_t> w = random_bf16(size_t(sh.OC) * sh.IC, 7);
+    const std::vector<float> x = random_f32(size_t(128) * sh.IC, 8);
+    std::vector<float> out(size_t(128) * sh.OC);
+    std::printf("  %-12s %-10s kernel/sgemm time ratio by N:", cpu::cpu_isa_name(isa), sh.name);
+    for (const int N : {1, 2, 4, 8, 12, 16, 24, 32, 48, 64, 128}) {
+      auto run = [&](cpu::detail::Bf16Engine e) {
+        return best_time([&](int) {
+          cpu::detail::gemm_bf16w_engine(isa, e, out.data(), x.data(), w.data(), N, sh.IC, sh.OC, false);
+        });
+      };
+      const double k = run(cpu::detail::Bf16Engine::Kernel), g = run(cpu::detail::Bf16Engine::Sgemm);
+      std::printf(" %d:%.2f", N, k / g);
+      std::fflush(stdout);
+    }
+    std::printf("\n");
+  }
+}
 
+}  // namespace
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "all";
   if (argc > 2) g_seconds = std::atof(argv[2]);
@@ -166,6 +189,7 @@ int main(int argc, char** argv) {
       model_token(isa, "SmolLM2-135M", kSmol, 30, m.bytes_per_s);
       model_token(isa, "1.5B (28 layers)", k15b, 28, m.bytes_per_s);
     }
+    if (what == "crossover") crossover(isa);
     if (what == "prefill" || what == "all") {
       prefill(isa, kSmol, 5, 512);
       prefill(isa, k15b, 5, 512);

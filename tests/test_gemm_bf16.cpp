@@ -12,15 +12,21 @@
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/cpu/gemm_bf16.h"
+#include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/dtype.h"
 #include "kernels/membw.h"
+
+namespace ftx::cpu {
+void PrintTo(CpuIsa isa, std::ostream* os) { *os << cpu_isa_name(isa); }  // gtest's name for a parameter
+}  // namespace ftx::cpu
 
 namespace {
 
@@ -89,12 +95,22 @@ Reference reference(const Problem& p, bool accumulate) {
   return r;
 }
 
+// Which engine a call uses: gemm_bf16w_on's choice by N, or one named (kernels/cpu/gemm_bf16_kernels.h).
+enum class Engine { Auto, Kernel, Sgemm };
+constexpr Engine kEngines[] = {Engine::Kernel, Engine::Sgemm};
+const char* engine_name(Engine e) { return e == Engine::Kernel ? "kernel" : e == Engine::Sgemm ? "sgemm" : "auto"; }
+
 // out of one call on `isa`, guard values checked.
-std::vector<float> run(CpuIsa isa, const Problem& p, bool accumulate) {
+std::vector<float> run(CpuIsa isa, const Problem& p, bool accumulate, Engine engine = Engine::Auto) {
   const size_t n_out = size_t(p.N) * p.OC;
   std::vector<float> out(n_out + kGuard, kGuardValue);
   for (size_t i = 0; i < n_out; ++i) out[i] = accumulate ? p.base[i] : std::numeric_limits<float>::quiet_NaN();
-  cpu::gemm_bf16w_on(isa, out.data(), p.x.data(), p.w.data(), p.N, p.IC, p.OC, accumulate);
+  if (engine == Engine::Auto) {
+    cpu::gemm_bf16w_on(isa, out.data(), p.x.data(), p.w.data(), p.N, p.IC, p.OC, accumulate);
+  } else {
+    const auto e = engine == Engine::Kernel ? cpu::detail::Bf16Engine::Kernel : cpu::detail::Bf16Engine::Sgemm;
+    cpu::detail::gemm_bf16w_engine(isa, e, out.data(), p.x.data(), p.w.data(), p.N, p.IC, p.OC, accumulate);
+  }
   for (int g = 0; g < kGuard; ++g) EXPECT_EQ(out[n_out + g], kGuardValue) << "guard " << g << " overwritten";
   out.resize(n_out);
   return out;
@@ -125,8 +141,9 @@ class GemmBf16Path : public ::testing::TestWithParam<CpuIsa> {
   CpuIsa isa() const { return GetParam(); }
 };
 
-// Every (N, IC, OC) of these lists, with and without accumulate: decode (N = 1..8) and prefill
-// batches, the SmolLM2 shapes (576, 192, 1536) and sizes that are no multiple of 8, 16 or 32.
+// Every (N, IC, OC) of these lists, with and without accumulate, on both engines: decode (N = 1..8)
+// and prefill batches, the SmolLM2 shapes (576, 192, 1536) and sizes that are no multiple of 8, 16
+// or 32.
 TEST_P(GemmBf16Path, MatchesDoubleOnTheBf16Weights) {
   struct Dims {
     int IC, OC;
@@ -138,30 +155,32 @@ TEST_P(GemmBf16Path, MatchesDoubleOnTheBf16Weights) {
       if (N >= 64 && d.IC * d.OC > 576 * 576) continue;  // keeps the double reference quick
       const Problem p = make_problem(N, d.IC, d.OC, seed++);
       for (const bool accumulate : {false, true}) {
-        SCOPED_TRACE("N " + std::to_string(N) + " IC " + std::to_string(d.IC) + " OC " + std::to_string(d.OC) +
-                     (accumulate ? " accumulate" : ""));
         const Reference ref = reference(p, accumulate);
-        const std::vector<float> got = run(isa(), p, accumulate);
-        std::string where;
-        if (isa() == CpuIsa::Avx512Bf16) {
-          EXPECT_LE(worst_ratio(got, ref.rounded_inputs, ref.scale, kFp32Rel, p.OC, &where), 1.0) << where;
-          EXPECT_LE(worst_ratio(got, ref.exact, ref.scale, kBf16InputsRel, p.OC, &where), 1.0) << where;
-        } else {
-          EXPECT_LE(worst_ratio(got, ref.exact, ref.scale, kFp32Rel, p.OC, &where), 1.0) << where;
+        for (const Engine engine : kEngines) {
+          SCOPED_TRACE("N " + std::to_string(N) + " IC " + std::to_string(d.IC) + " OC " + std::to_string(d.OC) +
+                       (accumulate ? " accumulate " : " ") + engine_name(engine));
+          const std::vector<float> got = run(isa(), p, accumulate, engine);
+          std::string where;
+          if (isa() == CpuIsa::Avx512Bf16) {
+            EXPECT_LE(worst_ratio(got, ref.rounded_inputs, ref.scale, kFp32Rel, p.OC, &where), 1.0) << where;
+            EXPECT_LE(worst_ratio(got, ref.exact, ref.scale, kBf16InputsRel, p.OC, &where), 1.0) << where;
+          } else {
+            EXPECT_LE(worst_ratio(got, ref.exact, ref.scale, kFp32Rel, p.OC, &where), 1.0) << where;
+          }
         }
       }
     }
   }
 }
 
-// Inputs many and wide enough that the kernels cut k into blocks (Avx512Bf16: more than 512 KiB of
-// bf16 activations), with a k tail after the blocks, and the 1.5B model's width.
+// The kernel with inputs many and wide enough that it cuts k into blocks (Avx512Bf16: more than
+// 1 MiB of bf16 activations), with a k tail after the blocks.
 TEST_P(GemmBf16Path, MatchesDoubleWhenKIsBlocked) {
-  for (const auto& [N, IC, OC] : {std::tuple{300, 1000, 40}, std::tuple{130, 1536, 37}, std::tuple{512, 576, 9}}) {
+  for (const auto& [N, IC, OC] : {std::tuple{600, 1000, 40}, std::tuple{130, 8960, 9}}) {
     const Problem p = make_problem(N, IC, OC, 77);
     SCOPED_TRACE("N " + std::to_string(N) + " IC " + std::to_string(IC) + " OC " + std::to_string(OC));
     const Reference ref = reference(p, true);
-    const std::vector<float> got = run(isa(), p, true);
+    const std::vector<float> got = run(isa(), p, true, Engine::Kernel);
     std::string where;
     const bool rounds = isa() == CpuIsa::Avx512Bf16;
     EXPECT_LE(worst_ratio(got, rounds ? ref.rounded_inputs : ref.exact, ref.scale, kFp32Rel, OC, &where), 1.0) << where;
@@ -188,20 +207,22 @@ TEST_P(GemmBf16Path, SameBitsWhateverTheThreads) {
   const int threads = omp_get_max_threads();
   for (const int N : {1, 7, 100}) {
     const Problem p = make_problem(N, 576, 1536, 9);
-    SCOPED_TRACE("N " + std::to_string(N));
-    const std::vector<float> two = run(isa(), p, false);
-    omp_set_num_threads(1);
-    const std::vector<float> one = run(isa(), p, false);
-    omp_set_num_threads(std::max(threads, 2));
-    std::vector<float> nested;
+    for (const Engine engine : kEngines) {
+      SCOPED_TRACE("N " + std::to_string(N) + " " + engine_name(engine));
+      const std::vector<float> two = run(isa(), p, false, engine);
+      omp_set_num_threads(1);
+      const std::vector<float> one = run(isa(), p, false, engine);
+      omp_set_num_threads(std::max(threads, 2));
+      std::vector<float> nested;
 #pragma omp parallel num_threads(2)
-    {
+      {
 #pragma omp single
-      nested = run(isa(), p, false);
+        nested = run(isa(), p, false, engine);
+      }
+      omp_set_num_threads(threads);
+      EXPECT_EQ(one, two);
+      EXPECT_EQ(nested, two);
     }
-    omp_set_num_threads(threads);
-    EXPECT_EQ(one, two);
-    EXPECT_EQ(nested, two);
   }
 }
 

@@ -32,10 +32,6 @@
 
 namespace ftx::cpu {
 
-// From this many inputs on, the Avx2 path widens w into slabs and calls sgemm (measured faster
-// there; docs/performance.md). Below it, the register kernel streams w once for all N inputs.
-constexpr int kAvx2SgemmMinN = 16;
-
 // out (N, OC) = inp (N, IC) @ w^T, or += when accumulate; w (OC, IC) bf16. On cpu_isa()'s path.
 void gemm_bf16w(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate);
 

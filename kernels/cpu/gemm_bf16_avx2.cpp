@@ -22,6 +22,10 @@ namespace ftx::cpu::detail {
 namespace {
 
 constexpr int kK = 8;  // floats per vector
+// Decode streams w from memory: each tile also prefetches the rows about this far ahead (as the
+// AVX-512 kernel does; docs/performance.md).
+constexpr size_t kPrefetchBytes = 16 << 10;
+constexpr int kPrefetchMaxN = 16;
 
 FTX_AVX2_INLINE __m256 widen8(const uint16_t* w) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));
@@ -41,15 +45,20 @@ inline float widen(uint16_t b) {
   return f;
 }
 
-// out[n * ldo + r] (+)= sum_k x[n * ldx + k] * w[r * ldw + k] for n < NI, r < R, k < kc.
+// out[n * ldo + r] (+)= sum_k x[n * ldx + k] * w[r * ldw + k] for n < NI, r < R, k < kc. pf > 0:
+// prefetch rows r + pf of w, one cache line per 32 k.
 template <int NI, int R>
-FTX_AVX2 void tile(float* out, size_t ldo, const float* x, size_t ldx, const uint16_t* w, size_t ldw, int kc,
-                   bool add) {
+FTX_AVX2 void tile(float* out, size_t ldo, const float* x, size_t ldx, const uint16_t* w, size_t ldw, int kc, bool add,
+                   int pf) {
   __m256 acc[NI][4];
   for (auto& row : acc)
     for (auto& a : row) a = _mm256_setzero_ps();
   int k = 0;
   for (; k + kK <= kc; k += kK) {
+    if (pf > 0 && k % 32 == 0) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (r + pf) * ldw + k), _MM_HINT_T0);
+    }
     __m256 wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) wv[r] = widen8(w + r * ldw + k);
@@ -72,7 +81,7 @@ FTX_AVX2 void tile(float* out, size_t ldo, const float* x, size_t ldx, const uin
   }
 }
 
-using TileFn = void (*)(float*, size_t, const float*, size_t, const uint16_t*, size_t, int, bool);
+using TileFn = void (*)(float*, size_t, const float*, size_t, const uint16_t*, size_t, int, bool, int);
 
 template <int NI>
 constexpr TileFn tile_for_rows(int R) {
@@ -83,12 +92,15 @@ constexpr TileFn tile_for_rows(int R) {
 
 FTX_AVX2 void gemm_bf16w_rows_avx2(float* out, const float* x, size_t ldx, const uint16_t* w, int N, int IC, int OC,
                                    int o0, int o1, bool accumulate) {
+  const size_t row_bytes = std::max<size_t>(2, size_t(IC) * 2);
+  const int pf = N <= kPrefetchMaxN ? std::max(4, int((kPrefetchBytes + row_bytes - 1) / row_bytes)) : 0;
   for (int o = o0; o < o1; o += 4) {
     const int R = std::min(4, o1 - o);
     const uint16_t* wr = w + size_t(o) * IC;
     for (int n = 0; n < N; n += 2) {
       const TileFn f = N - n >= 2 ? tile_for_rows<2>(R) : tile_for_rows<1>(R);
-      f(out + size_t(n) * OC + o, size_t(OC), x + size_t(n) * ldx, ldx, wr, size_t(IC), IC, accumulate);
+      f(out + size_t(n) * OC + o, size_t(OC), x + size_t(n) * ldx, ldx, wr, size_t(IC), IC, accumulate,
+        n == 0 ? pf : 0);
     }
   }
 }

@@ -28,8 +28,13 @@
 namespace ftx::cpu::detail {
 namespace {
 
-constexpr int kK = 32;                      // bf16 per vector
-constexpr size_t kXPanelBytes = 512 << 10;  // the slice of the inputs one k-block reads (L2)
+constexpr int kK = 32;                    // bf16 per vector
+constexpr size_t kXPanelBytes = 1 << 20;  // the slice of the inputs one k-block reads (L2)
+// Decode streams w from memory: each tile also prefetches the rows about this far ahead (measured:
+// the hardware prefetcher alone leaves 10-40% of the bandwidth unused, docs/performance.md).
+constexpr size_t kPrefetchBytes = 16 << 10;
+// Up to this many inputs a call is memory-bound and prefetches.
+constexpr int kPrefetchMaxN = 16;
 
 // v lane (n * 4 + r) = sum of the 16 lanes of a[n][r]. Each sum adds lane i to lane i + 8, then
 // i + 4, i + 2, i + 1, the order of _mm512_reduce_add_ps.
@@ -51,15 +56,20 @@ FTX_AVX512BF16_INLINE __m512 reduce_tile(const __m512 (&a)[4][4]) {
 }
 
 // out[n * ldo + r] (+)= sum_k x[n * ldx + k] * w[r * ldw + k] for n < NI, r < R, k < kc. x holds
-// zeros from kc up to the next multiple of 32 (or more valid data: w is masked there).
+// zeros from kc up to the next multiple of 32 (or more valid data: w is masked there). pf > 0:
+// prefetch rows r + pf of w (a hint: past the end of w it reads nothing).
 template <int NI, int R>
 FTX_AVX512BF16 void tile(float* out, size_t ldo, const uint16_t* x, size_t ldx, const uint16_t* w, size_t ldw, int kc,
-                         bool add) {
+                         bool add, int pf) {
   __m512 acc[4][4];
   for (auto& row : acc)
     for (auto& a : row) a = _mm512_setzero_ps();
   int k = 0;
   for (; k + kK <= kc; k += kK) {
+    if (pf > 0) {
+#pragma GCC unroll 4
+      for (int r = 0; r < R; ++r) _mm_prefetch(reinterpret_cast<const char*>(w + (r + pf) * ldw + k), _MM_HINT_T0);
+    }
     __m512bh wv[R];
 #pragma GCC unroll 4
     for (int r = 0; r < R; ++r) wv[r] = (__m512bh)_mm512_loadu_si512(w + r * ldw + k);
@@ -94,7 +104,7 @@ FTX_AVX512BF16 void tile(float* out, size_t ldo, const uint16_t* x, size_t ldx, 
   }
 }
 
-using TileFn = void (*)(float*, size_t, const uint16_t*, size_t, const uint16_t*, size_t, int, bool);
+using TileFn = void (*)(float*, size_t, const uint16_t*, size_t, const uint16_t*, size_t, int, bool, int);
 
 template <int NI>
 constexpr TileFn tile_for_rows(int R) {
@@ -133,9 +143,15 @@ FTX_AVX512BF16 void round_rows_bf16_avx512(uint16_t* xb, size_t ldx, const float
 
 FTX_AVX512BF16 void gemm_bf16w_rows_avx512bf16(float* out, const uint16_t* xb, size_t ldx, const uint16_t* w, int N,
                                                int IC, int OC, int o0, int o1, bool accumulate) {
-  // k-block: all of IC when the inputs fit in kXPanelBytes, else a multiple of 32 that does.
+  // k-blocks: all of IC when the inputs fit in kXPanelBytes, else equal multiples of 32 that do.
   int kb = std::max(IC, 1);
-  if (size_t(N) * ldx * 2 > kXPanelBytes) kb = std::max(kK, int(kXPanelBytes / (size_t(N) * 2)) / kK * kK);
+  if (size_t(N) * ldx * 2 > kXPanelBytes) {
+    const int fit = std::max(kK, int(kXPanelBytes / (size_t(N) * 2)) / kK * kK);
+    const int blocks = (IC + fit - 1) / fit;
+    kb = ((IC + blocks - 1) / blocks + kK - 1) / kK * kK;
+  }
+  const size_t row_bytes = std::max<size_t>(2, size_t(IC) * 2);
+  const int pf = N <= kPrefetchMaxN ? std::max(4, int((kPrefetchBytes + row_bytes - 1) / row_bytes)) : 0;
   for (int k0 = 0; k0 < std::max(IC, 1); k0 += kb) {
     const int kc = std::min(kb, IC - k0);
     const bool add = accumulate || k0 > 0;
@@ -144,7 +160,8 @@ FTX_AVX512BF16 void gemm_bf16w_rows_avx512bf16(float* out, const uint16_t* xb, s
       const uint16_t* wr = w + size_t(o) * IC + k0;
       for (int n = 0; n < N; n += 4) {
         const int NI = std::min(4, N - n);
-        tile_fn(NI, R)(out + size_t(n) * OC + o, size_t(OC), xb + size_t(n) * ldx + k0, ldx, wr, size_t(IC), kc, add);
+        tile_fn(NI, R)(out + size_t(n) * OC + o, size_t(OC), xb + size_t(n) * ldx + k0, ldx, wr, size_t(IC), kc, add,
+                       n == 0 ? pf : 0);
       }
     }
   }

@@ -10,7 +10,19 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
+
 namespace ftx::cpu::detail {
+
+// How a path multiplies: its own register kernel (streams w once for all N inputs), or w widened
+// into slabs for OpenBLAS sgemm (on the Avx512Bf16 path, of the activations rounded to bf16, so
+// that both engines form the same products).
+enum class Bf16Engine { Kernel, Sgemm };
+
+// gemm_bf16w_on with the engine named; gemm_bf16w_on takes Sgemm from sgemm_min_n(isa) inputs on.
+void gemm_bf16w_engine(CpuIsa isa, Bf16Engine engine, float* out, const float* inp, const uint16_t* w, int N, int IC,
+                       int OC, bool accumulate);
+int sgemm_min_n(CpuIsa isa);
 
 // x fp32 (N, ldx).
 void gemm_bf16w_rows_generic(float* out, const float* x, size_t ldx, const uint16_t* w, int N, int IC, int OC, int o0,
