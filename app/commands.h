@@ -97,6 +97,13 @@ struct BenchArgs {
   // decode_step with the KV cache; the shape, --batch, --device and --precision are the ones above.
   struct Generate {
     int len = 66, warmup = 1, steps = 3;  // len: positions per run (the synthetic task's length)
+    // A language model (--checkpoint, or --random-init of the preset's shape in bf16): prefill of
+    // --prompt-len tokens and decode of --decode-len tokens against the machine's read bandwidth.
+    std::string checkpoint;
+    bool random_init = false;
+    int prompt_len = 512, decode_len = 128;
+    std::optional<int> batch;    // --batch of bench generate: 64 for the synthetic task, 1 for a language model
+    double bandwidth_gib = 2.0;  // buffer of the bandwidth measurement
   } generate;
 };
 void add_bench_options(CLI::App& app, BenchArgs& a);
