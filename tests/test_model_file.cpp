@@ -215,6 +215,19 @@ TEST_F(SmolLM2, RandomFreeTransformerLatentMechanics) {
   ASSERT_TRUE(g.ok()) << g.error().message;
   EXPECT_EQ((*g)[0].tokens, (*g)[1].tokens);
   EXPECT_EQ((*g)[0].codes, z);
+  // Edited: the fixed codes with exactly the asked bits flipped; FromEncoder: the prompt's codes
+  // sampled by the encoder reading the prompt, the prior's after it.
+  auto e = generate_text(**m, nullptr,
+                         {{prompt, {LatentPolicy::edited(z, {{0, 3}, {5, 7}}), 1}},
+                          {prompt, {LatentPolicy::from_encoder(9), 1}}},
+                         sc, {});
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  std::vector<uint32_t> flipped = z;
+  flipped[0] ^= 1u << 3, flipped[5] ^= 1u << 7;
+  EXPECT_EQ((*e)[0].codes, flipped);
+  const std::vector<uint32_t> enc = encoder_prompt_codes(**m, prompt, 9), prior = uniform_codes(9, n_in, 8);
+  for (int t = 0; t < n_in; ++t)
+    EXPECT_EQ((*e)[1].codes[size_t(t)], t < int(prompt.size()) ? enc[size_t(t)] : prior[size_t(t)]) << t;
   // Another Z changes the next-token distribution after the prompt.
   auto d = (*m)->make_decode_state(2, int(prompt.size()));
   std::vector<float> a(size_t(c.vocab_size)), b(size_t(c.vocab_size));
