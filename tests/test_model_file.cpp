@@ -217,10 +217,9 @@ TEST_F(SmolLM2, RandomFreeTransformerLatentMechanics) {
   EXPECT_EQ((*g)[0].codes, z);
   // Edited: the fixed codes with exactly the asked bits flipped; FromEncoder: the prompt's codes
   // sampled by the encoder reading the prompt, the prior's after it.
-  auto e = generate_text(**m, nullptr,
-                         {{prompt, {LatentPolicy::edited(z, {{0, 3}, {5, 7}}), 1}},
-                          {prompt, {LatentPolicy::from_encoder(9), 1}}},
-                         sc, {});
+  auto e = generate_text(
+      **m, nullptr,
+      {{prompt, {LatentPolicy::edited(z, {{0, 3}, {5, 7}}), 1}}, {prompt, {LatentPolicy::from_encoder(9), 1}}}, sc, {});
   ASSERT_TRUE(e.ok()) << e.error().message;
   std::vector<uint32_t> flipped = z;
   flipped[0] ^= 1u << 3, flipped[5] ^= 1u << 7;
