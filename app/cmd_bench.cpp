@@ -5,6 +5,10 @@
 // (N x C)(C x 2^H) shape on the same backend, as JSON.
 // ftx bench generate: generation throughput with the KV cache (Model::decode_step) of a preset,
 // maybe reshaped, with random weights: B sequences over --len positions, greedy, Z from the prior.
+// With --checkpoint (any model file) or --random-init (the preset's shape in bf16): a language
+// model's prefill (--prompt-len tokens through GEMMs) and decode (--decode-len tokens, --batch
+// sequences), the weight and KV bytes each decoded token reads, and the machine's read bandwidth
+// measured by the same command with the same threads: the fraction of the memory bound reached.
 //
 // Deliberately not here: anything written to disk (the run store is ":memory:"), and data or
 // weights that matter (a reshaped model trains on uniform random tokens, generation runs random
@@ -23,6 +27,8 @@
 #include "app/commands.h"
 #include "app/common.h"
 #include "core/train/trainer.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/membw.h"
 #include "kernels/philox.h"
 
 namespace ftx::app {
@@ -401,7 +407,113 @@ json generate_report(const BenchArgs& a, Backend& be, Model& model, const std::v
   return j;
 }
 
-int run_bench_generate(const BenchArgs& a) {
+// Bytes one decode step of one sequence reads at position pos: every GEMM weight once (the
+// embedding only as one row; a tied head reads it whole as the head), the fp32 norms, and the
+// K and V cache rows 0..pos of every layer.
+double decode_bytes(const Model& model, int pos) {
+  const ModelConfig& m = model.config();
+  double bytes = 0;
+  for (size_t i = 0; i < model.specs().size(); ++i) {
+    const ParamSpec& s = model.specs()[i];
+    const double size = double(s.numel) * double(dtype_size(s.dtype));
+    if (s.name == "model.embed_tokens.weight")
+      bytes += m.tie_embeddings ? size : size / double(m.vocab_size);
+    else if (s.name != "free.post_sampler.weight" && s.name.rfind("free.encoder", 0) != 0 && s.name != "free.zeta")
+      bytes += size;  // the encoder does not run at generation; the post-sampler is one column
+  }
+  const double kv_row = 2.0 * m.n_kv_heads * m.head_dim * sizeof(float);
+  return bytes + double(m.n_layers) * kv_row * (pos + 1);
+}
+
+int run_bench_lm(const BenchArgs& a) {
+  const auto& g = a.generate;
+  if (g.prompt_len <= 0 || g.decode_len <= 0 || a.batch <= 0 || g.steps <= 0 || g.warmup < 0)
+    return fail("--prompt-len, --decode-len, --batch and --steps must be positive, --warmup >= 0");
+  ModelSourceArgs src;
+  src.checkpoint = g.checkpoint;
+  src.random_init = g.random_init;
+  if (g.random_init && g.checkpoint.empty()) src.preset = a.shape.preset;
+  if (g.random_init) src.latent_bits = a.shape.latent_bits;
+  src.seed = kGenerateSeed;
+  auto lm = load_model(src, a.device, a.precision);
+  if (!lm) return fail(lm.error());
+  Model& model = *lm->model;
+  const ModelConfig& m = model.config();
+  const int V = m.vocab_size, B = a.batch;
+  const int len = std::max(g.prompt_len, g.decode_len);
+  if (len > m.max_seq_len)
+    return fail("--prompt-len / --decode-len: " + std::to_string(len) + " positions exceed the model's context of " +
+                std::to_string(m.max_seq_len));
+  auto state = model.try_make_decode_state(B, len);
+  if (!state) return fail(state.error());
+  DecodeState& d = **state;
+  std::vector<int32_t> prompt(static_cast<size_t>(g.prompt_len));
+  for (int i = 0; i < g.prompt_len; ++i)
+    prompt[size_t(i)] = int32_t(philox_block(kGenerateSeed, kStreamData, i).v[0] % uint32_t(V));
+  std::vector<float> logits(size_t(B) * V);
+  std::vector<uint32_t> codes(static_cast<size_t>(std::max(B, g.prompt_len)));
+  for (size_t i = 0; i < codes.size(); ++i)
+    codes[i] = philox_block(kGenerateSeed, kStreamPrior, i).v[0] & uint32_t(m.num_codes() - 1);
+  // Prefill: the prompt through GEMMs, logits of its last position only.
+  const auto prefill_ms = time_calls(*lm->backend, g.warmup, g.steps, [&] {
+    model.prefill(d, 0, prompt.data(), codes.data(), g.prompt_len, 0, Model::PrefillLogits::Last, logits.data());
+  });
+  // Decode: --decode-len greedy steps of B sequences from an empty cache (llama-bench's tg).
+  std::vector<int32_t> tok(static_cast<size_t>(B));
+  const auto decode_ms = time_calls(*lm->backend, g.warmup, g.steps, [&] {
+    std::fill(tok.begin(), tok.end(), 0);
+    for (int pos = 0; pos < g.decode_len; ++pos) {
+      model.decode_step(d, tok.data(), codes.data(), pos, logits.data());
+      for (int b = 0; b < B; ++b) {
+        const float* row = logits.data() + size_t(b) * V;
+        tok[size_t(b)] = int32_t(std::max_element(row, row + V) - row);
+      }
+    }
+  });
+  const int threads = omp_get_max_threads();
+  const BandwidthMeasure bw = measure_read_bandwidth(size_t(g.bandwidth_gib * double(1 << 30)), threads, 1.0);
+  double bytes = 0;
+  for (int pos = 0; pos < g.decode_len; ++pos) bytes += decode_bytes(model, pos);
+  bytes /= g.decode_len;  // per token of one sequence, averaged over the positions decoded
+  const double decode_tps = double(B) * g.decode_len / (median(decode_ms) * 1e-3);
+  const double prefill_tps = double(g.prompt_len) / (median(prefill_ms) * 1e-3);
+  // B sequences share one read of the weights per step; the KV rows are per sequence.
+  const double weights = decode_bytes(model, -1);
+  const double step_bytes = weights + (bytes - weights) * B;
+  const double achieved = step_bytes * decode_tps / B;
+  json j{{"bench", "generate"},
+         {"model", lm->file->info().name},
+         {"format", lm->file->info().format},
+         {"architecture", m.architecture},
+         {"free_transformer", m.is_free()},
+         {"latent_bits", m.latent_bits},
+         {"parameters", model.num_params()},
+         {"device", lm->backend->name()},
+         {"cpu_isa", cpu::cpu_isa_name(cpu::cpu_isa())},
+         {"threads", threads},
+         {"batch", B},
+         {"prompt_len", g.prompt_len},
+         {"decode_len", g.decode_len},
+         {"prefill_tokens_per_s", prefill_tps},
+         {"prefill_ms_median", median(prefill_ms)},
+         {"decode_tokens_per_s", decode_tps},
+         {"decode_ms_per_step", median(decode_ms) / g.decode_len},
+         {"bytes_per_token", bytes},
+         {"weight_bytes_per_step", weights},
+         {"read_bandwidth_gb_s", bw.bytes_per_s * 1e-9},
+         {"bandwidth_buffer_bytes", bw.buffer_bytes},
+         {"achieved_gb_s", achieved * 1e-9},
+         {"fraction_of_bandwidth", achieved / bw.bytes_per_s},
+         {"timed_runs", g.steps}};
+  std::printf("%s\n", j.dump(2).c_str());
+  return 0;
+}
+
+int run_bench_generate(const BenchArgs& args) {
+  const bool lm = !args.generate.checkpoint.empty() || args.generate.random_init;
+  BenchArgs a = args;
+  a.batch = args.generate.batch.value_or(lm ? 1 : 64);
+  if (lm) return run_bench_lm(a);
   if (auto s = check_generate_args(a); !s) return fail(s.error());
   const int B = a.batch, len = a.generate.len;
   // The synthetic task's vocabulary unless --vocab names another. --len only sizes the cache.
@@ -454,11 +566,20 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
   g->callback([&a] { a.command = "generate"; });
   add_shape_options(g, a.shape);
   g->add_option("--vocab", a.vocab, "Vocabulary size (default: the preset's)");
-  g->add_option("--batch", a.batch, "Sequences generated together")->capture_default_str();
+  g->add_option("--batch", a.generate.batch, "Sequences generated together (default 64; 1 for a language model)");
   g->add_option("--len", a.generate.len, "Positions per run (raises the model's max_seq_len if needed)")
       ->capture_default_str();
   g->add_option("--warmup", a.generate.warmup, "Untimed runs first")->capture_default_str();
   g->add_option("--steps", a.generate.steps, "Timed runs")->capture_default_str();
+  g->add_option("--checkpoint", a.generate.checkpoint,
+                "A language model file (directory or .gguf): prefill and decode against the memory bandwidth");
+  g->add_flag("--random-init", a.generate.random_init,
+              "A language model with random bf16 weights of --preset's shape (or --checkpoint's)");
+  g->add_option("--prompt-len", a.generate.prompt_len, "Language model: prompt tokens prefilled")
+      ->capture_default_str();
+  g->add_option("--decode-len", a.generate.decode_len, "Language model: tokens decoded")->capture_default_str();
+  g->add_option("--bandwidth-gib", a.generate.bandwidth_gib, "Buffer of the read-bandwidth measurement (GiB)")
+      ->capture_default_str();
   add_device_options(g, a.device, a.precision);
 }
 

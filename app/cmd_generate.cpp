@@ -67,12 +67,17 @@ Result<int> training_seq_len(const std::string& db, const std::string& run) {
 void add_generate_options(CLI::App& app, GenerateArgs& a) {
   auto* c = app.add_subcommand("generate", "Figure 4: independent vs fixed-Z groups from one prompt");
   c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
-  c->add_option("--run", a.run, "Run name")->required();
+  c->add_option("--run", a.run, "Run name (a trained run of the store), or give --checkpoint");
   c->add_option("--step", a.step, "Checkpoint step (default: the latest)");
-  c->add_option("--prompt", a.prompt, "Prompt, e.g. \"K>\"")->required();
-  c->add_option("--independent", a.independent, "Sequences in the independent group")->capture_default_str();
-  c->add_option("--fixed-groups", a.fixed_groups, "Number of fixed-Z groups")->capture_default_str();
-  c->add_option("--group-size", a.group_size, "Sequences per fixed-Z group")->capture_default_str();
+  c->add_option("--prompt", a.prompt, "Prompt, e.g. \"K>\" for the synthetic task, free text for a model file")
+      ->required();
+  add_model_source_options(c, a.source, true);
+  c->add_flag("--chat", a.chat, "Wrap the prompt in the model's chat format (ChatML or Llama 3)");
+  c->add_option("--stop", a.stop, "Stop a sequence at this text (repeatable)");
+  c->add_option("--independent", a.independent,
+                "Sequences in the independent group (default 8 for a run, 4 for a Free Transformer file)");
+  c->add_option("--fixed-groups", a.fixed_groups, "Number of fixed-Z groups (default 3 for a run, 2 for a file)");
+  c->add_option("--group-size", a.group_size, "Sequences per fixed-Z group (default 8 for a run, 4 for a file)");
   c->add_option("--seed", a.seed, "Seed of the latents and the samples")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -81,12 +86,25 @@ void add_generate_options(CLI::App& app, GenerateArgs& a) {
   c->add_flag("--json", a.json, "One JSON object per generated sequence");
 }
 
+Status check_groups(int independent, int fixed_groups, int group_size) {
+  if (independent < 0 || fixed_groups < 0 || group_size <= 0 || independent + fixed_groups == 0)
+    return make_error("--independent, --fixed-groups must be >= 0 (not both 0) and --group-size positive");
+  if (int64_t{independent} + int64_t{fixed_groups} * group_size > kMaxSequences)
+    return make_error("--independent + --fixed-groups x --group-size: at most " + std::to_string(kMaxSequences) +
+                      " sequences per call");
+  return {};
+}
+
 int run_generate(const GenerateArgs& a) {
-  if (a.independent < 0 || a.fixed_groups < 0 || a.group_size <= 0 || a.independent + a.fixed_groups == 0)
-    return fail("--independent, --fixed-groups must be >= 0 (not both 0) and --group-size positive");
-  if (int64_t{a.independent} + int64_t{a.fixed_groups} * a.group_size > kMaxSequences)
-    return fail("--independent + --fixed-groups x --group-size: at most " + std::to_string(kMaxSequences) +
-                " sequences per call");
+  if (!a.source.checkpoint.empty() || a.source.random_init) {
+    if (!a.run.empty()) return fail("--run and --checkpoint: give one");
+    return run_generate_text(a);
+  }
+  if (a.run.empty()) return fail("--run or --checkpoint: one is required");
+  if (a.chat || !a.stop.empty()) return fail("--chat and --stop are for model files (--checkpoint)");
+  const int independent = a.independent.value_or(8), fixed_groups = a.fixed_groups.value_or(3),
+            group_size = a.group_size.value_or(8);
+  if (auto s = check_groups(independent, fixed_groups, group_size); !s) return fail(s.error());
   if (a.prompt.empty()) return fail("--prompt: empty (the synthetic task's prompts look like \"K>\")");
   auto lm = load_run_model(a.db, a.run, a.step, a.device, a.precision);
   if (!lm) return fail(lm.error());
@@ -106,7 +124,7 @@ int run_generate(const GenerateArgs& a) {
                 std::to_string(length) + "-token sequence");
   if (auto s = sc.validate(option_name); !s) return fail(s.error());
   if (auto s = check_generation_request(m, static_cast<int>(prompt->size()), sc, {}); !s) return fail(s.error());
-  auto groups = figure4_groups(*lm->model, *prompt, a.independent, a.fixed_groups, a.group_size, a.seed, sc, tokenizer);
+  auto groups = figure4_groups(*lm->model, *prompt, independent, fixed_groups, group_size, a.seed, sc, tokenizer);
   if (a.json) {
     for (const auto& g : groups)
       for (size_t i = 0; i < g.gens.size(); ++i) std::printf("%s\n", to_json(g, i, tokenizer).dump().c_str());

@@ -1,7 +1,12 @@
-// ftx score: log-probabilities of given token sequences under a checkpoint, optionally with given
-// latent codes. The interface other implementations use to check ours (issue 2):
+// ftx score: log-probabilities of given token sequences under any model file (our checkpoints,
+// Hugging Face directories, GGUF), optionally with given latent codes. The interface other
+// implementations use to check ours:
 //   input  {"tokens": [[...], ...], "codes": [[...], ...]}   (codes optional, len(tokens[i]) - 1)
-//   output {"logprobs": [[...], ...], "ce": mean -logprob, "kl": mean posterior KL per position}
+//   output {"logprobs": [[...], ...], "ce": mean -logprob, "kl": mean posterior KL per position,
+//           "kl_per_token": [[...], ...] (a Free Transformer's KL at each position)}
+// A plain decoder is scored through the prefill path (GEMM chunks, any length the context allows);
+// a Free Transformer through the full forward pass, whose encoder reads the whole sequence.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -41,7 +46,7 @@ Result<ScoreInput> read_input(const std::string& path, const ModelConfig& m) {
     if (!row.is_array() || row.size() < 2) return make_error(where + ": need a list of at least 2 token ids");
     if (static_cast<int>(row.size()) - 1 > m.max_seq_len)
       return make_error(where + ": " + std::to_string(row.size()) + " tokens exceed the context of " +
-                        std::to_string(m.max_seq_len + 1));
+                        std::to_string(m.max_seq_len) + " positions (+1 predicted)");
     std::vector<int32_t> t;
     for (const json& v : row) {
       if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() >= m.vocab_size)
@@ -69,7 +74,7 @@ Result<ScoreInput> read_input(const std::string& path, const ModelConfig& m) {
 
 void add_score_options(CLI::App& app, ScoreArgs& a) {
   auto* c = app.add_subcommand("score", "Log-probabilities of token sequences under a checkpoint (JSON in, JSON out)");
-  c->add_option("--checkpoint", a.checkpoint, "Checkpoint directory")->required();
+  c->add_option("--checkpoint", a.checkpoint, "A checkpoint directory or a .gguf file")->required();
   c->add_option("--input", a.input, "JSON file {\"tokens\": [[...]], \"codes\": [[...]]}")->required();
   c->add_option("--seed", a.seed, "Seed of the encoder's samples when no codes are given")->capture_default_str();
   add_device_options(c, a.device, a.precision);
@@ -81,23 +86,44 @@ int run_score(const ScoreArgs& a) {
   Model& model = *lm->model;
   auto in = read_input(a.input, model.config());
   if (!in) return fail(in.error());
-  json logprobs = json::array();
+  json logprobs = json::array(), kl_rows = json::array();
   double ce_sum = 0, kl_sum = 0;
   int64_t n_pred = 0;
+  const int V = model.config().vocab_size;
   for (size_t i = 0; i < in->tokens.size(); ++i) {
     const auto& t = in->tokens[i];
     const int T = static_cast<int>(t.size()) - 1;
-    auto state = model.make_state(1, T);
-    const uint32_t* codes = in->codes.empty() ? nullptr : in->codes[i].data();
-    StepStats st = model.forward(*state, t.data(), t.data() + 1, codes, a.seed, kStreamEval + i, 0.0f);
-    std::vector<float> losses(T);
-    model.read_token_losses(*state, losses.data());
     json row = json::array();
-    for (float l : losses) row.push_back(-static_cast<double>(l));
+    if (model.config().is_free()) {
+      auto state = model.make_state(1, T);
+      const uint32_t* codes = in->codes.empty() ? nullptr : in->codes[i].data();
+      StepStats st = model.forward(*state, t.data(), t.data() + 1, codes, a.seed, kStreamEval + i, 0.0f);
+      std::vector<float> losses(T), kl(T);
+      model.read_token_losses(*state, losses.data());
+      model.read_kl(*state, kl.data());
+      for (float l : losses) row.push_back(-static_cast<double>(l));
+      kl_rows.push_back(kl);
+      ce_sum += st.ce * T, kl_sum += st.kl * T;
+    } else {
+      auto state = model.try_make_decode_state(1, T);
+      if (!state) return fail(state.error());
+      std::vector<float> logits(size_t(T) * V);
+      model.prefill(**state, 0, t.data(), nullptr, T, 0, Model::PrefillLogits::All, logits.data());
+      for (int p = 0; p < T; ++p) {
+        const float* l = logits.data() + size_t(p) * V;
+        double mx = l[0], z = 0;
+        for (int v = 1; v < V; ++v) mx = std::max(mx, double(l[v]));
+        for (int v = 0; v < V; ++v) z += std::exp(double(l[v]) - mx);
+        const double lp = double(l[t[size_t(p) + 1]]) - mx - std::log(z);
+        row.push_back(lp);
+        ce_sum -= lp;
+      }
+    }
     logprobs.push_back(std::move(row));
-    ce_sum += st.ce * T, kl_sum += st.kl * T, n_pred += T;
+    n_pred += T;
   }
   json out{{"logprobs", logprobs}, {"ce", n_pred ? ce_sum / n_pred : 0.0}, {"kl", n_pred ? kl_sum / n_pred : 0.0}};
+  if (model.config().is_free()) out["kl_per_token"] = kl_rows;
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

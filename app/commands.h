@@ -12,6 +12,16 @@ namespace ftx::app {
 
 inline constexpr const char* kDefaultDb = "workspace/runs.db";
 
+// Where a command's model comes from: --checkpoint PATH, or --random-init with --preset NAME or
+// with the shape and tokenizer of --checkpoint; --latent-bits makes a random model a Free
+// Transformer (0: the plain decoder).
+struct ModelSourceArgs {
+  std::string checkpoint, preset;
+  bool random_init = false;
+  std::optional<int> latent_bits;
+  uint64_t seed = 1;
+};
+
 struct TrainArgs {
   TrainConfig train;     // its fields are options (app/options.h), kappa also in bits below
   ShapeOverrides shape;  // --preset and its overrides
@@ -24,13 +34,20 @@ void add_train_options(CLI::App& app, TrainArgs& a);
 int run_train(TrainArgs& a);
 
 struct GenerateArgs {
-  std::string db = kDefaultDb, run, checkpoint, prompt, device = "cpu", precision;
+  std::string db = kDefaultDb, run, prompt, device = "cpu", precision;
   std::optional<int> step;
-  int independent = 8, fixed_groups = 3, group_size = 8;
+  // Group sizes; when not given: 8 / 3 / 8 for a run, 4 / 2 / 4 for a Free Transformer file, one
+  // sequence for a plain decoder.
+  std::optional<int> independent, fixed_groups, group_size;
   uint64_t seed = 1;
-  SampleConfig sample;  // --temperature, --top-k; the length comes from the run's data
+  SampleConfig sample;  // --temperature, --top-k, --top-p; a run's length comes from its data
   bool json = false;
+  // A model file instead of a run: free text, streamed; --chat applies the file's chat format.
+  ModelSourceArgs source;
+  bool chat = false;
+  std::vector<std::string> stop;
 };
+int run_generate_text(const GenerateArgs& a);
 void add_generate_options(CLI::App& app, GenerateArgs& a);
 int run_generate(const GenerateArgs& a);
 
@@ -40,6 +57,20 @@ struct ScoreArgs {
 };
 void add_score_options(CLI::App& app, ScoreArgs& a);
 int run_score(const ScoreArgs& a);
+
+struct InspectArgs {
+  std::string path;
+  bool json = false, tensors = false;
+};
+void add_inspect_options(CLI::App& app, InspectArgs& a);
+int run_inspect(const InspectArgs& a);
+
+struct TokenizeArgs {
+  std::string checkpoint, text;
+  bool decode = false, no_bos = false, json = false;
+};
+void add_tokenize_options(CLI::App& app, TokenizeArgs& a);
+int run_tokenize(const TokenizeArgs& a);
 
 struct StoreArgs {
   std::string db = kDefaultDb, run, key;
@@ -66,6 +97,13 @@ struct BenchArgs {
   // decode_step with the KV cache; the shape, --batch, --device and --precision are the ones above.
   struct Generate {
     int len = 66, warmup = 1, steps = 3;  // len: positions per run (the synthetic task's length)
+    // A language model (--checkpoint, or --random-init of the preset's shape in bf16): prefill of
+    // --prompt-len tokens and decode of --decode-len tokens against the machine's read bandwidth.
+    std::string checkpoint;
+    bool random_init = false;
+    int prompt_len = 512, decode_len = 128;
+    std::optional<int> batch;    // --batch of bench generate: 64 for the synthetic task, 1 for a language model
+    double bandwidth_gib = 2.0;  // buffer of the bandwidth measurement
   } generate;
 };
 void add_bench_options(CLI::App& app, BenchArgs& a);

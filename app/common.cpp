@@ -39,20 +39,76 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const s
   return be;
 }
 
-Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision) {
+namespace {
+// Loads `file` onto the backend of --device, with a progress line for models that take a while.
+Result<LoadedModel> load_file(std::unique_ptr<ModelFile> file, const std::string& device,
+                              const std::string& precision) {
   LoadedModel lm;
   auto backend = make_backend(device, precision);
   if (!backend) return backend.error();
   lm.backend = std::move(*backend);
-  auto ck = load_checkpoint(dir, false);
-  if (!ck) return ck.error();
-  auto model = Model::create(*lm.backend, ck->config);
+  const bool show = isatty(STDERR_FILENO) && file->info().n_params > 200'000'000;
+  int last = -1;
+  auto progress = [&](int64_t done, int64_t total) {
+    const int pct = int(100 * done / std::max<int64_t>(total, 1));
+    if (!show || pct == last) return;
+    last = pct;
+    std::fprintf(stderr, "\rloading %s: %d%%", file->info().name.c_str(), pct);
+    if (done == total) std::fprintf(stderr, "\n");
+  };
+  auto model = file->load(*lm.backend, progress);
   if (!model) return model.error();
   lm.model = std::move(*model);
-  lm.model->load_params(ck->params.data());
-  lm.tokenizer = ck->tokenizer;
-  lm.dir = dir;
+  lm.tokenizer = file->info().tokenizer;
+  lm.dir = file->info().path;
+  lm.file = std::move(file);
   return lm;
+}
+}  // namespace
+
+Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision) {
+  auto file = ModelFile::open(dir);
+  if (!file) return file.error();
+  return load_file(std::move(*file), device, precision);
+}
+
+void add_model_source_options(CLI::App* c, ModelSourceArgs& a, bool random) {
+  auto* ck = c->add_option("--checkpoint", a.checkpoint, "Model: a checkpoint directory or a .gguf file");
+  if (!random) {
+    ck->required();
+    return;
+  }
+  c->add_flag("--random-init", a.random_init,
+              "Random bf16 weights: of --preset's shape, or of --checkpoint's shape with its tokenizer");
+  c->add_option("--preset", a.preset, "With --random-init: a preset shape (" + ShapeOverrides::preset_list(", ") + ")");
+  c->add_option("--latent-bits", a.latent_bits, "With --random-init: H latent bits (0 = plain decoder)")
+      ->check(CLI::Range(0, kMaxLatentBits));
+}
+
+Result<LoadedModel> load_model(const ModelSourceArgs& a, const std::string& device, const std::string& precision) {
+  if (!a.random_init) {
+    if (a.checkpoint.empty()) return make_error("--checkpoint: required (or --random-init with --preset)");
+    if (!a.preset.empty() || a.latent_bits) return make_error("--preset and --latent-bits need --random-init");
+    return load_model_dir(a.checkpoint, device, precision);
+  }
+  if (a.checkpoint.empty() == a.preset.empty())
+    return make_error("--random-init: give either --preset NAME or --checkpoint PATH (the shape to use)");
+  ModelConfig cfg;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  if (!a.preset.empty()) {
+    auto p = model_preset(a.preset);
+    if (!p) return make_error("--preset " + p.error().message);
+    cfg = *p;
+  } else {
+    auto f = ModelFile::open(a.checkpoint);
+    if (!f) return f.error();
+    cfg = (*f)->info().config;
+    tokenizer = (*f)->info().tokenizer;
+  }
+  if (a.latent_bits) cfg.latent_bits = *a.latent_bits;
+  cfg.inject_after = cfg.n_layers / 2;
+  if (auto v = cfg.validate(); !v) return make_error("--random-init: " + v.error().message);
+  return load_file(random_model_file(cfg, tokenizer, a.seed), device, precision);
 }
 
 Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,

@@ -8,6 +8,7 @@
 #include "app/commands.h"
 #include "app/options.h"
 #include "core/data/batch_source.h"
+#include "core/io/model_file.h"
 #include "core/model/model.h"
 #include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
@@ -29,16 +30,27 @@ void add_device_options(CLI::App* c, std::string& device, std::string& precision
 // one-line error naming the option.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const std::string& precision);
 
-// A loaded model with its tokenizer, checkpoint directory and step.
+// A loaded model with its tokenizer, checkpoint directory and step. `file` holds the weights a
+// model loaded from a file uses in place: it is declared first so that it outlives the model.
 struct LoadedModel {
   std::unique_ptr<Backend> backend;
+  std::unique_ptr<ModelFile> file;
   std::unique_ptr<Model> model;
   std::shared_ptr<const Tokenizer> tokenizer;  // null when config.json has none (token ids only)
   std::string dir;
   int step = 0;
 };
+// Any model file (ModelFile::open: our checkpoints, Hugging Face directories, GGUF) as an
+// inference model; loading progress on stderr when it takes a while and stderr is a terminal.
 Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision);
+
+// Adds --checkpoint (required unless random_only_ok) and, with random, --random-init, --preset, --latent-bits.
+void add_model_source_options(CLI::App* c, ModelSourceArgs& a, bool random);
+Result<LoadedModel> load_model(const ModelSourceArgs& a, const std::string& device, const std::string& precision);
 // The checkpoint of run `run` at `step` (latest when absent) in the database.
+// The --independent / --fixed-groups / --group-size rules (none negative, some sequence, at most
+// 4096 sequences).
+Status check_groups(int independent, int fixed_groups, int group_size);
 Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,
                                    const std::string& device, const std::string& precision);
 

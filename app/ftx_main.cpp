@@ -15,6 +15,8 @@ int main(int argc, char** argv) {
   StoreArgs runs, metrics;
   BenchArgs bench;
   DemoArgs demo;
+  InspectArgs inspect;
+  TokenizeArgs tokenize;
   add_train_options(app, train);
   add_generate_options(app, gen);
   add_score_options(app, score);
@@ -22,6 +24,8 @@ int main(int argc, char** argv) {
   add_metrics_options(app, metrics);
   add_bench_options(app, bench);
   add_demo_options(app, demo);
+  add_inspect_options(app, inspect);
+  add_tokenize_options(app, tokenize);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -38,5 +42,7 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("metrics")) return run_metrics(metrics);
   if (app.got_subcommand("bench")) return run_bench(bench);
   if (app.got_subcommand("demo")) return run_demo(demo);
+  if (app.got_subcommand("inspect")) return run_inspect(inspect);
+  if (app.got_subcommand("tokenize")) return run_tokenize(tokenize);
   return fail("no command given (see ftx --help)");
 }

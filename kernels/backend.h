@@ -104,8 +104,9 @@ class Backend {
                                 const float* rstd, int N, int C) = 0;
 
   // ---- matmul: out (N,OC) = inp (N,IC) @ w^T, w (OC,IC). accumulate: out += instead of = ------
-  // w is fp32 or bf16; products of a bf16 weight accumulate in fp32 (on CUDA the input is rounded
-  // to bf16 too, at any MatmulPrecision; the CPU keeps it fp32).
+  // w is fp32 or bf16; products of a bf16 weight accumulate in fp32 (the input is rounded to bf16
+  // too on CUDA, at any MatmulPrecision, and on the CPU's avx512bf16 path; the CPU's avx2 and
+  // generic paths keep it fp32: kernels/cpu/gemm_bf16.h, FTX_CPU_ISA).
   virtual void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC, bool accumulate) = 0;
   // dinp (N,IC) = dout @ w (or += when accumulate_dinp; skipped when dinp is null);
   // dw (OC,IC) += dout^T @ inp (skipped when dw is null). A bf16 weight is frozen (inference, or a

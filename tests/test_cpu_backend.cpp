@@ -20,6 +20,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops_attention.h"
 #include "kernels/cpu/ops_binary_mapper.h"
 #include "kernels/cpu/ops_crossentropy.h"
@@ -152,9 +153,11 @@ TEST(Bf16Conversion, RoundsToNearestEvenAndKeepsNaNAndInf) {
     EXPECT_EQ(bits(bf16_to_fp32(fp32_to_bf16(x))), bits(x)) << x;
 }
 
-// The float backend widens bf16 weights to fp32 slabs and multiplies them with sgemm; the reference
-// is the double GEMM on the same widened values, so only float rounding separates them. The last
-// shape has more than one slab (kWidenFloats) in both directions.
+// The float backend multiplies bf16 weights by gemm_bf16w (forward) or widens them to fp32 slabs for
+// sgemm (backward); the reference is the double GEMM on the same widened values, and, forward on
+// the AVX512_BF16 path, on the activations rounded to bf16 as that path rounds them
+// (kernels/cpu/gemm_bf16.h), so only float rounding separates them. The last shape has more than
+// one slab (kWidenFloats) in both directions.
 TEST_F(CpuBackendTest, Bf16WeightMatmulMatchesDoubleOnTheWidenedWeights) {
   struct Shape {
     int N, IC, OC;
@@ -169,9 +172,12 @@ TEST_F(CpuBackendTest, Bf16WeightMatmulMatchesDoubleOnTheWidenedWeights) {
     Vec w(w32.size());                      // the same values widened, in double
     for (size_t i = 0; i < w16.size(); ++i) w16[i] = fp32_to_bf16(float(w32[i])), w[i] = bf16_to_fp32(w16[i]);
     const auto inpf = to_float(inp), doutf = to_float(dout);
+    Vec inp_fwd = inp;  // what the forward multiplies
+    if (cpu::cpu_isa() == cpu::CpuIsa::Avx512Bf16)
+      for (double& v : inp_fwd) v = bf16_to_fp32(fp32_to_bf16(float(v)));
     for (bool accumulate : {false, true}) {
       Vec out = base;
-      cpu::matmul_forward(out.data(), inp.data(), w.data(), N, IC, OC, accumulate);
+      cpu::matmul_forward(out.data(), inp_fwd.data(), w.data(), N, IC, OC, accumulate);
       Out outf = accumulate ? Out(base) : Out(base.size(), kNaN);
       be_->matmul_forward(outf.data(), inpf.data(), bf16_weight(w16.data()), N, IC, OC, accumulate);
       EXPECT_CLOSE(outf, out, kNmseReduction);

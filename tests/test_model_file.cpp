@@ -14,8 +14,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "core/sample/generator.h"
 #include "kernels/backend.h"
@@ -29,7 +34,8 @@ const std::vector<int32_t> kChatPrompt = {1, 4093, 198, 1780, 314, 260, 3575, 28
 // The float64 reference's next-token log-probabilities after kChatPrompt.
 const std::vector<std::pair<int32_t, double>> kNextLogProbs = {
     {504, -0.587}, {60, -2.317}, {38634, -2.345}, {15319, -2.484}, {7026, -3.265}};
-const std::vector<int32_t> kGreedyAnswer = {504, 3575, 282, 4649, 314, 7042, 30, 2};  // "The capital ... Paris.<|im_end|>"
+const std::vector<int32_t> kGreedyAnswer = {504, 3575, 282, 4649,
+                                            314, 7042, 30,  2};  // "The capital ... Paris.<|im_end|>"
 
 std::vector<double> log_softmax(const float* logits, int V) {
   const double m = *std::max_element(logits, logits + V);
@@ -92,15 +98,16 @@ TEST_F(SmolLM2, Fp32LogProbsMatchTheFloat64Reference) {
   for (auto [id, want] : kNextLogProbs) EXPECT_NEAR(lp[size_t(id)], want, 2e-3) << "token " << id;
 }
 
-// bf16 weights (the Q4_1 values rounded to bf16) and, on AVX512_BF16 CPUs, activations rounded
-// to bf16 inside the products: the log-probabilities move by a few hundredths at most.
+// bf16 weights (the Q4_1 values rounded to bf16: the weights move by up to 2^-9 of themselves) and,
+// on AVX512_BF16 CPUs, activations rounded to bf16 inside the products: the log-probabilities of
+// the likely tokens move by up to 0.1 (0.056 measured with fp32 activations, docs/performance.md).
 TEST_F(SmolLM2, Bf16LogProbsStayWithinTheStatedBound) {
   auto m = load(DType::BF16);
   ASSERT_TRUE(m);
   const std::vector<double> lp = next_log_probs(*m, kChatPrompt);
   double worst = 0;
   for (auto [id, want] : kNextLogProbs) {
-    EXPECT_NEAR(lp[size_t(id)], want, 0.05) << "token " << id;
+    EXPECT_NEAR(lp[size_t(id)], want, 0.1) << "token " << id;
     worst = std::max(worst, std::abs(lp[size_t(id)] - want));
   }
   std::printf("bf16: largest |log-prob difference| against the float64 reference: %.4f\n", worst);
@@ -114,11 +121,11 @@ TEST_F(SmolLM2, GreedyAnswerAndStops) {
   sc.temperature = 0, sc.max_new_tokens = 12;
   StopRule stop{info.eos_ids, {}};
   std::string streamed;
-  auto g = generate_text(*m, info.tokenizer.get(), {{kChatPrompt, {}}}, sc, stop,
-                         [&](int, int32_t, const std::string& t) {
-                           streamed += t;
-                           return true;
-                         });
+  auto g =
+      generate_text(*m, info.tokenizer.get(), {{kChatPrompt, {}}}, sc, stop, [&](int, int32_t, const std::string& t) {
+        streamed += t;
+        return true;
+      });
   ASSERT_TRUE(g.ok()) << g.error().message;
   const std::vector<int32_t> answer((*g)[0].tokens.begin() + int(kChatPrompt.size()), (*g)[0].tokens.end());
   EXPECT_EQ(answer, kGreedyAnswer);
@@ -201,12 +208,25 @@ TEST_F(SmolLM2, RandomFreeTransformerLatentMechanics) {
   const std::vector<uint32_t> z = uniform_codes(5, n_in, 8), z2 = uniform_codes(6, n_in, 8);
   // Same Z and same sampling seed: the same sequence; the codes are the ones given.
   auto g = generate_text(**m, nullptr,
-                         {{prompt, {LatentPolicy::fixed(z), 1}}, {prompt, {LatentPolicy::fixed(z), 1}},
+                         {{prompt, {LatentPolicy::fixed(z), 1}},
+                          {prompt, {LatentPolicy::fixed(z), 1}},
                           {prompt, {LatentPolicy::fixed(z2), 1}}},
                          sc, {});
   ASSERT_TRUE(g.ok()) << g.error().message;
   EXPECT_EQ((*g)[0].tokens, (*g)[1].tokens);
   EXPECT_EQ((*g)[0].codes, z);
+  // Edited: the fixed codes with exactly the asked bits flipped; FromEncoder: the prompt's codes
+  // sampled by the encoder reading the prompt, the prior's after it.
+  auto e = generate_text(
+      **m, nullptr,
+      {{prompt, {LatentPolicy::edited(z, {{0, 3}, {5, 7}}), 1}}, {prompt, {LatentPolicy::from_encoder(9), 1}}}, sc, {});
+  ASSERT_TRUE(e.ok()) << e.error().message;
+  std::vector<uint32_t> flipped = z;
+  flipped[0] ^= 1u << 3, flipped[5] ^= 1u << 7;
+  EXPECT_EQ((*e)[0].codes, flipped);
+  const std::vector<uint32_t> enc = encoder_prompt_codes(**m, prompt, 9), prior = uniform_codes(9, n_in, 8);
+  for (int t = 0; t < n_in; ++t)
+    EXPECT_EQ((*e)[1].codes[size_t(t)], t < int(prompt.size()) ? enc[size_t(t)] : prior[size_t(t)]) << t;
   // Another Z changes the next-token distribution after the prompt.
   auto d = (*m)->make_decode_state(2, int(prompt.size()));
   std::vector<float> a(size_t(c.vocab_size)), b(size_t(c.vocab_size));
@@ -215,6 +235,84 @@ TEST_F(SmolLM2, RandomFreeTransformerLatentMechanics) {
   double diff = 0;
   for (size_t i = 0; i < a.size(); ++i) diff = std::max(diff, double(std::abs(a[i] - b[i])));
   EXPECT_GT(diff, 1e-4);
+}
+
+// ---- against Hugging Face transformers (tests/fixtures/real/README.md) ------------------------
+
+std::vector<float> read_floats(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::vector<char> bytes((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<float> out(bytes.size() / sizeof(float));
+  std::memcpy(out.data(), bytes.data(), out.size() * sizeof(float));
+  return out;
+}
+
+// Tiny random Llama, Qwen2 and Mistral checkpoints written by transformers' save_pretrained (GQA,
+// llama3 rope scaling, tied and untied, q/k/v and o biases, F16, BF16, shards, both config forms):
+// our logits at every position of each sequence equal transformers' fp32 logits, and the greedy
+// continuation equals its generate(), up to the first step whose top-2 margin is below 1e-3.
+class TinyTransformersCheckpoint : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(TinyTransformersCheckpoint, LogitsAndGreedyMatchTransformers) {
+  const std::string dir = std::string(FTX_FIXTURE_DIR) + "/real/tiny_" + GetParam();
+  auto j = nlohmann::json::parse(std::ifstream(dir + "/expected.json"));
+  const std::vector<float> want = read_floats(dir + "/expected_logits.bin");
+  auto file = ModelFile::open(dir);
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto be = make_cpu_backend();
+  auto m = (*file)->load(*be);
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const int V = (*m)->config().vocab_size;
+  for (const auto& seq : j["sequences"]) {
+    const std::vector<int32_t> ids = seq["ids"].get<std::vector<int32_t>>();
+    const size_t off = seq["logits_offset"].get<size_t>();
+    const int n = int(ids.size());
+    auto d = (*m)->make_decode_state(1, n);
+    std::vector<float> got(size_t(n) * V);
+    (*m)->prefill(*d, 0, ids.data(), nullptr, n, 0, Model::PrefillLogits::All, got.data());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      worst = std::max(worst, double(std::abs(got[i] - want[off + i])));
+      scale = std::max(scale, double(std::abs(want[off + i])));
+    }
+    // fp32 against fp32 in another order; a bf16 checkpoint's weights are exact in both. On
+    // AVX512_BF16 CPUs the activations are rounded to bf16 inside bf16 products (2^-9 relative).
+    EXPECT_LT(worst, 2e-2 * std::max(1.0, scale)) << n << " tokens";
+    // Greedy continuation (temperature 0) up to the first near-tie.
+    SampleConfig sc;
+    sc.temperature = 0, sc.max_new_tokens = int(seq["greedy"].size());
+    auto g = generate_text(**m, nullptr, {{ids, {}}}, sc, {});
+    ASSERT_TRUE(g.ok()) << g.error().message;
+    const auto greedy = seq["greedy"].get<std::vector<int32_t>>();
+    const auto margins = seq["greedy_margins"].get<std::vector<double>>();
+    for (size_t k = 0; k < greedy.size() && margins[k] > 1e-3 * std::max(1.0, scale); ++k)
+      ASSERT_EQ((*g)[0].tokens[ids.size() + k], greedy[k]) << "greedy step " << k;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, TinyTransformersCheckpoint,
+                         ::testing::Values("gqa_llama3", "gqa_llama3_v4form", "sharded", "tied_bias", "f16", "qwen2",
+                                           "mistral"));
+
+// SmolLM2 loaded by transformers from the same GGUF: last-position logits of each prompt.
+TEST_F(SmolLM2, LastLogitsMatchTransformers) {
+  const std::string dir = std::string(FTX_FIXTURE_DIR) + "/real/smollm2_q4_1";
+  auto j = nlohmann::json::parse(std::ifstream(dir + "/expected.json"));
+  const std::vector<float> want = read_floats(dir + "/last_logits.bin");
+  auto m = load(DType::F32);
+  ASSERT_TRUE(m);
+  const int V = m->config().vocab_size;
+  size_t k = 0;
+  for (const auto& p : j["prompts"]) {
+    const std::vector<int32_t> ids = p["ids"].get<std::vector<int32_t>>();
+    auto d = m->make_decode_state(1, int(ids.size()));
+    std::vector<float> got(static_cast<size_t>(V));
+    m->prefill(*d, 0, ids.data(), nullptr, int(ids.size()), 0, Model::PrefillLogits::Last, got.data());
+    double worst = 0;
+    for (int v = 0; v < V; ++v) worst = std::max(worst, double(std::abs(got[size_t(v)] - want[k * V + size_t(v)])));
+    EXPECT_LT(worst, 2e-2) << p["name"].get<std::string>();
+    ++k;
+  }
 }
 
 TEST(ModelFileErrors, MissingAndForeignFiles) {

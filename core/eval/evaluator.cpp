@@ -57,31 +57,43 @@ void score_group(GroupResult& g, const Tokenizer& tokenizer) {
   g.valid = m.valid, g.agreement = m.agreement, g.noise_agreement = m.noise_agreement;
 }
 
+std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int group_size, uint64_t seed, int n_in,
+                                        int H, std::vector<uint64_t>* latent_seeds, std::vector<int>* group_of) {
+  std::vector<SequenceSpec> specs;
+  auto add = [&](SequenceSpec s, uint64_t zs, int g) {
+    specs.push_back(std::move(s));
+    if (latent_seeds) latent_seeds->push_back(zs);
+    if (group_of) group_of->push_back(g);
+  };
+  for (int i = 0; i < independent; ++i) {
+    const uint64_t zs = derive_seed(seed, 10, uint64_t(i));
+    add({LatentPolicy::uniform(zs), derive_seed(seed, 11, uint64_t(i))}, zs, 0);
+  }
+  for (int g = 1; g <= fixed_groups; ++g) {
+    const uint64_t zs = derive_seed(seed, 12, uint64_t(g));
+    std::vector<uint32_t> z = H > 0 ? uniform_codes(zs, n_in, H) : std::vector<uint32_t>(n_in, 0);
+    for (int i = 0; i < group_size; ++i)
+      add({LatentPolicy::fixed(z), derive_seed(seed, 13, uint64_t(g) * 100003 + uint64_t(i))}, zs, g);
+  }
+  return specs;
+}
+
 std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>& prompt, int independent,
                                         int fixed_groups, int group_size, uint64_t seed, const SampleConfig& cfg,
                                         const Tokenizer& tokenizer) {
   const int H = model.config().latent_bits;
   const int n_in = static_cast<int>(prompt.size()) + cfg.max_new_tokens - 1;
-  std::vector<SequenceSpec> specs;
+  std::vector<uint64_t> latent_seeds;
+  std::vector<int> group_of;
+  const std::vector<SequenceSpec> specs =
+      figure4_specs(independent, fixed_groups, group_size, seed, n_in, H, &latent_seeds, &group_of);
   std::vector<GroupResult> groups(1 + fixed_groups);
-  for (int i = 0; i < independent; ++i) {
-    const uint64_t zs = derive_seed(seed, 10, uint64_t(i));
-    specs.push_back({LatentPolicy::uniform(zs), derive_seed(seed, 11, uint64_t(i))});
-    groups[0].latent_seeds.push_back(zs);
-  }
-  for (int g = 1; g <= fixed_groups; ++g) {
-    const uint64_t zs = derive_seed(seed, 12, uint64_t(g));
-    std::vector<uint32_t> z = H > 0 ? uniform_codes(zs, n_in, H) : std::vector<uint32_t>(n_in, 0);
-    groups[g].fixed = true;
-    for (int i = 0; i < group_size; ++i) {
-      specs.push_back({LatentPolicy::fixed(z), derive_seed(seed, 13, uint64_t(g) * 100003 + uint64_t(i))});
-      groups[g].latent_seeds.push_back(zs);
-    }
-  }
+  for (size_t i = 0; i < specs.size(); ++i) groups[size_t(group_of[i])].latent_seeds.push_back(latent_seeds[i]);
   std::vector<Generation> gens = generate(model, prompt, specs, cfg);
   size_t k = 0;
   for (int g = 0; g <= fixed_groups; ++g) {
     groups[g].group = g;
+    groups[g].fixed = g > 0;
     const int n = g == 0 ? independent : group_size;
     for (int i = 0; i < n; ++i) groups[g].gens.push_back(std::move(gens[k++]));
     score_group(groups[g], tokenizer);

@@ -40,6 +40,12 @@ struct GroupResult {
 // Fills g.valid / agreement / noise_agreement from its generations (NaN when the prompt is not a
 // synthetic-task prompt). The metrics read the generations as text decoded by `tokenizer`.
 void score_group(GroupResult& g, const Tokenizer& tokenizer);
+// The sequences of Figure 4's groups: `independent` sequences with a Z each (group 0), then
+// `fixed_groups` groups of `group_size` sharing one Z; n_in input positions, H latent bits.
+// latent_seeds (one per sequence) and group_of (the group of each sequence) are filled when given.
+std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int group_size, uint64_t seed, int n_in,
+                                        int H, std::vector<uint64_t>* latent_seeds = nullptr,
+                                        std::vector<int>* group_of = nullptr);
 std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>& prompt, int independent,
                                         int fixed_groups, int group_size, uint64_t seed, const SampleConfig& cfg,
                                         const Tokenizer& tokenizer);

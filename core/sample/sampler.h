@@ -51,7 +51,10 @@ struct SampleConfig {
     v(s.top_p, Field{.key = "top_p",
                      .help = "Sample among the fewest most likely tokens whose probability reaches p (1 = all)",
                      .bounds = Bounds{0, 1, true, false}});
-    v(s.max_new_tokens, Field{.key = "max_new_tokens", .bounds = kPositive});
+    v(s.max_new_tokens,
+      Field{.key = "max_new_tokens",
+            .help = "Tokens to generate per sequence (model files; a synthetic run fills its sequence length)",
+            .bounds = kPositive});
   }
   Status validate(FieldName name = field_key) const { return check_fields(*this, name); }
 };

@@ -10,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/common.h"
+#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops_adamw.h"
 #include "kernels/cpu/ops_attention.h"
 #include "kernels/cpu/ops_binary_mapper.h"
@@ -99,7 +100,7 @@ class CpuBackend final : public Backend {
       case DType::F32:
         return cpu::matmul_forward(out, inp, w.f32(), N, IC, OC, accumulate);
       case DType::BF16:
-        return cpu::matmul_forward_bf16w(out, inp, w.bf16(), N, IC, OC, accumulate);
+        return cpu::gemm_bf16w(out, inp, w.bf16(), N, IC, OC, accumulate);
     }
     FT_ASSERT(false, "matmul_forward: no %s path", dtype_name(w.dtype));
   }

@@ -4,7 +4,8 @@
 // bf16 weights (matmul_*_bf16w): the plain path. Slabs of the weight are widened (exactly) to fp32
 // in a per-thread scratch of at most kWidenFloats and multiplied by sgemm, so products and
 // accumulation are fp32 and the result equals the fp32 GEMM on the widened weight up to the sum
-// order of the slabs. A speed path (no widening, SIMD dot products) is for later.
+// order of the slabs. The backend's forward goes through gemm_bf16w (kernels/cpu/gemm_bf16.h),
+// whose own kernels stream the weight for small N and which calls matmul_forward_bf16w for large N.
 //
 // Threads: called outside a parallel region, the OpenMP build of OpenBLAS uses the shared OpenMP
 // pool; called inside one (binary mapper tiles), it runs on the calling thread only.
