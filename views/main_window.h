@@ -88,6 +88,7 @@ class MainWindow : public QMainWindow {
   void open_database();
   // Model files (main_window_models.cpp).
   void connect_models();
+  void connect_model_views();
   void open_model_dialog();
   void on_model_opened(int id, std::shared_ptr<const ftx::ModelInfo> info);
   void on_model_loaded(int id, double seconds);

@@ -57,8 +57,7 @@ void MainWindow::connect_models() {
           [this](quint64 request, const ftx::LatentInspection& li, const QString& model) {
             if (request != latent_request_) return;  // an older request answered after a newer one was sent
             latent_->set_inspection(li, model, -1);
-            latent_model_text_ = li.text;
-            latent_text_->setText(QString::fromStdString(li.text));
+            latent_text_->setText(QString::fromStdString(latent_model_text_));  // as sent (li.text may add BOS)
             qInfo("latent: shown %d positions x %d bits of model '%s'", li.T, li.H, qPrintable(model));
           });
   connect(model_worker_, &ModelWorker::latent_failed, this, [this](quint64 request, const QString& message) {
@@ -67,14 +66,22 @@ void MainWindow::connect_models() {
     statusBar()->showMessage(message, 8000);
     qWarning("latent: %s", qPrintable(message));
   });
+  connect(model_worker_, &ModelWorker::edited_ready, latent_, &LatentView::set_edited_tokens);
+  connect(model_worker_, &ModelWorker::edit_failed, latent_, &LatentView::set_message);
+  connect_model_views();
+  model_thread_.start();
 
+  for (const QString& path : opts_.open) auto_generate_ = open_model(path);
+  if (opts_.random_ft && !opts_.open.isEmpty()) random_pending_ = auto_generate_;
+}
+
+// The Models list, the Generations page for models and the Latent dock's model sources.
+void MainWindow::connect_model_views() {
   connect(models_view_, &ModelsView::open_requested, this, &MainWindow::open_model_dialog);
   connect(models_view_, &ModelsView::random_requested, this, [this](int id) { open_random_model(id); });
   connect(models_view_, &ModelsView::close_requested, this, &MainWindow::close_model);
   connect(models_view_, &ModelsView::generations_requested, this, &MainWindow::show_model_generations);
   connect(models_view_, &ModelsView::latent_requested, this, [this](int id) { show_model_latent(id, QString()); });
-  connect(model_worker_, &ModelWorker::edited_ready, latent_, &LatentView::set_edited_tokens);
-  connect(model_worker_, &ModelWorker::edit_failed, latent_, &LatentView::set_message);
   connect(text_generations_, &TextGenerationsView::generate_requested, model_worker_, &ModelWorker::generate);
   connect(text_generations_, &TextGenerationsView::stop_requested, this,
           [this](quint64 job) { model_worker_->cancel(job); });
@@ -95,10 +102,6 @@ void MainWindow::connect_models() {
     latent_model_text_ = t.toStdString();
     latent_model_prompt_ = 0;  // typed text: no prompt to regenerate from
   });
-  model_thread_.start();
-
-  for (const QString& path : opts_.open) auto_generate_ = open_model(path);
-  if (opts_.random_ft && !opts_.open.isEmpty()) random_pending_ = auto_generate_;
 }
 
 void MainWindow::open_model_dialog() {
