@@ -41,12 +41,9 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const s
 
 namespace {
 // Loads `file` onto the backend of --device, with a progress line for models that take a while.
-Result<LoadedModel> load_file(std::unique_ptr<ModelFile> file, const std::string& device,
-                              const std::string& precision) {
+Result<LoadedModel> load_file(std::unique_ptr<Backend> backend, std::unique_ptr<ModelFile> file) {
   LoadedModel lm;
-  auto backend = make_backend(device, precision);
-  if (!backend) return backend.error();
-  lm.backend = std::move(*backend);
+  lm.backend = std::move(backend);
   const bool show = isatty(STDERR_FILENO) && file->info().n_params > 200'000'000;
   int last = -1;
   auto progress = [&](int64_t done, int64_t total) {
@@ -67,9 +64,11 @@ Result<LoadedModel> load_file(std::unique_ptr<ModelFile> file, const std::string
 }  // namespace
 
 Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& device, const std::string& precision) {
+  auto backend = make_backend(device, precision);  // bad options first, before any file is read
+  if (!backend) return backend.error();
   auto file = ModelFile::open(dir);
   if (!file) return file.error();
-  return load_file(std::move(*file), device, precision);
+  return load_file(std::move(*backend), std::move(*file));
 }
 
 void add_model_source_options(CLI::App* c, ModelSourceArgs& a, bool random) {
@@ -93,6 +92,8 @@ Result<LoadedModel> load_model(const ModelSourceArgs& a, const std::string& devi
   }
   if (a.checkpoint.empty() == a.preset.empty())
     return make_error("--random-init: give either --preset NAME or --checkpoint PATH (the shape to use)");
+  auto backend = make_backend(device, precision);
+  if (!backend) return backend.error();
   ModelConfig cfg;
   std::shared_ptr<const Tokenizer> tokenizer;
   if (!a.preset.empty()) {
@@ -108,7 +109,7 @@ Result<LoadedModel> load_model(const ModelSourceArgs& a, const std::string& devi
   if (a.latent_bits) cfg.latent_bits = *a.latent_bits;
   cfg.inject_after = cfg.n_layers / 2;
   if (auto v = cfg.validate(); !v) return make_error("--random-init: " + v.error().message);
-  return load_file(random_model_file(cfg, tokenizer, a.seed), device, precision);
+  return load_file(std::move(*backend), random_model_file(cfg, tokenizer, a.seed));
 }
 
 Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,

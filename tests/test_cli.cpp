@@ -50,28 +50,9 @@ void write_file(const std::string& path, const std::string& bytes) {
   EXPECT_TRUE(test::write_file(path, bytes)) << path;
 }
 
-// Runs FTX_BINARY with args; stdout and stderr go through files in `scratch`.
-// ctest runs tests side by side on 2 shared cores: OpenMP barriers of an oversubscribed child
-// turn a 0.2 s tiny run into seconds, so every child runs one thread (the same for all of them:
-// OpenBLAS sgemm rounds differently with another thread count).
-Outcome ftx(const std::vector<std::string>& args, const std::string& scratch) {
-  return test::run_child(test::ftx_argv(args), {"OMP_NUM_THREADS=1", "NO_COLOR=1"}, scratch);
-}
-
-std::string describe(const Outcome& r) {
-  return "exit " + std::to_string(r.code) + (r.signal ? " signal " + std::to_string(r.signal) : "") +
-         "\n--- stderr ---\n" + r.err + "--- stdout ---\n" + r.out.substr(0, 2000);
-}
-
-// Exit code 1, and stderr is exactly one line "ftx: ..." that contains every needle.
-void expect_one_line_error(const Outcome& r, const std::vector<std::string>& needles) {
-  EXPECT_EQ(r.signal, 0) << "crashed: " << describe(r);
-  EXPECT_EQ(r.code, 1) << describe(r);
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "not exactly one line: " << describe(r);
-  EXPECT_TRUE(!r.err.empty() && r.err.back() == '\n') << describe(r);
-  EXPECT_EQ(r.err.rfind("ftx: ", 0), 0u) << describe(r);
-  for (const std::string& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "no '" << n << "' in: " << r.err;
-}
+constexpr auto ftx = test::run_ftx;
+using test::describe;
+using test::expect_one_line_error;
 
 // ---------------------------------------------------------------------------------------------
 // Bad training arguments: refused before anything is written.

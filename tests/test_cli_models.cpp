@@ -23,22 +23,9 @@ using test::Outcome;
 
 const std::string kFixtures = std::string(FTX_FIXTURE_DIR) + "/real";
 
-Outcome ftx(const std::vector<std::string>& args, const std::string& scratch) {
-  return test::run_child(test::ftx_argv(args), {"OMP_NUM_THREADS=1", "NO_COLOR=1"}, scratch);
-}
-
-std::string describe(const Outcome& r) {
-  return "exit " + std::to_string(r.code) + (r.signal ? " signal " + std::to_string(r.signal) : "") +
-         "\n--- stderr ---\n" + r.err + "--- stdout ---\n" + r.out.substr(0, 2000);
-}
-
-void expect_one_line_error(const Outcome& r, const std::vector<std::string>& needles) {
-  EXPECT_EQ(r.signal, 0) << "crashed: " << describe(r);
-  EXPECT_EQ(r.code, 1) << describe(r);
-  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "not exactly one line: " << describe(r);
-  EXPECT_EQ(r.err.rfind("ftx: ", 0), 0u) << describe(r);
-  for (const std::string& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "no '" << n << "' in: " << r.err;
-}
+constexpr auto ftx = test::run_ftx;
+using test::describe;
+using test::expect_one_line_error;
 
 void copy_prefix(const std::string& from, const std::string& to, size_t bytes) {
   std::ifstream in(from, std::ios::binary);

@@ -24,6 +24,7 @@
 
 #include "core/sample/generator.h"
 #include "kernels/backend.h"
+#include "kernels/cpu/isa.h"
 #include "tests/real_model.h"
 
 namespace ftx {
@@ -275,9 +276,12 @@ TEST_P(TinyTransformersCheckpoint, LogitsAndGreedyMatchTransformers) {
       worst = std::max(worst, double(std::abs(got[i] - want[off + i])));
       scale = std::max(scale, double(std::abs(want[off + i])));
     }
-    // fp32 against fp32 in another order; a bf16 checkpoint's weights are exact in both. On
-    // AVX512_BF16 CPUs the activations are rounded to bf16 inside bf16 products (2^-9 relative).
-    EXPECT_LT(worst, 2e-2 * std::max(1.0, scale)) << n << " tokens";
+    // fp32 against fp32 in another order; a bf16 checkpoint's weights are exact in both, an F16
+    // one's are rounded to bf16. The AVX512_BF16 path also rounds the activations to bf16 inside
+    // bf16 products (2^-9 relative each; 2.7% of the largest logit measured on these random
+    // weights of std 0.2, whose logits reach 7): its own bound.
+    const double bound = cpu::cpu_isa() == cpu::CpuIsa::Avx512Bf16 ? 5e-2 : 2e-2;
+    EXPECT_LT(worst, bound * std::max(1.0, scale)) << n << " tokens";
     // Greedy continuation (temperature 0) up to the first near-tie.
     SampleConfig sc;
     sc.temperature = 0, sc.max_new_tokens = int(seq["greedy"].size());

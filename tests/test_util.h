@@ -9,12 +9,14 @@
 #pragma once
 #include <fcntl.h>
 #include <gtest/gtest.h>
+
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cerrno>
 #include <cstdint>
@@ -182,6 +184,28 @@ inline Outcome run_child(const std::vector<std::string>& argv, const std::vector
   if (pid < 0) return {};
   const ExitStatus s = wait_child(pid);
   return Outcome{s.code, s.signal, read_file(out_path), read_file(err_path)};
+}
+
+// `ftx args` as the CLI tests run it. ctest runs tests side by side on 2 shared cores: OpenMP
+// barriers of an oversubscribed child turn a 0.2 s tiny run into seconds, so every child runs one
+// thread (the same for all of them: OpenBLAS sgemm rounds differently with another thread count).
+inline Outcome run_ftx(const std::vector<std::string>& args, const std::string& scratch) {
+  return run_child(ftx_argv(args), {"OMP_NUM_THREADS=1", "NO_COLOR=1"}, scratch);
+}
+
+inline std::string describe(const Outcome& r) {
+  return "exit " + std::to_string(r.code) + (r.signal ? " signal " + std::to_string(r.signal) : "") +
+         "\n--- stderr ---\n" + r.err + "--- stdout ---\n" + r.out.substr(0, 2000);
+}
+
+// Exit code 1, and stderr is exactly one line "ftx: ..." that contains every needle.
+inline void expect_one_line_error(const Outcome& r, const std::vector<std::string>& needles) {
+  EXPECT_EQ(r.signal, 0) << "crashed: " << describe(r);
+  EXPECT_EQ(r.code, 1) << describe(r);
+  EXPECT_EQ(std::count(r.err.begin(), r.err.end(), '\n'), 1) << "not exactly one line: " << describe(r);
+  EXPECT_TRUE(!r.err.empty() && r.err.back() == '\n') << describe(r);
+  EXPECT_EQ(r.err.rfind("ftx: ", 0), 0u) << describe(r);
+  for (const std::string& n : needles) EXPECT_NE(r.err.find(n), std::string::npos) << "no '" << n << "' in: " << r.err;
 }
 
 // What run_with_file_size_limit saw: whether the child was reaped, its raw wait status, and the

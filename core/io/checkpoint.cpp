@@ -62,29 +62,6 @@ Result<TensorSet> open_single(const std::string& path) {
   return set;
 }
 
-// A shard name must be a plain file name in the checkpoint directory.
-bool is_plain_basename(const std::string& s) {
-  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos && s.find('\\') == std::string::npos &&
-         s.find('\0') == std::string::npos;
-}
-
-Result<std::map<std::string, std::string>> read_weight_map(const std::string& index_path, const json& j) {
-  if (!j.is_object()) return make_error(index_path + ": index must be a JSON object");
-  auto wm = j.find("weight_map");
-  if (wm == j.end() || !wm->is_object()) return make_error(index_path + ": key 'weight_map' missing or not an object");
-  std::map<std::string, std::string> out;
-  for (auto it = wm->begin(); it != wm->end(); ++it) {
-    if (!it.value().is_string())
-      return make_error(index_path + ": weight_map[" + quote_name(it.key()) + "] must be a file name string");
-    const std::string file = it.value().get<std::string>();
-    if (!is_plain_basename(file))
-      return make_error(index_path + ": weight_map[" + quote_name(it.key()) + "] = " + it.value().dump() +
-                        ": shard must be a plain file name in the checkpoint directory (no '/' or '..')");
-    out.emplace(it.key(), file);
-  }
-  return out;
-}
-
 // metadata.total_size, when present, must equal the sum of the tensors' byte sizes.
 Status check_total_size(const std::string& index_path, const json& j, const TensorSet& set) {
   auto md = j.find("metadata");
@@ -368,6 +345,29 @@ Status save_impl(std::string dir, const CheckpointData& ck) {
 }
 
 }  // namespace
+
+// A shard name must be a plain file name in the checkpoint directory.
+static bool is_plain_basename(const std::string& s) {
+  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos && s.find('\\') == std::string::npos &&
+         s.find('\0') == std::string::npos;
+}
+
+Result<std::map<std::string, std::string>> read_weight_map(const std::string& index_path, const json& j) {
+  if (!j.is_object()) return make_error(index_path + ": index must be a JSON object");
+  auto wm = j.find("weight_map");
+  if (wm == j.end() || !wm->is_object()) return make_error(index_path + ": key 'weight_map' missing or not an object");
+  std::map<std::string, std::string> out;
+  for (auto it = wm->begin(); it != wm->end(); ++it) {
+    if (!it.value().is_string())
+      return make_error(index_path + ": weight_map[" + quote_name(it.key()) + "] must be a file name string");
+    const std::string file = it.value().get<std::string>();
+    if (!is_plain_basename(file))
+      return make_error(index_path + ": weight_map[" + quote_name(it.key()) + "] = " + it.value().dump() +
+                        ": shard must be a plain file name in the checkpoint directory (no '/' or '..')");
+    out.emplace(it.key(), file);
+  }
+  return out;
+}
 
 Result<ModelConfig> load_checkpoint_config(const std::string& dir, std::shared_ptr<const Tokenizer>* tokenizer) {
   try {

@@ -21,6 +21,7 @@
 // Deliberately not here: tokenizer.json (core/text), writing shards, dtype conversion
 // on save (always F32), mmap of weights for inference (kernels/).
 #pragma once
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -57,6 +58,11 @@ Status save_checkpoint(const std::string& dir, const CheckpointData& ck);
 // Reads the checkpoint at `dir`. With with_training_state, training_state.safetensors and
 // trainer.json must exist and are loaded; otherwise they are not read at all.
 Result<CheckpointData> load_checkpoint(const std::string& dir, bool with_training_state);
+
+// The "weight_map" of a model.safetensors.index.json `j` read from index_path: tensor name ->
+// shard file, each a plain file name in the index's directory (no '/', no '..'). Errors name the
+// index and the entry.
+Result<std::map<std::string, std::string>> read_weight_map(const std::string& index_path, const nlohmann::json& j);
 
 // Reads and validates only <dir>/config.json (readout_bias is not known from it: false); its
 // tokenizer goes to *tokenizer when given (null when the file has none).

@@ -60,29 +60,6 @@ Result<Shard> open_shard(const std::string& path) {
   return Shard{path, std::move(*m), std::move(*h)};
 }
 
-// A shard name must be a plain file name in the checkpoint directory.
-bool is_plain_basename(const std::string& s) {
-  return !s.empty() && s != "." && s != ".." && s.find('/') == std::string::npos && s.find('\\') == std::string::npos &&
-         s.find('\0') == std::string::npos;
-}
-
-Result<std::map<std::string, std::string>> read_weight_map(const std::string& index_path, const json& j) {
-  if (!j.is_object()) return make_error(index_path + ": index must be a JSON object");
-  auto wm = j.find("weight_map");
-  if (wm == j.end() || !wm->is_object()) return make_error(index_path + ": key 'weight_map' missing or not an object");
-  std::map<std::string, std::string> out;
-  for (auto it = wm->begin(); it != wm->end(); ++it) {
-    if (!it.value().is_string())
-      return make_error(index_path + ": weight_map[" + quote_name(it.key()) + "] must be a file name string");
-    const std::string file = it.value().get<std::string>();
-    if (!is_plain_basename(file))
-      return make_error(index_path + ": weight_map[" + quote_name(it.key()) + "] = " + it.value().dump() +
-                        ": shard must be a plain file name in the checkpoint directory (no '/' or '..')");
-    out.emplace(it.key(), file);
-  }
-  return out;
-}
-
 // Every tensor of a shard is mapped to that shard by the index, and every mapped tensor is there.
 Status check_shard_contents(const std::string& index_path, const std::map<std::string, std::string>& wm,
                             const std::vector<std::string>& names, const std::vector<Shard>& shards) {

@@ -60,12 +60,14 @@ int32_t sample_token(const float* logits, int V, float temperature, int top_k, f
   auto weight = [&](int i) { return std::exp(double(logits[i] - max_logit) / temperature); };
   const int k = (top_k > 0 && top_k < V) ? top_k : V;
   if (k == V && top_p >= 1.0f) {  // the whole distribution: walk the ids in order, no ranking needed
+    thread_local std::vector<double> w;
+    w.resize(size_t(V));
     double total = 0;
-    for (int i = 0; i < V; ++i) total += weight(i);
+    for (int i = 0; i < V; ++i) total += w[size_t(i)] = weight(i);
     double acc = 0;
     const double target = double(u) * total;
     for (int i = 0; i < V; ++i)
-      if (target < (acc += weight(i))) return i;
+      if (target < (acc += w[size_t(i)])) return i;
     return static_cast<int32_t>(std::max_element(logits, logits + V) - logits);
   }
   // The m best ids ranked (higher logit first, then lower id), m growing until the top-k / top-p
