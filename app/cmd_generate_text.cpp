@@ -10,21 +10,19 @@
 #include "app/commands.h"
 #include "app/common.h"
 #include "core/eval/evaluator.h"
+#include "core/explore/text_explorer.h"
 #include "core/sample/generator.h"
 
 namespace ftx::app {
 namespace {
 
-// The prompt in the file's chat format: ChatML (<|im_start|>) or Llama 3 (<|start_header_id|>),
-// recognised from the template's text; any other template is named, not rendered.
+// The prompt in the file's chat format (ChatML or Llama 3, recognised from the template's text);
+// any other template is named, not rendered.
 Result<std::string> chat_prompt(const ModelInfo& info, const std::string& user) {
   const std::string& t = info.chat_template;
   if (t.empty()) return make_error(info.path + ": --chat: the model file has no chat template");
-  if (t.find("<|start_header_id|>") != std::string::npos)
-    return "<|start_header_id|>user<|end_header_id|>\n\n" + user +
-           "<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n";
-  if (t.find("<|im_start|>") != std::string::npos)
-    return "<|im_start|>user\n" + user + "<|im_end|>\n<|im_start|>assistant\n";
+  const ChatFormat f = chat_format(t);
+  if (f != ChatFormat::None) return apply_chat(f, user);
   return make_error(info.path + ": --chat: the chat template is neither ChatML nor Llama 3 (its first 60 bytes: " +
                     nlohmann::json(t.substr(0, 60)).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) +
                     "); give the formatted prompt without --chat");

@@ -12,6 +12,7 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "core/explore/text_explorer.h"
 #include "core/io/model_file.h"
 #include "core/io/safetensors.h"
 
@@ -38,12 +39,10 @@ std::string dtype_summary(const ModelInfo& i) {
   return s;
 }
 
-// The chat format a template is written for: what --chat can apply.
-std::string chat_format(const std::string& tmpl) {
-  if (tmpl.empty()) return "none";
-  if (tmpl.find("<|start_header_id|>") != std::string::npos) return "llama3";
-  if (tmpl.find("<|im_start|>") != std::string::npos) return "chatml";
-  return "other";
+// "none", "ChatML", "Llama 3" (what --chat applies), or "other (not applied by --chat)".
+std::string template_kind(const std::string& tmpl) {
+  if (!tmpl.empty() && chat_format(tmpl) == ChatFormat::None) return "other (not applied by --chat)";
+  return chat_format_name(chat_format(tmpl));
 }
 
 json info_json(const ModelInfo& i, double open_ms, bool with_tensors) {
@@ -74,7 +73,7 @@ json info_json(const ModelInfo& i, double open_ms, bool with_tensors) {
          {"tokenizer_vocab", i.tokenizer ? i.tokenizer->vocab_size() : 0},
          {"add_bos", i.add_bos},
          {"eos_ids", i.eos_ids},
-         {"chat_template", chat_format(i.chat_template)},
+         {"chat_template", template_kind(i.chat_template)},
          {"open_ms", open_ms}};
   if (with_tensors) {
     json t = json::array();
@@ -130,7 +129,7 @@ int run_inspect(const InspectArgs& a) {
   } else {
     std::printf("  tokenizer     none (token ids only)\n");
   }
-  std::printf("  chat template %s\n", chat_format(i.chat_template).c_str());
+  std::printf("  chat template %s\n", template_kind(i.chat_template).c_str());
   if (a.tensors)
     for (const FileTensor& t : i.tensors)
       std::printf("    %-48s %-6s %s\n", t.name.c_str(), t.dtype.c_str(), shape_str(t.shape).c_str());
