@@ -7,7 +7,7 @@
 //   - one decode token of each model (every GEMM of every layer and the head, each its own memory),
 //   - prefill (N = 512): GFLOP/s per shape, beside the widen + sgemm path of ops_matmul.h.
 // Figures are the best of several repetitions (the machine is shared). Usage:
-//   bench_gemm_bf16 [decode|prefill|model|crossover|all] [seconds per figure, default 0.3]
+//   bench_gemm_bf16 [bw|decode|prefill|model|crossover|all] [seconds per figure, default 0.3] [path]
 #include <omp.h>
 
 #include <algorithm>
@@ -64,11 +64,15 @@ double best_time(F&& f) {
   return best;
 }
 
+// Weights of magnitude 2^-8..2^-7 with random signs and mantissas (xorshift: a 1.5B model's 3 GB
+// fill in seconds; the values do not change the timing as long as none is subnormal or NaN).
 std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
   std::vector<uint16_t> v(n);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
-  for (auto& x : v) x = fp32_to_bf16(u(rng));
+  uint64_t s = 0x9E3779B97F4A7C15ull * (seed + 1);
+  for (auto& x : v) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    x = uint16_t(0x3B80u | (s & 0x7Fu) | ((s >> 8) & 0x8000u));
+  }
   return v;
 }
 
@@ -175,12 +179,13 @@ void crossover(CpuIsa isa) {
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "all";
   if (argc > 2) g_seconds = std::atof(argv[2]);
+  const std::string only = argc > 3 ? argv[3] : "";  // one path by name
   const int threads = omp_get_max_threads();
-  const BandwidthMeasure m = measure_read_bandwidth(kColdBytes, threads, 1.0);
+  const BandwidthMeasure m = measure_read_bandwidth(kColdBytes, threads, 0.5);
   std::printf("read bandwidth: %.2f GB/s (%d threads, %zu MiB, best pass %.1f ms); best path %s\n", m.bytes_per_s / 1e9,
               m.threads, m.buffer_bytes >> 20, m.seconds * 1e3, cpu::cpu_isa_name(cpu::best_cpu_isa()));
   for (const CpuIsa isa : {CpuIsa::Avx512Bf16, CpuIsa::Avx2, CpuIsa::Generic}) {
-    if (!cpu::cpu_isa_supported(isa)) continue;
+    if (!cpu::cpu_isa_supported(isa) || (!only.empty() && only != cpu::cpu_isa_name(isa))) continue;
     if (what == "decode" || what == "all") {
       decode(isa, kSmol, 5, m.bytes_per_s);
       decode(isa, k15b, 5, m.bytes_per_s);
@@ -195,7 +200,8 @@ int main(int argc, char** argv) {
       prefill(isa, k15b, 5, 512);
     }
   }
-  const BandwidthMeasure m2 = measure_read_bandwidth(kColdBytes, threads, 1.0);
+  if (what == "bw") return 0;
+  const BandwidthMeasure m2 = measure_read_bandwidth(kColdBytes, threads, 0.5);
   std::printf("read bandwidth again: %.2f GB/s\n", m2.bytes_per_s / 1e9);
   return 0;
 }
