@@ -3,7 +3,8 @@
 //
 // One pass reads the whole buffer once (a sum of 64-bit words with several independent
 // accumulators, which the compiler turns into wide loads), split into contiguous ranges over
-// `threads` OpenMP threads. The buffer is written first, by the same threads and split, so that
+// `threads` OpenMP threads, each reading its range as 4 parts side by side (more lines in flight
+// than one stream, as the GEMV's 4 weight rows). The buffer is written first, by the same threads and split, so that
 // its pages exist (and sit near the threads that read them); one pass warms up, then passes repeat
 // until min_seconds have gone by (at least three), and the fastest counts. For the DRAM figure
 // pass a buffer far larger than the last-level cache (1 GiB); a small one measures a cache.

@@ -2,12 +2,13 @@
 // (`ninja -C build bench_gemm_bf16`), never run by ctest. For each path this CPU can run it prints
 //   - the machine's read bandwidth (measure_read_bandwidth, 1 GiB, the OpenMP threads),
 //   - decode (N = 1): bytes of weight read per second for the SmolLM2-135M and 1.5B matrix shapes,
-//     "cold" (copies of the matrix cycling through more memory than the caches hold, as the layers
-//     of a model do) and "hot" (one matrix again and again, which may stay in L2/L3),
+//     "cold" (copies of the matrix cycling through 1 GiB, as the layers of a model do; a cache as
+//     large as 480 MiB still holds some of them) and "hot" (one matrix again and again),
 //   - one decode token of each model (every GEMM of every layer and the head, each its own memory),
-//   - prefill (N = 512): GFLOP/s per shape, beside the widen + sgemm path of ops_matmul.h.
+//   - prefill (N = 512): GFLOP/s per shape of both engines of a path (its kernel; widen + sgemm),
+//   - crossover: the time ratio of the two engines for N = 1..128 (where gemm_bf16w_on switches).
 // Figures are the best of several repetitions (the machine is shared). Usage:
-//   bench_gemm_bf16 [decode|prefill|model|crossover|all] [seconds per figure, default 0.3]
+//   bench_gemm_bf16 [bw|decode|prefill|model|crossover|all] [seconds per figure, default 0.3] [path]
 #include <omp.h>
 
 #include <algorithm>
@@ -22,7 +23,6 @@
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/cpu/ops_matmul.h"
 #include "kernels/dtype.h"
 #include "kernels/membw.h"
 
@@ -64,11 +64,15 @@ double best_time(F&& f) {
   return best;
 }
 
+// Weights of magnitude 2^-8..2^-7 with random signs and mantissas (xorshift: a 1.5B model's 3 GB
+// fill in seconds; the values do not change the timing as long as none is subnormal or NaN).
 std::vector<uint16_t> random_bf16(size_t n, uint32_t seed) {
   std::vector<uint16_t> v(n);
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-0.05f, 0.05f);
-  for (auto& x : v) x = fp32_to_bf16(u(rng));
+  uint64_t s = 0x9E3779B97F4A7C15ull * (seed + 1);
+  for (auto& x : v) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    x = uint16_t(0x3B80u | (s & 0x7Fu) | ((s >> 8) & 0x8000u));
+  }
   return v;
 }
 
@@ -130,6 +134,7 @@ void model_token(CpuIsa isa, const char* model, const Shape* shapes, int layers,
               total * 2 / 1e6);
 }
 
+// Both engines of a path on N inputs (gemm_bf16w_on takes sgemm from sgemm_min_n on).
 void prefill(CpuIsa isa, const Shape* shapes, int n_shapes, int N) {
   for (int s = 0; s < n_shapes; ++s) {
     const Shape sh = shapes[s];
@@ -138,13 +143,14 @@ void prefill(CpuIsa isa, const Shape* shapes, int n_shapes, int N) {
     const std::vector<float> x = random_f32(size_t(N) * sh.IC, 6);
     std::vector<float> out(size_t(N) * sh.OC);
     const double flops = 2.0 * N * sh.IC * sh.OC;
-    const double ours =
-        best_time([&](int) { cpu::gemm_bf16w_on(isa, out.data(), x.data(), w.data(), N, sh.IC, sh.OC, false); });
-    const double sgemm =
-        best_time([&](int) { cpu::matmul_forward_bf16w(out.data(), x.data(), w.data(), N, sh.IC, sh.OC, false); });
-    std::printf("  %-12s N=%d %-20s %8.2f ms %7.1f GFLOP/s | widen+sgemm %8.2f ms %7.1f GFLOP/s | ratio %.2f\n",
-                cpu::cpu_isa_name(isa), N, sh.name, ours * 1e3, flops / ours / 1e9, sgemm * 1e3, flops / sgemm / 1e9,
-                sgemm / ours);
+    auto run = [&](cpu::detail::Bf16Engine e) {
+      return best_time(
+          [&](int) { cpu::detail::gemm_bf16w_engine(isa, e, out.data(), x.data(), w.data(), N, sh.IC, sh.OC, false); });
+    };
+    const double kernel = run(cpu::detail::Bf16Engine::Kernel), sgemm = run(cpu::detail::Bf16Engine::Sgemm);
+    std::printf("  %-12s N=%d %-20s kernel %8.2f ms %7.1f GFLOP/s | sgemm %8.2f ms %7.1f GFLOP/s | uses %s\n",
+                cpu::cpu_isa_name(isa), N, sh.name, kernel * 1e3, flops / kernel / 1e9, sgemm * 1e3,
+                flops / sgemm / 1e9, N >= cpu::detail::sgemm_min_n(isa) ? "sgemm" : "kernel");
   }
 }
 
@@ -175,12 +181,13 @@ void crossover(CpuIsa isa) {
 int main(int argc, char** argv) {
   const std::string what = argc > 1 ? argv[1] : "all";
   if (argc > 2) g_seconds = std::atof(argv[2]);
+  const std::string only = argc > 3 ? argv[3] : "";  // one path by name
   const int threads = omp_get_max_threads();
-  const BandwidthMeasure m = measure_read_bandwidth(kColdBytes, threads, 1.0);
+  const BandwidthMeasure m = measure_read_bandwidth(kColdBytes, threads, 0.5);
   std::printf("read bandwidth: %.2f GB/s (%d threads, %zu MiB, best pass %.1f ms); best path %s\n", m.bytes_per_s / 1e9,
               m.threads, m.buffer_bytes >> 20, m.seconds * 1e3, cpu::cpu_isa_name(cpu::best_cpu_isa()));
   for (const CpuIsa isa : {CpuIsa::Avx512Bf16, CpuIsa::Avx2, CpuIsa::Generic}) {
-    if (!cpu::cpu_isa_supported(isa)) continue;
+    if (!cpu::cpu_isa_supported(isa) || (!only.empty() && only != cpu::cpu_isa_name(isa))) continue;
     if (what == "decode" || what == "all") {
       decode(isa, kSmol, 5, m.bytes_per_s);
       decode(isa, k15b, 5, m.bytes_per_s);
@@ -195,7 +202,8 @@ int main(int argc, char** argv) {
       prefill(isa, k15b, 5, 512);
     }
   }
-  const BandwidthMeasure m2 = measure_read_bandwidth(kColdBytes, threads, 1.0);
+  if (what == "bw") return 0;
+  const BandwidthMeasure m2 = measure_read_bandwidth(kColdBytes, threads, 0.5);
   std::printf("read bandwidth again: %.2f GB/s\n", m2.bytes_per_s / 1e9);
   return 0;
 }

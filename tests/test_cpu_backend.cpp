@@ -157,7 +157,7 @@ TEST(Bf16Conversion, RoundsToNearestEvenAndKeepsNaNAndInf) {
 // sgemm (backward); the reference is the double GEMM on the same widened values, and, forward on
 // the AVX512_BF16 path, on the activations rounded to bf16 as that path rounds them
 // (kernels/cpu/gemm_bf16.h), so only float rounding separates them. The last shape has more than
-// one slab (kWidenFloats) in both directions.
+// one backward slab (kWidenFloats); tests/test_gemm_bf16.cpp covers the forward's engines.
 TEST_F(CpuBackendTest, Bf16WeightMatmulMatchesDoubleOnTheWidenedWeights) {
   struct Shape {
     int N, IC, OC;

@@ -173,17 +173,25 @@ TEST_P(GemmBf16Path, MatchesDoubleOnTheBf16Weights) {
   }
 }
 
-// The kernel with inputs many and wide enough that it cuts k into blocks (Avx512Bf16: more than
-// 1 MiB of bf16 activations), with a k tail after the blocks.
-TEST_P(GemmBf16Path, MatchesDoubleWhenKIsBlocked) {
-  for (const auto& [N, IC, OC] : {std::tuple{600, 1000, 40}, std::tuple{130, 8960, 9}}) {
-    const Problem p = make_problem(N, IC, OC, 77);
-    SCOPED_TRACE("N " + std::to_string(N) + " IC " + std::to_string(IC) + " OC " + std::to_string(OC));
+// Blocked work: the kernel with inputs many and wide enough that it cuts k into blocks
+// (Avx512Bf16: more than 1 MiB of bf16 activations) with a k tail after them, and sgemm with a weight
+// of more rows than one widened slab holds (kWidenMinRows, kWidenFloats in ops_matmul.h).
+TEST_P(GemmBf16Path, MatchesDoubleWhenTheWorkIsBlocked) {
+  struct Case {
+    int N, IC, OC;
+    Engine engine;
+  };
+  for (const Case c :
+       {Case{600, 1000, 40, Engine::Kernel}, Case{130, 8960, 9, Engine::Kernel}, Case{50, 1536, 1100, Engine::Sgemm}}) {
+    const Problem p = make_problem(c.N, c.IC, c.OC, 77);
+    SCOPED_TRACE("N " + std::to_string(c.N) + " IC " + std::to_string(c.IC) + " OC " + std::to_string(c.OC) + " " +
+                 engine_name(c.engine));
     const Reference ref = reference(p, true);
-    const std::vector<float> got = run(isa(), p, true, Engine::Kernel);
+    const std::vector<float> got = run(isa(), p, true, c.engine);
     std::string where;
     const bool rounds = isa() == CpuIsa::Avx512Bf16;
-    EXPECT_LE(worst_ratio(got, rounds ? ref.rounded_inputs : ref.exact, ref.scale, kFp32Rel, OC, &where), 1.0) << where;
+    EXPECT_LE(worst_ratio(got, rounds ? ref.rounded_inputs : ref.exact, ref.scale, kFp32Rel, c.OC, &where), 1.0)
+        << where;
   }
 }
 

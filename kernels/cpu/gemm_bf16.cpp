@@ -19,7 +19,7 @@ namespace {
 // From this many inputs on, a path widens w into slabs and calls sgemm (docs/performance.md:
 // measured faster there, as OpenBLAS's fp32 kernels are close to the FMA peak).
 constexpr int kGenericSgemmMinN = 8;
-constexpr int kAvx2SgemmMinN = 24;
+constexpr int kAvx2SgemmMinN = 32;
 constexpr int kAvx512Bf16SgemmMinN = 48;
 
 // Below this many multiply-adds a call runs on the calling thread (waking the second thread costs

@@ -16,12 +16,24 @@ namespace {
 constexpr size_t kLine = 64;
 constexpr size_t kWordsPerLine = kLine / sizeof(uint64_t);
 
-// Sum of words [begin, end) with 8 independent accumulators (integer adds: the compiler may
-// reorder them, so the loop vectorises into the widest loads the build allows).
+// Each thread reads its range as this many equal parts side by side, one line of each in turn: on
+// the development machine 4 streams per thread read 33 GB/s where one read 25 (the bf16 GEMV reads
+// 4 weight rows side by side too).
+constexpr size_t kStreams = 4;
+
+// Sum of the lines [begin, end) (in words), kStreams parts side by side, with 8 independent
+// accumulators (integer adds: the compiler may reorder them, so the loop vectorises into the widest
+// loads the build allows).
 uint64_t sum_words(const uint64_t* p, size_t begin, size_t end) {
   uint64_t acc[kWordsPerLine] = {};
-  for (size_t i = begin; i < end; i += kWordsPerLine)
-    for (size_t j = 0; j < kWordsPerLine; ++j) acc[j] += p[i + j];
+  const size_t per = (end - begin) / kWordsPerLine / kStreams;  // lines per stream
+  for (size_t l = 0; l < per; ++l) {
+    for (size_t s = 0; s < kStreams; ++s) {
+      const uint64_t* q = p + begin + (s * per + l) * kWordsPerLine;
+      for (size_t j = 0; j < kWordsPerLine; ++j) acc[j] += q[j];
+    }
+  }
+  for (size_t i = begin + kStreams * per * kWordsPerLine; i < end; ++i) acc[0] += p[i];  // the lines left over
   uint64_t s = 0;
   for (const uint64_t a : acc) s += a;
   return s;

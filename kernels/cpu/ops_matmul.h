@@ -80,6 +80,10 @@ void matmul_backward(T* dinp, T* dw, const T* dout, const T* inp, const T* w, in
 // Floats of widened weight per slab (4 MiB): large enough that sgemm runs at speed, small enough to
 // stay in cache next to the activations.
 constexpr size_t kWidenFloats = size_t(1) << 20;
+// ... but at least this many weight rows per forward slab (37 MiB for IC = 8960): sgemm on a slab of
+// 117 output columns ran at 60% of its speed on 1024 (the 1536 x 8960 down projection at N = 512,
+// docs/performance.md).
+constexpr size_t kWidenMinRows = 1024;
 
 // dst[r * ld + c] = w[r * w_ld + c] widened, for r < rows, c < cols.
 inline void widen_bf16(float* dst, int ld, const uint16_t* w, size_t w_ld, int rows, int cols) {
@@ -94,7 +98,8 @@ inline void widen_bf16(float* dst, int ld, const uint16_t* w, size_t w_ld, int r
 inline void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC,
                                  bool accumulate) {
   if (N <= 0 || OC <= 0) return;
-  const int rows = int(std::clamp<size_t>(kWidenFloats / size_t(std::max(IC, 1)), 1, size_t(OC)));
+  const size_t fit = std::max<size_t>(kWidenFloats / size_t(std::max(IC, 1)), kWidenMinRows);
+  const int rows = int(std::clamp<size_t>(fit, 1, size_t(OC)));
   float* slab = thread_scratch<float, 0>(size_t(rows) * std::max(IC, 1));  // (rows, IC)
   for (int o0 = 0; o0 < OC; o0 += rows) {
     const int r = std::min(rows, OC - o0);
