@@ -16,8 +16,8 @@
 namespace ftx::cpu {
 namespace {
 
-// From this many inputs on, a path widens w into slabs and calls sgemm (docs/performance.md:
-// measured faster there, as OpenBLAS's fp32 kernels are close to the FMA peak).
+// From this many inputs on, a path widens w into slabs and calls sgemm: where its kernel and sgemm
+// took the same time on 2 threads of the development machine (docs/performance.md, "crossover").
 constexpr int kGenericSgemmMinN = 8;
 constexpr int kAvx2SgemmMinN = 32;
 constexpr int kAvx512Bf16SgemmMinN = 48;
@@ -77,10 +77,6 @@ void gemm_bf16w_rows_generic(float* out, const float* x, size_t ldx, const uint1
     }
   }
 }
-
-}  // namespace detail
-
-namespace detail {
 
 int sgemm_min_n(CpuIsa isa) {
   switch (isa) {
