@@ -407,10 +407,9 @@ json generate_report(const BenchArgs& a, Backend& be, Model& model, const std::v
   return j;
 }
 
-// Bytes one decode step of one sequence reads at position pos: every GEMM weight once (the
-// embedding only as one row; a tied head reads it whole as the head), the fp32 norms, and the
-// K and V cache rows 0..pos of every layer.
-double decode_bytes(const Model& model, int pos) {
+// Weight bytes one decode step reads: every GEMM weight once (the embedding only as one row; a
+// tied head reads it whole as the head) and the fp32 norms.
+double decode_weight_bytes(const Model& model) {
   const ModelConfig& m = model.config();
   double bytes = 0;
   for (size_t i = 0; i < model.specs().size(); ++i) {
@@ -421,8 +420,7 @@ double decode_bytes(const Model& model, int pos) {
     else if (s.name != "free.post_sampler.weight" && s.name.rfind("free.encoder", 0) != 0 && s.name != "free.zeta")
       bytes += size;  // the encoder does not run at generation; the post-sampler is one column
   }
-  const double kv_row = 2.0 * m.n_kv_heads * m.head_dim * sizeof(float);
-  return bytes + double(m.n_layers) * kv_row * (pos + 1);
+  return bytes;
 }
 
 int run_bench_lm(const BenchArgs& a) {
@@ -472,14 +470,15 @@ int run_bench_lm(const BenchArgs& a) {
   });
   const int threads = omp_get_max_threads();
   const BandwidthMeasure bw = measure_read_bandwidth(size_t(g.bandwidth_gib * double(1 << 30)), threads, 1.0);
-  double bytes = 0;
-  for (int pos = 0; pos < g.decode_len; ++pos) bytes += decode_bytes(model, pos);
-  bytes /= g.decode_len;  // per token of one sequence, averaged over the positions decoded
+  // Per token of one sequence: the weights, and the K and V rows 0..pos of every layer read at
+  // position pos, averaged over the positions decoded ((decode_len + 1) / 2 rows).
+  const double weights = decode_weight_bytes(model);
+  const double kv = double(m.n_layers) * 2.0 * m.n_kv_heads * m.head_dim * sizeof(float) * (g.decode_len + 1) / 2.0;
+  const double bytes = weights + kv;
   const double decode_tps = double(B) * g.decode_len / (median(decode_ms) * 1e-3);
   const double prefill_tps = double(g.prompt_len) / (median(prefill_ms) * 1e-3);
   // B sequences share one read of the weights per step; the KV rows are per sequence.
-  const double weights = decode_bytes(model, -1);
-  const double step_bytes = weights + (bytes - weights) * B;
+  const double step_bytes = weights + kv * B;
   const double achieved = step_bytes * decode_tps / B;
   json j{{"bench", "generate"},
          {"model", lm->file->info().name},

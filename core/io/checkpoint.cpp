@@ -171,11 +171,7 @@ Status check_tensors(const TensorSet& set, const std::vector<ParamSpec>& specs, 
 }
 
 Status check_finite(const std::string& path, const std::string& name, const float* x, int64_t n) {
-  for (int64_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i]))
-      return make_error(path + ": tensor " + quote_name(name) + ": element " + std::to_string(i) + " is " +
-                        (std::isnan(x[i]) ? "NaN" : "Inf") + " (non-finite weights are refused)");
-  return {};
+  return check_finite_values(path, name, SafetensorsDType::F32, x, n);
 }
 
 // Reads every spec (already checked) into `arena` at its offset.

@@ -23,8 +23,6 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxJsonFile = uint64_t{64} << 20;  // config, index, tokenizer config, template
 constexpr const char* kIgnoredSuffix = "rotary_emb.inv_freq";
-// Elements per block when scanning for non-finite values (the scan is a branch-free OR per block).
-constexpr int64_t kScanBlock = int64_t{1} << 16;
 
 std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
 
@@ -223,28 +221,6 @@ Result<std::string> read_chat_template(const std::string& dir) {
 
 // ---- values ---------------------------------------------------------------------------------------
 
-// Index of the first non-finite element of n values of `dtype` at p (any alignment), or -1.
-// Non-finite = exponent all ones: the same test for NaN and Inf in each format.
-template <class U>
-int64_t first_nonfinite(const uint8_t* p, int64_t n, U exp_mask) {
-  for (int64_t i0 = 0; i0 < n; i0 += kScanBlock) {
-    const int64_t m = std::min(kScanBlock, n - i0);
-    bool bad = false;
-    for (int64_t i = 0; i < m; ++i) {
-      U u;
-      std::memcpy(&u, p + (i0 + i) * int64_t(sizeof(U)), sizeof(U));
-      bad |= (u & exp_mask) == exp_mask;
-    }
-    if (!bad) continue;
-    for (int64_t i = 0; i < m; ++i) {
-      U u;
-      std::memcpy(&u, p + (i0 + i) * int64_t(sizeof(U)), sizeof(U));
-      if ((u & exp_mask) == exp_mask) return i0 + i;
-    }
-  }
-  return -1;
-}
-
 bool aligned(const void* p, size_t a) { return reinterpret_cast<uintptr_t>(p) % a == 0; }
 
 }  // namespace
@@ -360,28 +336,7 @@ Status HfCheckpoint::check_finite(const ParamSpec& spec) const {
   const HfTensor& t = **found;
   const MappedFile& map = maps_[shard_of_[size_t(&t - tensors_.data())]];
   map.will_need(uint64_t(t.data - map.data()), t.bytes);
-  const int64_t n = spec.numel;
-  int64_t bad = -1;
-  bool nan = false;
-  if (t.dtype == SafetensorsDType::F32) {
-    bad = first_nonfinite<uint32_t>(t.data, n, 0x7F800000u);
-    if (bad >= 0) {
-      uint32_t u;
-      std::memcpy(&u, t.data + 4 * bad, 4);
-      nan = (u & 0x007FFFFFu) != 0;
-    }
-  } else {
-    const bool f16 = t.dtype == SafetensorsDType::F16;
-    bad = first_nonfinite<uint16_t>(t.data, n, f16 ? uint16_t(0x7C00) : uint16_t(0x7F80));
-    if (bad >= 0) {
-      uint16_t h;
-      std::memcpy(&h, t.data + 2 * bad, 2);
-      nan = (h & (f16 ? 0x03FF : 0x007F)) != 0;
-    }
-  }
-  if (bad < 0) return {};
-  return make_error(t.file + ": tensor " + quote_name(t.name) + ": element " + std::to_string(bad) + " is " +
-                    (nan ? "NaN" : "Inf") + " (non-finite weights are refused)");
+  return check_finite_values(t.file, t.name, t.dtype, t.data, spec.numel);
 }
 
 }  // namespace ftx

@@ -10,6 +10,7 @@
 #include "core/io/gguf.h"
 #include "core/io/gguf_llama.h"
 #include "core/io/hf_checkpoint.h"
+#include "core/io/safetensors.h"
 #include "core/model/params.h"
 #include "core/text/bpe_tokenizer.h"
 #include "kernels/philox.h"
@@ -35,22 +36,6 @@ Result<std::unique_ptr<Model>> build(Backend& backend, const ModelConfig& cfg, c
     if (progress) progress(done, total);
   }
   return Model::create_inference(backend, cfg, [&](const ParamSpec& s) { return taken.at(s.name); });
-}
-
-// A non-finite value in n floats, as a one-line error naming the tensor.
-Status check_finite_f32(const std::string& file, const std::string& tensor, const float* x, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (!std::isfinite(x[i]))
-      return make_error(file + ": tensor '" + tensor + "': element " + std::to_string(i) +
-                        " is not finite (non-finite weights are refused)");
-  return {};
-}
-Status check_finite_bf16(const std::string& file, const std::string& tensor, const uint16_t* x, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if ((x[i] & 0x7f80) == 0x7f80)
-      return make_error(file + ": tensor '" + tensor + "': element " + std::to_string(i) +
-                        " is not finite (non-finite weights are refused)");
-  return {};
 }
 
 // ---- Hugging Face layout --------------------------------------------------------------------
@@ -126,12 +111,12 @@ class GgufModelFile : public ModelFile {
       if (s.gemm_weight && gemm_dtype == DType::BF16) {
         std::vector<uint16_t>& buf = bf16_.emplace_back(size_t(s.numel));
         FTX_TRY(gguf_tensor_bf16(file_, m_, s.name, buf.data(), s.numel));
-        FTX_TRY(check_finite_bf16(file_.path(), s.name, buf.data(), buf.size()));
+        FTX_TRY(check_finite_values(file_.path(), s.name, SafetensorsDType::BF16, buf.data(), s.numel));
         return bf16_weight(buf.data());
       }
       std::vector<float>& buf = f32_.emplace_back(size_t(s.numel));
       FTX_TRY(gguf_tensor_f32(file_, m_, s.name, buf.data(), s.numel));
-      FTX_TRY(check_finite_f32(file_.path(), s.name, buf.data(), buf.size()));
+      FTX_TRY(check_finite_values(file_.path(), s.name, SafetensorsDType::F32, buf.data(), s.numel));
       return f32_weight(buf.data());
     });
   }

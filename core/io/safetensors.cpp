@@ -474,4 +474,61 @@ Status write_safetensors(const std::string& path, const std::vector<NamedTensor>
   }
 }
 
+namespace {
+
+// Elements per block when scanning for non-finite values (the scan is a branch-free OR per block).
+constexpr int64_t kScanBlock = int64_t{1} << 16;
+
+// Index of the first non-finite element of n values of `dtype` at p (any alignment), or -1.
+// Non-finite = exponent all ones: the same test for NaN and Inf in each format.
+template <class U>
+int64_t first_nonfinite(const uint8_t* p, int64_t n, U exp_mask) {
+  for (int64_t i0 = 0; i0 < n; i0 += kScanBlock) {
+    const int64_t m = std::min(kScanBlock, n - i0);
+    bool bad = false;
+    for (int64_t i = 0; i < m; ++i) {
+      U u;
+      std::memcpy(&u, p + (i0 + i) * int64_t(sizeof(U)), sizeof(U));
+      bad |= (u & exp_mask) == exp_mask;
+    }
+    if (!bad) continue;
+    for (int64_t i = 0; i < m; ++i) {
+      U u;
+      std::memcpy(&u, p + (i0 + i) * int64_t(sizeof(U)), sizeof(U));
+      if ((u & exp_mask) == exp_mask) return i0 + i;
+    }
+  }
+  return -1;
+}
+
+}  // namespace
+
+Status check_finite_values(const std::string& file, const std::string& tensor, SafetensorsDType dtype, const void* p,
+                           int64_t n) {
+  const auto* bytes = static_cast<const uint8_t*>(p);
+  int64_t bad = -1;
+  bool nan = false;
+  if (dtype == SafetensorsDType::F32) {
+    bad = first_nonfinite<uint32_t>(bytes, n, 0x7F800000u);
+    if (bad >= 0) {
+      uint32_t u;
+      std::memcpy(&u, bytes + 4 * bad, 4);
+      nan = (u & 0x007FFFFFu) != 0;
+    }
+  } else {
+    FT_ASSERT(dtype == SafetensorsDType::F16 || dtype == SafetensorsDType::BF16, "check_finite_values: %s",
+              dtype_name(dtype));
+    const bool f16 = dtype == SafetensorsDType::F16;
+    bad = first_nonfinite<uint16_t>(bytes, n, f16 ? uint16_t(0x7C00) : uint16_t(0x7F80));
+    if (bad >= 0) {
+      uint16_t h;
+      std::memcpy(&h, bytes + 2 * bad, 2);
+      nan = (h & (f16 ? 0x03FF : 0x007F)) != 0;
+    }
+  }
+  if (bad < 0) return {};
+  return make_error(file + ": tensor " + quote_name(tensor) + ": element " + std::to_string(bad) + " is " +
+                    (nan ? "NaN" : "Inf") + " (non-finite weights are refused)");
+}
+
 }  // namespace ftx

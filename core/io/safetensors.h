@@ -75,6 +75,13 @@ std::string quote_name(const std::string& s);
 
 // Converters used by the reader (exposed for tests). Exact: every f16/bf16 value is an f32.
 float f16_to_f32(uint16_t h);
+
+// The first NaN or Inf among n values of `dtype` (F32, F16 or BF16) at p (any alignment) as the
+// one-line error of every weight loader: "FILE: tensor 'NAME': element I is NaN (non-finite
+// weights are refused)"; ok when all are finite. Non-finite = exponent all ones, scanned
+// branch-free block by block.
+Status check_finite_values(const std::string& file, const std::string& tensor, SafetensorsDType dtype, const void* p,
+                           int64_t n);
 float bf16_to_f32(uint16_t b);
 
 // n elements of F32, F16 or BF16 at `src` (any alignment) widened to fp32 (exact); false, with
