@@ -62,8 +62,8 @@ int run_generate_text(const GenerateArgs& a) {
   const int n_in = int(ids->size()) + sc.max_new_tokens - 1;
   std::vector<uint64_t> latent_seeds;
   std::vector<int> group_of;
-  const std::vector<SequenceSpec> specs =
-      figure4_specs(independent, fixed_groups, group_size, a.seed, n_in, m.latent_bits, &latent_seeds, &group_of);
+  const std::vector<SequenceSpec> specs = figure4_specs(independent, fixed_groups, group_size, a.seed, a.seed, n_in,
+                                                        m.latent_bits, &latent_seeds, &group_of);
   std::vector<GenerationRequest> requests;
   for (const SequenceSpec& s : specs) requests.push_back({*ids, s});
   if (auto s = check_text_requests(m, requests, sc); !s) return fail(s.error());

@@ -57,8 +57,9 @@ void score_group(GroupResult& g, const Tokenizer& tokenizer) {
   g.valid = m.valid, g.agreement = m.agreement, g.noise_agreement = m.noise_agreement;
 }
 
-std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int group_size, uint64_t seed, int n_in,
-                                        int H, std::vector<uint64_t>* latent_seeds, std::vector<int>* group_of) {
+std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int group_size, uint64_t latent_seed,
+                                        uint64_t sample_seed, int n_in, int H, std::vector<uint64_t>* latent_seeds,
+                                        std::vector<int>* group_of) {
   std::vector<SequenceSpec> specs;
   auto add = [&](SequenceSpec s, uint64_t zs, int g) {
     specs.push_back(std::move(s));
@@ -66,14 +67,14 @@ std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int g
     if (group_of) group_of->push_back(g);
   };
   for (int i = 0; i < independent; ++i) {
-    const uint64_t zs = derive_seed(seed, 10, uint64_t(i));
-    add({LatentPolicy::uniform(zs), derive_seed(seed, 11, uint64_t(i))}, zs, 0);
+    const uint64_t zs = derive_seed(latent_seed, 10, uint64_t(i));
+    add({LatentPolicy::uniform(zs), derive_seed(sample_seed, 11, uint64_t(i))}, zs, 0);
   }
   for (int g = 1; g <= fixed_groups; ++g) {
-    const uint64_t zs = derive_seed(seed, 12, uint64_t(g));
+    const uint64_t zs = derive_seed(latent_seed, 12, uint64_t(g));
     std::vector<uint32_t> z = H > 0 ? uniform_codes(zs, n_in, H) : std::vector<uint32_t>(n_in, 0);
     for (int i = 0; i < group_size; ++i)
-      add({LatentPolicy::fixed(z), derive_seed(seed, 13, uint64_t(g) * 100003 + uint64_t(i))}, zs, g);
+      add({LatentPolicy::fixed(z), derive_seed(sample_seed, 13, uint64_t(g) * 100003 + uint64_t(i))}, zs, g);
   }
   return specs;
 }
@@ -86,7 +87,7 @@ std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>
   std::vector<uint64_t> latent_seeds;
   std::vector<int> group_of;
   const std::vector<SequenceSpec> specs =
-      figure4_specs(independent, fixed_groups, group_size, seed, n_in, H, &latent_seeds, &group_of);
+      figure4_specs(independent, fixed_groups, group_size, seed, seed, n_in, H, &latent_seeds, &group_of);
   std::vector<GroupResult> groups(1 + fixed_groups);
   for (size_t i = 0; i < specs.size(); ++i) groups[size_t(group_of[i])].latent_seeds.push_back(latent_seeds[i]);
   std::vector<Generation> gens = generate(model, prompt, specs, cfg);

@@ -41,10 +41,13 @@ struct GroupResult {
 // synthetic-task prompt). The metrics read the generations as text decoded by `tokenizer`.
 void score_group(GroupResult& g, const Tokenizer& tokenizer);
 // The sequences of Figure 4's groups: `independent` sequences with a Z each (group 0), then
-// `fixed_groups` groups of `group_size` sharing one Z; n_in input positions, H latent bits.
+// `fixed_groups` groups of `group_size` sharing one Z; n_in input positions, H latent bits. The
+// Z seeds derive from latent_seed, the token-sampling seeds from sample_seed (the synthetic task
+// passes one seed for both; "Freeze Z" keeps latent_seed and changes sample_seed).
 // latent_seeds (one per sequence) and group_of (the group of each sequence) are filled when given.
-std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int group_size, uint64_t seed, int n_in,
-                                        int H, std::vector<uint64_t>* latent_seeds = nullptr,
+std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int group_size, uint64_t latent_seed,
+                                        uint64_t sample_seed, int n_in, int H,
+                                        std::vector<uint64_t>* latent_seeds = nullptr,
                                         std::vector<int>* group_of = nullptr);
 std::vector<GroupResult> figure4_groups(Model& model, const std::vector<int32_t>& prompt, int independent,
                                         int fixed_groups, int group_size, uint64_t seed, const SampleConfig& cfg,

@@ -1,13 +1,15 @@
 #include "core/explore/text_explorer.h"
 
+#include "core/eval/evaluator.h"
 #include "core/sample/sampler.h"
 #include "kernels/philox.h"
 
 namespace ftx {
 namespace {
 
-// Seed lanes of derive_seed (the explorer uses 40..41, the evaluator 10..21).
-enum : uint64_t { kLaneIndependentZ = 60, kLaneFixedZ = 61, kLaneTokens = 62, kLaneInspect = 63 };
+// Seed lane of derive_seed for inspections (the explorer uses 40..41, the evaluator's groups
+// 10..21, which the text groups share through figure4_specs).
+enum : uint64_t { kLaneInspect = 63 };
 
 constexpr int kMaxGroupSize = 16, kMaxFixedGroups = 8;
 
@@ -66,24 +68,11 @@ Result<TextGroupPlan> plan_text_groups(const ModelConfig& cfg, const std::vector
   plan.has_latent = cfg.is_free();
   const int fixed = plan.has_latent ? req.fixed_groups : 0;
   const int n_in = static_cast<int>(prompt.size()) + req.sample.max_new_tokens - 1;
-  for (int g = 0; g <= fixed; ++g) {
-    TextGroup group{g, g > 0, static_cast<int>(plan.requests.size()), req.group_size};
-    const uint64_t group_seed = derive_seed(req.latent_seed, kLaneFixedZ, uint64_t(g));
-    // One Z for the whole group: codes for every input position, prompt included.
-    const std::vector<uint32_t> shared =
-        g > 0 ? uniform_codes(group_seed, std::max(n_in, 1), cfg.latent_bits) : std::vector<uint32_t>();
-    for (int i = 0; i < req.group_size; ++i) {
-      const auto k = static_cast<uint64_t>(plan.requests.size());
-      const uint64_t z_seed = g > 0 ? group_seed : derive_seed(req.latent_seed, kLaneIndependentZ, uint64_t(i));
-      GenerationRequest r;
-      r.prompt = prompt;
-      r.spec.latent = g > 0 ? LatentPolicy::fixed(shared) : LatentPolicy::uniform(z_seed);
-      r.spec.sample_seed = derive_seed(req.sample_seed, kLaneTokens, k);
-      plan.requests.push_back(std::move(r));
-      plan.latent_seeds.push_back(z_seed);
-    }
-    plan.groups.push_back(group);
-  }
+  const std::vector<SequenceSpec> specs =
+      figure4_specs(req.group_size, fixed, req.group_size, req.latent_seed, req.sample_seed, std::max(n_in, 1),
+                    cfg.latent_bits, &plan.latent_seeds);
+  for (int g = 0; g <= fixed; ++g) plan.groups.push_back({g, g > 0, g * req.group_size, req.group_size});
+  for (const SequenceSpec& s : specs) plan.requests.push_back({prompt, s});
   FTX_TRY(check_text_requests(cfg, plan.requests, req.sample));
   return plan;
 }
