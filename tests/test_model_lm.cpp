@@ -128,7 +128,9 @@ TEST(ModelLmFree, LogLikelihoodIsLogMeanOverPriorDraws) {
     auto state = model.make_state(1, T);
     double mean_p = 0, lo = 1e9, hi = -1e9;
     for (int k = 0; k < K; ++k) {
-      const auto codes = uniform_codes(derive_seed(7, i, k), T, cfg.latent_bits);
+      uint64_t h = 1469598103934665603ull;  // FNV-1a of the context: the draws' key
+      for (unsigned char c : reqs[i].context) h = (h ^ c) * 1099511628211ull;
+      const auto codes = uniform_codes(derive_seed(7, h, k), T, cfg.latent_bits);
       model.forward(*state, e->tokens.data(), e->tokens.data() + 1, codes.data(), 0, 0, 0.0f);
       std::vector<float> loss(T);
       model.read_token_losses(*state, loss.data());

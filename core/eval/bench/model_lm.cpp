@@ -11,6 +11,17 @@
 #include "kernels/philox.h"
 
 namespace ftx::bench {
+namespace {
+
+// FNV-1a: requests with the same context draw the same Z (the choices of one question are compared
+// under common draws, and every checkpoint sees the same ones).
+uint64_t text_hash(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return h;
+}
+
+}  // namespace
 
 ModelLm::ModelLm(Model& model, const Tokenizer& tokenizer, bool add_bos, int32_t prefix_id,
                  std::vector<int32_t> eos_ids, ModelLmOptions options)
@@ -98,10 +109,11 @@ Result<std::vector<LoglikResult>> ModelLm::loglikelihood(const std::vector<Logli
     std::vector<uint32_t> codes;
     for (int k = 0; k < draws; ++k) {
       if (m.is_free()) {
-        // Draw k of request i is the same whatever batch the request lands in.
+        // Draw k of a request depends on its context only, not on the batch it lands in.
         codes.assign(size_t(B) * T, 0);
         for (int b = 0; b < B; ++b) {
-          const auto c = uniform_codes(derive_seed(o_.seed, order[first + b], k), T, m.latent_bits);
+          const uint64_t key = text_hash(requests[order[first + b]].context);
+          const auto c = uniform_codes(derive_seed(o_.seed, key, k), T, m.latent_bits);
           std::copy(c.begin(), c.end(), codes.begin() + size_t(b) * T);
         }
       }

@@ -6,8 +6,9 @@
 // the joint encoding after the context's; BOS first when the model wants one, and an empty context
 // conditions on BOS or end-of-text), run through the full forward pass in length-sorted batches, and
 // summed over the continuation. A Free Transformer is scored with Z from the prior, as generation
-// sees it: the log of the mean probability over `latent_draws` draws of uniform codes (the same
-// draws for every checkpoint of a run, so curves over steps do not move by the draw). Sequences
+// sees it: the log of the mean probability over `latent_draws` draws of uniform codes. The draws
+// depend on the context only: the choices of one question are compared under the same draws, and
+// every checkpoint of a run sees the same ones, so curves over steps do not move by the draw. Sequences
 // longer than the context keep their last positions.
 //
 // Generation: generate_text (core/sample/generator.h) in batches, greedy or sampled; a Free
