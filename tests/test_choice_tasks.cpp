@@ -366,6 +366,18 @@ TEST(ChoiceTasks, RaceInlinesEarlierProblems) {
   EXPECT_EQ(ctx.substr(ctx.size() - 5), "head?");
   EXPECT_EQ(lm.loglik_seen[3].continuation, " She went to the hospital.");
   EXPECT_EQ(r->items[0].target, "She went to the hospital.");
+  // ehovy/race's one-question-per-row export (the only one with "middle"): the article, then the question.
+  auto middle = load_ok("race_middle", bench_fixture("race_middle.jsonl"));
+  ASSERT_TRUE(middle);
+  ASSERT_EQ(middle->size(), 2u);
+  lm.loglik_seen.clear();
+  auto m = middle->evaluate(lm, {1}, EvalOptions{});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  EXPECT_EQ(lm.loglik_seen[0].context,
+            "Article: Mary's family lives in a small town. Every Sunday they go to the park near their house. Mary "
+            "likes to fly kites there. Her brother Tom likes to play football with his friends.\n\nWhat does Mary "
+            "like to do in the park?");
+  EXPECT_EQ(m->items[0].target, "fly kites");
 }
 
 // ---- Bad input: one line naming the file, the line and the field.
@@ -397,6 +409,11 @@ TEST(ChoiceTasks, BadInput) {
                                                         "\n");
   EXPECT_NE(err("race_high", race).find(race + ": line 1: field 'problems': python literal: offset"),
             std::string::npos);
+  EXPECT_EQ(err("race_middle", bench_fixture("mmlu.jsonl")),
+            bench_fixture("mmlu.jsonl") + ": line 1: field 'article' missing");
+  const std::string no_options = write_temp("race_no_options.jsonl", R"({"article":"a","question":"q","choices":[]})"
+                                                                     "\n");
+  EXPECT_EQ(err("race_high", no_options), no_options + ": line 1: field 'options' missing");
   const std::string blank =
       write_temp("blank.jsonl", R"({"sentence":"no blank","option1":"a","option2":"b","answer":"1"})"
                                 "\n");

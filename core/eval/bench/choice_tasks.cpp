@@ -494,37 +494,54 @@ Result<ChoiceItem> read_boolq(const nlohmann::json& j, const std::string& path, 
   return it;
 }
 
-// RACE (EleutherAI/race): one row per article, `problems` the repr of its questions. Earlier
-// questions are shown answered (a fill-in question "...  _  ." inline), the last one is scored.
+// RACE in either export. EleutherAI/race (lm-eval's, "high" only): one row per article, `problems`
+// the repr of its questions; earlier questions are shown answered (a fill-in question "...  _  ."
+// inline), the last one is scored. ehovy/race ("middle", "high"): one row per question with
+// `question`, `options`, `answer`; the article then precedes that question alone.
+struct RaceProblem {
+  std::string question;
+  std::vector<std::string> options;
+  int answer = 0;
+};
+
+Result<std::vector<RaceProblem>> read_race_problems(const nlohmann::json& j, const std::string& path, int line) {
+  nlohmann::json list;
+  if (j.contains("problems") || !j.contains("question")) {
+    auto text = get_string(j, "problems", path, line);
+    if (!text) return text.error();
+    auto parsed = parse_python_literal(*text);
+    if (!parsed) return make_error(field_where(path, line, "problems") + ": " + parsed.error().message);
+    if (!parsed->is_array() || parsed->empty())
+      return make_error(field_where(path, line, "problems") + " is not a non-empty list");
+    list = std::move(*parsed);
+  } else {
+    list = nlohmann::json::array({j});
+  }
+  std::vector<RaceProblem> ps;
+  for (const auto& p : list) {
+    if (!p.is_object()) return make_error(field_where(path, line, "problems") + " holds a non-dict");
+    auto q = get_string(p, "question", path, line);
+    if (!q) return q.error();
+    auto opts = get_string_list(p, "options", path, line);
+    if (!opts) return opts.error();
+    auto ans = get_string(p, "answer", path, line);
+    if (!ans) return ans.error();
+    if (opts->size() != 4 || ans->size() != 1 || (*ans)[0] < 'A' || (*ans)[0] > 'D')
+      return make_error(field_where(path, line, "answer") + ": a question needs 4 options and an answer A-D");
+    ps.push_back({*q, *opts, (*ans)[0] - 'A'});
+  }
+  return ps;
+}
+
 Result<ChoiceItem> read_race(const nlohmann::json& j, const std::string& path, int line) {
   auto article = get_string(j, "article", path, line);
   if (!article) return article.error();
-  auto text = get_string(j, "problems", path, line);
-  if (!text) return text.error();
-  auto problems = parse_python_literal(*text);
-  if (!problems) return make_error(field_where(path, line, "problems") + ": " + problems.error().message);
-  if (!problems->is_array() || problems->empty())
-    return make_error(field_where(path, line, "problems") + " is not a non-empty list");
-  struct Problem {
-    std::string question;
-    std::vector<std::string> options;
-    int answer = 0;
-  };
-  std::vector<Problem> ps;
-  for (const auto& p : *problems) {
-    const std::string where = field_where(path, line, "problems");
-    if (!p.is_object()) return make_error(where + " holds a non-dict");
-    auto q = get_string(p, "question", path, line);
-    auto opts = get_string_list(p, "options", path, line);
-    auto ans = get_string(p, "answer", path, line);
-    if (!q || !opts || !ans) return make_error(where + ": a problem lacks question, options or answer");
-    if (opts->size() != 4 || ans->size() != 1 || (*ans)[0] < 'A' || (*ans)[0] > 'D')
-      return make_error(where + ": a problem needs 4 options and an answer A-D");
-    ps.push_back({*q, *opts, (*ans)[0] - 'A'});
-  }
+  auto problems = read_race_problems(j, path, line);
+  if (!problems) return problems.error();
+  const std::vector<RaceProblem>& ps = *problems;
   std::string ctx = "Article: " + *article + "\n\n";
   for (size_t i = 0; i + 1 < ps.size(); ++i) {
-    const Problem& p = ps[i];
+    const RaceProblem& p = ps[i];
     const std::string& a = p.options[p.answer];
     if (p.question.size() >= 6 && p.question.compare(p.question.size() - 6, 6, "  _  .") == 0)
       ctx += p.question.substr(0, p.question.size() - 5) + a + "\n";
