@@ -97,7 +97,7 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
 }
 
 int run_eval(const EvalArgs& a) {
-  auto task = bench::load_task(a.task, a.data, a.fewshot);
+  auto task = bench::load_task(a.task, a.data, a.fewshot, a.shots.value_or(-1));
   if (!task) return fail(task.error());
   std::vector<size_t> items((*task)->size());
   std::iota(items.begin(), items.end(), size_t{0});

@@ -306,7 +306,9 @@ Result<TaskResult> GenerativeTask::evaluate(LanguageModel& lm, const std::vector
     records.push_back(std::move(r));
     verdicts.push_back(judge(it, (*gens)[k]));
   }
-  return collect(std::move(records), verdicts);
+  TaskResult out = collect(std::move(records), verdicts);
+  for (const ItemRecord& r : out.items) out.samples.push_back({r.item_id, r.output});
+  return out;
 }
 
 Result<TaskResult> GenerativeTask::score_samples(const std::vector<Sample>& samples, const EvalOptions&) {

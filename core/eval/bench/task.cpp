@@ -46,16 +46,18 @@ const TaskInfo* find_task_info(const std::string& name) {
 }
 
 Result<std::unique_ptr<Task>> load_task(const std::string& name, const std::string& path,
-                                        const std::string& fewshot_path) {
-  const TaskInfo* info = find_task_info(name);
-  if (!info) {
+                                        const std::string& fewshot_path, int shots) {
+  const TaskInfo* found = find_task_info(name);
+  if (!found) {
     std::string known;
     for (const TaskInfo& t : task_infos()) known += (known.empty() ? "" : ", ") + t.name;
     return make_error("unknown task '" + name + "' (known: " + known + ")");
   }
-  if (info->kind == "code") return load_code_task(*info, path, fewshot_path);
-  if (info->kind == "multiple_choice") return load_choice_task(*info, path, fewshot_path);
-  return load_generative_task(*info, path, fewshot_path);
+  TaskInfo info = *found;
+  if (shots >= 0) info.default_shots = shots;
+  if (info.kind == "code") return load_code_task(info, path, fewshot_path);
+  if (info.kind == "multiple_choice") return load_choice_task(info, path, fewshot_path);
+  return load_generative_task(info, path, fewshot_path);
 }
 
 MetricValue mean_metric(const std::string& metric, const std::vector<double>& values) {

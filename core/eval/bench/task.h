@@ -122,11 +122,13 @@ const std::vector<TaskInfo>& task_infos();
 const TaskInfo* find_task_info(const std::string& name);
 
 // Reads `path` as task `name`. `fewshot_path` (optional, "" = none) supplies few-shot examples in
-// the same format; without it a task that needs them takes the first `shots` items of `path` and
-// leaves them out of size(). Errors are one line: unknown task, the file, "line N: field 'x'
-// missing/wrong type", an empty file, a file that is another task's.
+// the same format; without it a task that needs them takes the first `shots` items of `path` (of
+// each subject for MMLU) and leaves them out of size(). shots < 0: the task's default
+// (TaskInfo::default_shots), which the returned task then reports as its own. Errors are one line:
+// unknown task, the file, "line N: field 'x' missing/wrong type", an empty file, a file that is
+// another task's.
 Result<std::unique_ptr<Task>> load_task(const std::string& name, const std::string& path,
-                                        const std::string& fewshot_path = "");
+                                        const std::string& fewshot_path = "", int shots = -1);
 
 // Reads a samples JSONL ({"task_id", "completion"} per line; EvalPlus's "solution" also taken).
 Result<std::vector<Sample>> read_samples(const std::string& path);
