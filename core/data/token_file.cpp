@@ -217,9 +217,10 @@ Result<std::shared_ptr<const TokenFile>> TokenFile::open(const std::string& path
   uint64_t prev = 0, val = 0;
   for (uint64_t d = 0; d < t.docs; ++d) {
     if (f->ends_[d] <= prev || f->ends_[d] > t.tokens)
-      return fail("document " + std::to_string(d) + " ends at token " + std::to_string(f->ends_[d]) +
-                  " (after " + std::to_string(prev) + ", of " + std::to_string(t.tokens) + "): corrupt index");
-    if (f->split_[d] > 1) return fail("document " + std::to_string(d) + " has split flag " + std::to_string(f->split_[d]));
+      return fail("document " + std::to_string(d) + " ends at token " + std::to_string(f->ends_[d]) + " (after " +
+                  std::to_string(prev) + ", of " + std::to_string(t.tokens) + "): corrupt index");
+    if (f->split_[d] > 1)
+      return fail("document " + std::to_string(d) + " has split flag " + std::to_string(f->split_[d]));
     prev = f->ends_[d];
     val += f->split_[d];
   }
