@@ -687,13 +687,13 @@ TEST(BpeWrite, GgufVocabulariesRoundTripWithLlamaCppRules) {
 }
 
 TEST(BpeWrite, TheFlavourFlagIsWhatKeepsLlamaCppRules) {
-  // Without its "ftx" object the file is read with tokenizers' rules: a different tokenizer.
+  // Without its model.ftx object the file is read with tokenizers' rules: a different tokenizer.
   auto smol = smollm2_from_vocab();
   ASSERT_TRUE(smol);
   json j = json::parse(smol->to_tokenizer_json());
-  EXPECT_EQ(j["ftx"]["flavor"], "llama.cpp");
-  EXPECT_EQ(j["ftx"]["pre"], "smollm");
-  j.erase("ftx");
+  EXPECT_EQ(j["model"]["ftx"]["flavor"], "llama.cpp");
+  EXPECT_EQ(j["model"]["ftx"]["pre"], "smollm");
+  j["model"].erase("ftx");
   auto hf = bpe_from_tokenizer_json_text(j.dump(), "plain.json");
   ASSERT_TRUE(hf.ok()) << hf.error().message;
   EXPECT_NE((*hf)->fingerprint(), smol->fingerprint());
@@ -712,16 +712,16 @@ TEST(BpeWrite, BadFtxObjectIsOneLineError) {
     EXPECT_NE(r.error().message.find(want), std::string::npos) << r.error().message;
     EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
   };
-  expect_bad([](json& j) { j["ftx"] = 3; }, "ftx: must be an object");
-  expect_bad([](json& j) { j["ftx"]["flavor"] = "sp"; }, "ftx.flavor");
-  expect_bad([](json& j) { j["ftx"]["eos"] = 1 << 20; }, "ftx.eos");
-  expect_bad([](json& j) { j["ftx"].erase("pre"); }, "ftx.pre");
-  expect_bad([](json& j) { j["ftx"]["pre"] = "klingon"; }, "klingon");
+  expect_bad([](json& j) { j["model"]["ftx"] = 3; }, "model.ftx: must be an object");
+  expect_bad([](json& j) { j["model"]["ftx"]["flavor"] = "sp"; }, "model.ftx.flavor");
+  expect_bad([](json& j) { j["model"]["ftx"]["eos"] = 1 << 20; }, "model.ftx.eos");
+  expect_bad([](json& j) { j["model"]["ftx"].erase("pre"); }, "model.ftx.pre");
+  expect_bad([](json& j) { j["model"]["ftx"]["pre"] = "klingon"; }, "klingon");
   expect_bad(
       [](json& j) {
-        j["ftx"]["token_types"] = json::array({json::array({99999999, 3})});
+        j["model"]["ftx"]["token_types"] = json::array({json::array({99999999, 3})});
       },
-      "ftx.token_types[0]");
+      "model.ftx.token_types[0]");
   expect_bad([](json& j) { j["model"]["vocab"]["Ġthe"] = 0; }, "model.vocab");
 }
 

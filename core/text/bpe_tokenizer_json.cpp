@@ -431,7 +431,7 @@ Status read_tokenizer(const Reader& rd, const json& root, Impl& im) {
   return {};
 }
 
-// The "ftx" object that BpeTokenizer::to_tokenizer_json writes: the special ids and add_bos, which
+// The "ftx" object (in "model") that BpeTokenizer::to_tokenizer_json writes: the special ids and add_bos, which
 // then replace what the template and the guess gave.
 Status read_ftx_specials(const Reader& rd, const json& ext, Impl& im) {
   SpecialTokens sp;
@@ -439,15 +439,15 @@ Status read_ftx_specials(const Reader& rd, const json& ext, Impl& im) {
        {std::pair<const char*, std::optional<int32_t>*>{"bos", &sp.bos}, {"eos", &sp.eos}, {"pad", &sp.pad}}) {
     const json& v = member(ext, key);
     if (v.is_null()) continue;
-    auto id = read_id(rd, v, std::string("ftx.") + key);
+    auto id = read_id(rd, v, std::string("model.ftx.") + key);
     if (!id) return id.error();
     if (*id >= im.vocab_size())
-      return rd.fail(std::string("ftx.") + key, "id " + std::to_string(*id) + " is not a token");
+      return rd.fail(std::string("model.ftx.") + key, "id " + std::to_string(*id) + " is not a token");
     *dst = *id;
   }
-  auto add_bos = rd.flag(ext, "add_bos", "ftx", false);
+  auto add_bos = rd.flag(ext, "add_bos", "model.ftx", false);
   if (!add_bos) return add_bos.error();
-  if (*add_bos && !sp.bos) return rd.fail("ftx.add_bos", "is true but there is no bos id");
+  if (*add_bos && !sp.bos) return rd.fail("model.ftx.add_bos", "is true but there is no bos id");
   im.specials = sp;
   im.add_bos = *add_bos;
   return {};
@@ -479,14 +479,14 @@ Result<std::unique_ptr<BpeTokenizer>> read_llama_flavor(const Reader& rd, const 
     v.merges.push_back(l + " " + rt);
   }
   const json& pre = member(ext, "pre");
-  if (!pre.is_string()) return rd.fail("ftx.pre", "missing or not a string");
+  if (!pre.is_string()) return rd.fail("model.ftx.pre", "missing or not a string");
   v.pre = pre.get<std::string>();
   const json& types = member(ext, "token_types");
-  if (!types.is_array()) return rd.fail("ftx.token_types", "missing or not an array");
+  if (!types.is_array()) return rd.fail("model.ftx.token_types", "missing or not an array");
   if (!types.empty()) v.token_types.assign(v.tokens.size(), 1);
   for (size_t k = 0; k < types.size(); ++k) {
     const json& t = types[k];
-    const std::string where = "ftx.token_types[" + std::to_string(k) + "]";
+    const std::string where = "model.ftx.token_types[" + std::to_string(k) + "]";
     if (!t.is_array() || t.size() != 2 || !t[1].is_number_integer())
       return rd.fail(where, "must be [id, type], got " + brief(t));
     auto id = read_id(rd, t[0], where);
@@ -503,14 +503,15 @@ Result<std::unique_ptr<BpeTokenizer>> read_llama_flavor(const Reader& rd, const 
   return bpe_from_vocab(v, rd.path);
 }
 
-// The "ftx" object, null when absent; an error when it is malformed at the top.
+// model.ftx, null when absent; an error when it is malformed at the top.
 Result<const json*> ftx_object(const Reader& rd, const json& root) {
   static const json null;
-  const json& ext = root.is_object() ? member(root, "ftx") : null;
-  if (!ext.is_null() && !ext.is_object()) return rd.fail("ftx", "must be an object");
+  const json& model = root.is_object() ? member(root, "model") : null;
+  const json& ext = model.is_object() ? member(model, "ftx") : null;
+  if (!ext.is_null() && !ext.is_object()) return rd.fail("model.ftx", "must be an object");
   const json& flavor = member(ext, "flavor");
   if (!flavor.is_null() && flavor != "llama.cpp" && flavor != "tokenizers")
-    return rd.fail("ftx.flavor", "must be \"llama.cpp\" or \"tokenizers\", got " + brief(flavor));
+    return rd.fail("model.ftx.flavor", "must be \"llama.cpp\" or \"tokenizers\", got " + brief(flavor));
   return &ext;
 }
 

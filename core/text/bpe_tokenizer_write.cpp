@@ -1,7 +1,8 @@
 // BpeTokenizer::to_tokenizer_json: the loaded vocabulary written back as tokenizer.json, so that a
 // checkpoint or a token data file can carry its tokenizer (core/text/tokenizer_json.h). The
-// standard keys are written as tokenizers 0.2x writes them; the "ftx" object carries the special
-// ids and, for the llama.cpp flavour, the GGUF fields that bpe_from_vocab needs.
+// standard keys are written as tokenizers 0.2x writes them; the "ftx" object inside "model" (where
+// tokenizers ignores an unknown key; at the top level it refuses the file) carries the special ids
+// and, for the llama.cpp flavour, the GGUF fields that bpe_from_vocab needs.
 #include <nlohmann/json.hpp>
 
 #include "core/text/bpe_impl.h"
@@ -117,8 +118,8 @@ std::string BpeTokenizer::to_tokenizer_json() const {
         {"byte_fallback", false},
         {"ignore_merges", im.ignore_merges},
         {"vocab", std::move(vocab)},
-        {"merges", std::move(merges)}}},
-      {"ftx", std::move(ext)}};
+        {"merges", std::move(merges)},
+        {"ftx", std::move(ext)}}}};
   return root.dump() + "\n";
 }
 
