@@ -14,9 +14,12 @@
 #include <set>
 
 #include "core/data/token_file.h"
+#include "core/io/checkpoint.h"
+#include "core/model/params.h"
 #include "core/text/bpe_tokenizer.h"
 #include "core/text/char_tokenizer.h"
 #include "core/text/tokenizer_json.h"
+#include "core/text/unicode_text.h"
 #include "datasets/registry.h"
 #include "datasets/text.h"
 #include "tests/real_model.h"
@@ -357,6 +360,51 @@ TEST_F(TextData, TokenizeADirectoryAndTrainOnIt) {
 
   r = test::run_ftx({"tokenize", "--checkpoint", gguf, "--input", in_dir("nothing"), "--out", data}, dir_);
   test::expect_one_line_error(r, {in_dir("nothing") + ": no such file or directory"});
+}
+
+TEST_F(TextData, WideVocabulariesUseFourByteTokens) {
+  // A vocabulary of 70000 tokens (bytes, then made-up words) does not fit uint16.
+  BpeVocab v;
+  for (int i = 0; i < 256; ++i) v.tokens.push_back(std::string(text::byte_spelling(static_cast<uint8_t>(i))));
+  while (v.tokens.size() < 70000) v.tokens.push_back("w" + std::to_string(v.tokens.size()));
+  v.tokens.push_back("<|endoftext|>");
+  v.token_types.assign(v.tokens.size(), 1);
+  v.token_types.back() = 3;
+  v.pre = "gpt2";
+  auto t = bpe_from_vocab(v, "wide.gguf");
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  const std::string path = in_dir("w.tok");
+  auto w = TokenFileWriter::create(path, **t, 70000);
+  ASSERT_TRUE(w.ok()) << w.error().message;
+  const std::vector<int32_t> a = {1, 65535, 65536, 69999}, b = {70000, 3};
+  ASSERT_TRUE((*w)->add_document(a, 1).ok());
+  ASSERT_TRUE((*w)->add_document(b, 2).ok());
+  EXPECT_FALSE((*w)->add_document(std::vector<int32_t>{70001}, 3).ok());
+  ASSERT_TRUE((*w)->finish(0.5).ok());
+  auto f = TokenFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ((*f)->token_width(), 4);
+  EXPECT_EQ((*f)->eot(), 70000);
+  std::vector<int32_t> all(6);
+  (*f)->copy_tokens(0, 6, all.data());
+  EXPECT_EQ(all, (std::vector<int32_t>{1, 65535, 65536, 69999, 70000, 3}));
+  EXPECT_EQ((*f)->tokenizer().fingerprint(), (*t)->fingerprint());
+}
+
+TEST_F(TextData, TokenizeNeedsAnEndOfTextToken) {
+  // A checkpoint whose chars tokenizer has no end-of-text token: refused, naming the checkpoint.
+  CheckpointData ck;
+  ck.config.vocab_size = kVocab, ck.config.dim = 8, ck.config.n_layers = 1, ck.config.n_heads = 1;
+  ck.config.n_kv_heads = 1, ck.config.head_dim = 8, ck.config.ffn_hidden = 8, ck.config.max_seq_len = 16;
+  ck.tokenizer = chars_.clone();
+  ck.params.assign(static_cast<size_t>(param_count(param_specs(ck.config))), 0.01f);
+  const std::string dir = in_dir("chars_model");
+  ASSERT_TRUE(save_checkpoint(dir, ck).ok());
+  std::ofstream(in_dir("doc.txt")) << "hello\n";
+  auto r =
+      test::run_ftx({"tokenize", "--checkpoint", dir, "--input", in_dir("doc.txt"), "--out", in_dir("x.tok")}, dir_);
+  test::expect_one_line_error(r, {dir + ": its tokenizer has no end-of-text token"});
+  EXPECT_FALSE(fs::exists(in_dir("x.tok")));
 }
 
 }  // namespace
