@@ -1,20 +1,29 @@
-// ftx inspect and ftx tokenize: what a model file is (headers only) and its tokenizer on text.
+// ftx inspect and ftx tokenize: what a model file is (headers only) and its tokenizer on text, or
+// a corpus of files tokenized into a token data file (core/data/token_file.h).
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <iostream>
 #include <iterator>
 #include <map>
 #include <sstream>
+#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "core/data/token_file.h"
 #include "core/explore/text_explorer.h"
+#include "core/io/fs.h"
 #include "core/io/model_file.h"
 #include "core/io/safetensors.h"
+#include "core/text/tokenizer_json.h"
+#include "core/text/unicode_text.h"
 
 namespace ftx::app {
 namespace {
@@ -143,6 +152,138 @@ void add_tokenize_options(CLI::App& app, TokenizeArgs& a) {
   c->add_flag("--decode", a.decode, "The input is token ids (space-separated): print their text");
   c->add_flag("--no-bos", a.no_bos, "Do not prepend BOS even where the model wants it");
   c->add_flag("--json", a.json, "{\"ids\": [...], \"text\": \"...\"}");
+  c->add_option("--input", a.inputs, "Files or directories (walked recursively) to tokenize into --out");
+  c->add_option("--out", a.out, "Token data file to write (one document per input file)");
+  c->add_option("--val-frac", a.val_frac, "Fraction of documents held out for validation (by content hash)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  c->add_option("--ext", a.ext, "Extensions of the files taken from directories, e.g. .py,.txt (default: all)");
+}
+
+// The files the inputs name: a file as given, a directory's regular files (recursively, sorted,
+// filtered by extension). Error: an input that does not exist.
+Result<std::vector<std::string>> corpus_files(const std::vector<std::string>& inputs, const std::string& ext_list,
+                                              int64_t* unreadable) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> exts;
+  for (size_t at = 0; at <= ext_list.size();) {
+    const size_t comma = std::min(ext_list.find(',', at), ext_list.size());
+    if (comma > at) exts.push_back(ext_list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  const auto wanted = [&](const fs::path& p) {
+    if (exts.empty()) return true;
+    const std::string name = p.filename().string();
+    return std::any_of(exts.begin(), exts.end(), [&](const std::string& e) { return name.ends_with(e); });
+  };
+  std::vector<std::string> out;
+  for (const std::string& in : inputs) {
+    std::error_code ec;
+    if (fs::is_directory(in, ec)) {
+      std::vector<std::string> found;
+      fs::recursive_directory_iterator it(in, fs::directory_options::skip_permission_denied, ec), end;
+      if (ec) return make_error(in + ": cannot list: " + ec.message());
+      for (; it != end; it.increment(ec)) {
+        if (ec) {
+          ++*unreadable;
+          break;
+        }
+        std::error_code fe;
+        if (it->is_regular_file(fe) && wanted(it->path())) found.push_back(it->path().string());
+      }
+      std::sort(found.begin(), found.end());
+      out.insert(out.end(), found.begin(), found.end());
+    } else if (fs::exists(in, ec)) {
+      out.push_back(in);
+    } else {
+      return make_error(in + ": no such file or directory");
+    }
+  }
+  return out;
+}
+
+// ftx tokenize --input ... --out DATA: files read and encoded a batch at a time on every core,
+// written in order; nothing of the corpus is kept but the document index.
+int tokenize_corpus(const TokenizeArgs& a, const Tokenizer& t) {
+  if (a.inputs.empty()) return fail("--out needs --input FILE|DIR");
+  const auto eot = end_of_text_id(t);
+  if (!eot)
+    return fail(a.checkpoint +
+                ": its tokenizer has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s> or eos)");
+  int64_t unreadable = 0, not_utf8 = 0, not_encodable = 0, empty = 0, bytes = 0;
+  auto files = corpus_files(a.inputs, a.ext, &unreadable);
+  if (!files) return fail(files.error());
+  if (files->empty()) return fail(a.inputs[0] + ": no files to tokenize" + (a.ext.empty() ? "" : " with " + a.ext));
+  auto w = TokenFileWriter::create(a.out, t, *eot);
+  if (!w) return fail(w.error());
+  const auto t0 = std::chrono::steady_clock::now();
+  struct Doc {
+    std::vector<int32_t> ids;
+    uint64_t hash = 0;
+    int status = 0;  // 0 ok, 1 unreadable, 2 not UTF-8, 3 not encodable
+    int64_t bytes = 0;
+  };
+  const size_t kBatch = 256;
+  const unsigned workers = std::max(1u, std::thread::hardware_concurrency());
+  std::vector<Doc> docs;
+  for (size_t first = 0; first < files->size(); first += kBatch) {
+    const size_t n = std::min(kBatch, files->size() - first);
+    docs.assign(n, Doc{});
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t k; (k = next.fetch_add(1)) < n;) {
+        Doc& d = docs[k];
+        auto text = read_small_file((*files)[first + k], 1ull << 30);
+        if (!text) {
+          d.status = 1;
+          continue;
+        }
+        d.bytes = static_cast<int64_t>(text->size());
+        if (text::utf8_invalid_offset(*text) != std::string_view::npos) {
+          d.status = 2;
+          continue;
+        }
+        auto ids = t.encode(*text);
+        if (!ids) {
+          d.status = 3;
+          continue;
+        }
+        d.ids = std::move(*ids);
+        d.hash = document_hash(*text);
+      }
+    };
+    std::vector<std::thread> pool;
+    for (unsigned i = 1; i < std::min<size_t>(workers, n); ++i) pool.emplace_back(work);
+    work();
+    for (auto& th : pool) th.join();
+    for (Doc& d : docs) {
+      unreadable += d.status == 1, not_utf8 += d.status == 2, not_encodable += d.status == 3;
+      if (d.status) continue;
+      if (d.ids.empty()) {
+        ++empty;
+        continue;
+      }
+      bytes += d.bytes;
+      if (auto st = (*w)->add_document(d.ids, d.hash); !st) return fail(st.error());
+    }
+  }
+  auto sum = (*w)->finish(a.val_frac);
+  if (!sum) return fail(sum.error());
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  std::printf(
+      "%s: %lld documents (%.2f MiB), %lld tokens; training %lld documents / %lld tokens, validation %lld / "
+      "%lld\n",
+      a.out.c_str(), static_cast<long long>(sum->documents), double(bytes) / double(1 << 20),
+      static_cast<long long>(sum->tokens), static_cast<long long>(sum->documents - sum->validation_documents),
+      static_cast<long long>(sum->tokens - sum->validation_tokens), static_cast<long long>(sum->validation_documents),
+      static_cast<long long>(sum->validation_tokens));
+  std::printf("skipped %lld files: %lld unreadable, %lld not UTF-8, %lld not encodable, %lld empty\n",
+              static_cast<long long>(unreadable + not_utf8 + not_encodable + empty), static_cast<long long>(unreadable),
+              static_cast<long long>(not_utf8), static_cast<long long>(not_encodable), static_cast<long long>(empty));
+  std::printf("end of text: id %d %s; %.0f tokens/s (%.1f s)\n", *eot,
+              text::quote_token(std::string(t.token_bytes(*eot))).c_str(), secs > 0 ? double(sum->tokens) / secs : 0.0,
+              secs);
+  return 0;
 }
 
 int run_tokenize(const TokenizeArgs& a) {
@@ -151,6 +292,11 @@ int run_tokenize(const TokenizeArgs& a) {
   const ModelInfo& info = (*f)->info();
   if (!info.tokenizer) return fail(a.checkpoint + ": has no tokenizer (token ids only)");
   const Tokenizer& t = *info.tokenizer;
+  if (!a.out.empty() || !a.inputs.empty()) {
+    if (a.out.empty()) return fail("--input needs --out DATA");
+    if (a.decode || !a.text.empty()) return fail("--input/--out cannot be combined with --text or --decode");
+    return tokenize_corpus(a, t);
+  }
   std::string input = a.text;
   if (input.empty() && !isatty(STDIN_FILENO))
     input.assign(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());

@@ -68,6 +68,10 @@ int run_inspect(const InspectArgs& a);
 struct TokenizeArgs {
   std::string checkpoint, text;
   bool decode = false, no_bos = false, json = false;
+  // A token data file (core/data/token_file.h) from files and directories: one document a file.
+  std::vector<std::string> inputs;
+  std::string out, ext;  // ext: ".py,.txt" filters files found in directories ("" = all)
+  double val_frac = 0.01;
 };
 void add_tokenize_options(CLI::App& app, TokenizeArgs& a);
 int run_tokenize(const TokenizeArgs& a);

@@ -306,8 +306,9 @@ TEST(DatasetRegistry, OptionKeysAreNoTrainingFieldKeys) {
       EXPECT_TRUE(seen.insert(o.field.key).second) << "declared twice: " << o.field.key;
       EXPECT_FALSE(o.field.help.empty()) << o.field.key;
     }
-  EXPECT_EQ(dataset_name_list(" | "), "synthetic | coinflip");
-  EXPECT_EQ(default_dataset_options(), (nlohmann::json{{"coinflip_eps", 0.1}, {"coinflip_len", 32}}));
+  EXPECT_EQ(dataset_name_list(" | "), "synthetic | coinflip | text");
+  EXPECT_EQ(default_dataset_options(),
+            (nlohmann::json{{"coinflip_eps", 0.1}, {"coinflip_len", 32}, {"text_data", ""}, {"text_seq_len", 256}}));
 }
 
 TEST(DatasetRegistry, CoinflipReadsItsOptionsAndReportsThem) {
@@ -316,7 +317,7 @@ TEST(DatasetRegistry, CoinflipReadsItsOptionsAndReportsThem) {
   auto d = open_dataset(t);
   ASSERT_TRUE(d.ok()) << d.error().message;
   EXPECT_EQ((*d)->seq_len(), 33) << "default length 32";
-  EXPECT_EQ((*d)->options(), default_dataset_options());
+  EXPECT_EQ((*d)->options(), (nlohmann::json{{"coinflip_eps", 0.1}, {"coinflip_len", 32}}));
   t.dataset_options = {{"coinflip_eps", 0.25}, {"coinflip_len", 16}, {"unrelated", "kept"}};
   d = open_dataset(t);
   ASSERT_TRUE(d.ok()) << d.error().message;
@@ -333,7 +334,7 @@ TEST(DatasetRegistry, BadNamesAndOptionsAreNamed) {
   t.dataset = "imagenet";
   auto d = open_dataset(t);
   ASSERT_FALSE(d.ok());
-  EXPECT_EQ(d.error().message, "dataset 'imagenet': unknown (expected synthetic or coinflip)");
+  EXPECT_EQ(d.error().message, "dataset 'imagenet': unknown (expected synthetic or coinflip or text)");
   EXPECT_EQ(make_dataset(t), nullptr);
   t.dataset = "coinflip";
   const std::vector<std::pair<nlohmann::json, std::string>> bad = {
