@@ -76,9 +76,7 @@ if _pid() == _main:
     _report(b'passed\n')
 )PY";
 
-double now_s() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 int pidfd_open(pid_t pid) { return static_cast<int>(syscall(SYS_pidfd_open, pid, 0)); }
 
@@ -151,8 +149,8 @@ Status take_uid(UidSlot& slot, const SandboxOptions& o) {
 }
 
 std::vector<std::string> bwrap_argv(const SandboxOptions& o) {
-  std::vector<std::string> a = {o.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind", "/usr",
-                                "/usr"};
+  std::vector<std::string> a = {o.bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--ro-bind",
+                                "/usr",  "/usr"};
   // Merged-/usr systems have /lib, /bin ... as symlinks into /usr; elsewhere bind them read-only.
   for (const char* d : {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32"}) {
     std::error_code ec;
@@ -164,10 +162,39 @@ std::vector<std::string> bwrap_argv(const SandboxOptions& o) {
       a.insert(a.end(), {"--ro-bind", d, d});
     }
   }
-  a.insert(a.end(), {"--proc", "/proc", "--dev", "/dev", "--size", std::to_string(o.limits.tmpfs_bytes), "--tmpfs",
-                     "/tmp", "--remount-ro", "/", "--chdir", "/tmp", "--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "HOME",
-                     "/tmp", "--setenv", "LANG", "C.UTF-8", "--setenv", "PYTHONDONTWRITEBYTECODE", "1", "--setenv",
-                     "PYTHONHASHSEED", "0", "--", o.python, "-I", "-c", kWrapper});
+  a.insert(a.end(), {"--proc",
+                     "/proc",
+                     "--dev",
+                     "/dev",
+                     "--size",
+                     std::to_string(o.limits.tmpfs_bytes),
+                     "--tmpfs",
+                     "/tmp",
+                     "--remount-ro",
+                     "/",
+                     "--chdir",
+                     "/tmp",
+                     "--clearenv",
+                     "--setenv",
+                     "PATH",
+                     "/usr/bin:/bin",
+                     "--setenv",
+                     "HOME",
+                     "/tmp",
+                     "--setenv",
+                     "LANG",
+                     "C.UTF-8",
+                     "--setenv",
+                     "PYTHONDONTWRITEBYTECODE",
+                     "1",
+                     "--setenv",
+                     "PYTHONHASHSEED",
+                     "0",
+                     "--",
+                     o.python,
+                     "-I",
+                     "-c",
+                     kWrapper});
   return a;
 }
 
@@ -205,15 +232,24 @@ rlim_t nproc_limit(const SandboxOptions& o, int uid) {
 
 const char* signal_name(int sig) {
   switch (sig) {
-    case SIGSEGV: return "SIGSEGV";
-    case SIGABRT: return "SIGABRT";
-    case SIGKILL: return "SIGKILL";
-    case SIGBUS: return "SIGBUS";
-    case SIGFPE: return "SIGFPE";
-    case SIGILL: return "SIGILL";
-    case SIGTERM: return "SIGTERM";
-    case SIGXFSZ: return "SIGXFSZ";
-    default: return nullptr;
+    case SIGSEGV:
+      return "SIGSEGV";
+    case SIGABRT:
+      return "SIGABRT";
+    case SIGKILL:
+      return "SIGKILL";
+    case SIGBUS:
+      return "SIGBUS";
+    case SIGFPE:
+      return "SIGFPE";
+    case SIGILL:
+      return "SIGILL";
+    case SIGTERM:
+      return "SIGTERM";
+    case SIGXFSZ:
+      return "SIGXFSZ";
+    default:
+      return nullptr;
   }
 }
 
@@ -252,10 +288,14 @@ void classify(SandboxResult& r, const std::string& report) {
     return;
   }
   if (main_raised) {
-    if (type == "MemoryError") r.reason = "memory";
-    else if (type == "AssertionError") r.reason = "assertion";
-    else if (is_process_limit(type, err, msg)) r.reason = "process limit", r.detail = type;
-    else r.reason = "error", r.detail = type;
+    if (type == "MemoryError")
+      r.reason = "memory";
+    else if (type == "AssertionError")
+      r.reason = "assertion";
+    else if (is_process_limit(type, err, msg))
+      r.reason = "process limit", r.detail = type;
+    else
+      r.reason = "error", r.detail = type;
     return;
   }
   if (child_nproc) {
@@ -405,7 +445,8 @@ Result<std::vector<SandboxResult>> run_sandboxed(const std::vector<std::string>&
   const std::vector<std::string> args = bwrap_argv(o);
   std::atomic<size_t> next{0};
   auto work = [&](int slot) {
-    for (size_t i; (i = next.fetch_add(1)) < programs.size();) results[i] = run_one(programs[i], o, slots[slot].uid, args);
+    for (size_t i; (i = next.fetch_add(1)) < programs.size();)
+      results[i] = run_one(programs[i], o, slots[slot].uid, args);
   };
   std::vector<std::thread> threads;
   for (int s = 1; s < parallel; ++s) threads.emplace_back(work, s);

@@ -16,14 +16,14 @@
 namespace ftx::bench {
 
 struct SandboxLimits {
-  double timeout_s = 10;                // wall clock; the whole process tree is killed after it
-  int cpu_s = 10;                       // RLIMIT_CPU (SIGXCPU, then SIGKILL one second later)
-  int64_t memory_bytes = 2ll << 30;     // RLIMIT_AS of every process
-  int processes = 32;                   // RLIMIT_NPROC of the slot's uid (bubblewrap's two included)
-  int64_t file_bytes = 16ll << 20;      // RLIMIT_FSIZE
-  int64_t tmpfs_bytes = 64ll << 20;     // size of the working directory's tmpfs
-  int open_files = 64;                  // RLIMIT_NOFILE
-  int64_t output_bytes = 1ll << 20;     // stdout + stderr; more kills the program
+  double timeout_s = 10;             // wall clock; the whole process tree is killed after it
+  int cpu_s = 10;                    // RLIMIT_CPU (SIGXCPU, then SIGKILL one second later)
+  int64_t memory_bytes = 2ll << 30;  // RLIMIT_AS of every process
+  int processes = 32;                // RLIMIT_NPROC of the slot's uid (bubblewrap's two included)
+  int64_t file_bytes = 16ll << 20;   // RLIMIT_FSIZE
+  int64_t tmpfs_bytes = 64ll << 20;  // size of the working directory's tmpfs
+  int open_files = 64;               // RLIMIT_NOFILE
+  int64_t output_bytes = 1ll << 20;  // stdout + stderr; more kills the program
 };
 
 struct SandboxResult {
