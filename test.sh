@@ -7,7 +7,9 @@ cd "$(dirname "$0")"
 source ./resources/setup.sh
 ftx_install_packages
 ftx_fetch_models
+ftx_fetch_data
 export FTX_MODEL_CACHE=${FTX_MODEL_CACHE:-$HOME/.cache/ftx/models}
+export FTX_DATA_CACHE=${FTX_DATA_CACHE:-$HOME/.cache/ftx/data}
 export FTX_REQUIRE_MODELS=1  # tests/real_model.h: a missing model fails the test instead of skipping it
 ftx_build
 cd build

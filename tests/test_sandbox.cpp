@@ -178,7 +178,8 @@ TEST(Sandbox, ForkBombThatSwallowsItsErrorsIsStillAProcessLimit) {
   // Its forks fail quietly, so only the clock ends it; the uid is at its limit when it does.
   if (geteuid() != 0) GTEST_SKIP() << "the task count per uid is only known with a uid of its own (root)";
   SandboxOptions o = options(/*timeout_s=*/3);
-  auto r = run_sandboxed({"import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"}, o);
+  auto r =
+      run_sandboxed({"import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"}, o);
   ASSERT_TRUE(r.ok()) << r.error().message;
   EXPECT_EQ(r.value()[0].reason, "process limit") << r.value()[0].verdict();
 }
@@ -238,7 +239,8 @@ TEST(Sandbox, KillingItsParentOrEverythingLeavesTheHarnessAlive) {
   const std::vector<std::string> programs = {
       "import os\nos.kill(os.getppid(), 9)\nimport time\ntime.sleep(0.2)\nassert False\n",
       "import os\nos.kill(-1, 9)\nassert False\n",
-      "import os, signal\nfor pid in range(1, 100):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n"
+      "import os, signal\nfor pid in range(1, 100):\n    try:\n        os.kill(pid, signal.SIGKILL)\n    except "
+      "OSError:\n"
       "        pass\nassert False\n",
   };
   auto r = run_sandboxed(programs, options());
@@ -252,7 +254,8 @@ TEST(Sandbox, KillingItsParentOrEverythingLeavesTheHarnessAlive) {
 
 TEST(Sandbox, ManyProgramsInParallelKeepTheirOrder) {
   std::vector<std::string> programs;
-  for (int i = 0; i < 12; ++i) programs.push_back("print(" + std::to_string(i) + ")\nassert " + std::to_string(i % 3) + "\n");
+  for (int i = 0; i < 12; ++i)
+    programs.push_back("print(" + std::to_string(i) + ")\nassert " + std::to_string(i % 3) + "\n");
   auto r = run_sandboxed(programs, options());
   ASSERT_TRUE(r.ok()) << r.error().message;
   for (int i = 0; i < 12; ++i) {

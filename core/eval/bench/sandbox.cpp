@@ -205,6 +205,31 @@ rlim_t nproc_limit(const SandboxOptions& o, int uid) {
   return static_cast<rlim_t>(count_tasks_of(getuid()) + o.limits.processes);
 }
 
+// The monitor: our child, still root, a subreaper. bwrap leaves its namespace's init as a zombie
+// when it exits; reparented to the monitor, it is reaped at once (reparented to the machine's
+// init it would linger for a second and count against the slot's RLIMIT_NPROC). It publishes
+// bwrap's pid in `shared` (what a timeout kills) and exits with bwrap's status once every
+// descendant is gone. Only async-signal-safe calls: this is a fork of a threaded process.
+[[noreturn]] void exec_child(int memfd, int out_w, int rep_w, int uid, rlim_t nproc, const SandboxLimits& l,
+                             char* const* argv);
+
+[[noreturn]] void monitor(volatile pid_t* shared, int memfd, int out_w, int rep_w, int uid, rlim_t nproc,
+                          const SandboxLimits& l, char* const* argv) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
+  const pid_t b = fork();
+  if (b == 0) exec_child(memfd, out_w, rep_w, uid, nproc, l, argv);
+  if (b < 0) _exit(125);
+  *shared = b;
+  close(memfd), close(out_w), close(rep_w);
+  int st = 0;
+  while (waitpid(b, &st, 0) < 0 && errno == EINTR) {
+  }
+  while (waitpid(-1, nullptr, 0) > 0 || errno == EINTR) {
+  }
+  _exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+}
+
 // The child side of fork: only async-signal-safe calls from here to exec.
 [[noreturn]] void exec_child(int memfd, int out_w, int rep_w, int uid, rlim_t nproc, const SandboxLimits& l,
                              char* const* argv) {
@@ -382,8 +407,19 @@ SandboxResult run_one(const std::string& program, const SandboxOptions& o, int u
   for (const std::string& s : args) argv.push_back(const_cast<char*>(s.c_str()));
   argv.push_back(nullptr);
   const rlim_t nproc = nproc_limit(o, uid);
+  auto* shared =
+      static_cast<pid_t*>(mmap(nullptr, sizeof(pid_t), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0));
+  if (shared == MAP_FAILED) {
+    r.reason = "sandbox", r.detail = std::string("mmap: ") + std::strerror(errno);
+    return r;
+  }
+  *shared = 0;
+  struct Unmap {
+    pid_t* p;
+    ~Unmap() { munmap(p, sizeof(pid_t)); }
+  } unmap{shared};
   const pid_t pid = fork();
-  if (pid == 0) exec_child(mem.fd, out_w.fd, rep_w.fd, uid, nproc, o.limits, argv.data());
+  if (pid == 0) monitor(shared, mem.fd, out_w.fd, rep_w.fd, uid, nproc, o.limits, argv.data());
   if (pid < 0) {
     r.reason = "sandbox", r.detail = std::string("fork: ") + std::strerror(errno);
     return r;
@@ -403,7 +439,10 @@ SandboxResult run_one(const std::string& program, const SandboxOptions& o, int u
       r.reason = over ? "output limit" : "timeout";
       // A fork bomb that swallows its EAGAINs keeps the uid at its limit until the clock runs out.
       if (!over && uid >= 0 && count_tasks_of(uid) >= o.limits.processes - 2) r.reason = "process limit";
-      kill(pid, SIGKILL);
+      // bwrap's death takes its namespace with it; the monitor then reaps and exits. Before bwrap
+      // exists, the monitor goes (and bwrap with it, by its parent-death signal).
+      const pid_t b = __atomic_load_n(shared, __ATOMIC_SEQ_CST);
+      kill(b > 0 ? b : pid, SIGKILL);
       killed = true;
     }
     const pid_t w = waitpid(pid, &status, WNOHANG);
