@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # ./test.sh: install what is missing (Debian packages), fetch the real model the tests use into
-# ~/.cache/ftx/models ($FTX_MODEL_CACHE), build, run every test. Idempotent; fast when nothing
-# changed. Extra arguments go to ctest (e.g. ./test.sh -R Golden).
+# ~/.cache/ftx/models ($FTX_MODEL_CACHE) and HumanEval into ~/.cache/ftx/data ($FTX_DATA_CACHE),
+# build, run every test. Idempotent; fast when nothing changed. Extra arguments go to
+# ctest (e.g. ./test.sh -R Golden).
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./resources/setup.sh
