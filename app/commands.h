@@ -72,6 +72,20 @@ struct TokenizeArgs {
 void add_tokenize_options(CLI::App& app, TokenizeArgs& a);
 int run_tokenize(const TokenizeArgs& a);
 
+struct EvalArgs {
+  ModelSourceArgs source;  // --checkpoint (or --random-init for a quick look)
+  std::string task, data, fewshot, samples_out, score_samples, db = kDefaultDb, run, device = "cpu", precision;
+  std::optional<int> step;  // with --run of a training run: its checkpoint at this step
+  int limit = 0;
+  std::optional<int> shots;
+  int num_samples = 1, latent_draws = 4, max_new_tokens = 0, parallel = 0;
+  float temperature = 0.8f;
+  uint64_t seed = 1;
+  bool json = false, no_store = false;
+};
+void add_eval_options(CLI::App& app, EvalArgs& a);
+int run_eval(const EvalArgs& a);
+
 struct StoreArgs {
   std::string db = kDefaultDb, run, key;
   bool csv = false;

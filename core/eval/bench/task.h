@@ -71,16 +71,17 @@ struct ItemRecord {
   double score = 0;       // the item's value of the task's main metric (1/0 for accuracies)
 };
 
+// A generation as the reference harnesses read it (HumanEval's samples JSONL: {"task_id",
+// "completion"}): what `--samples FILE` writes and `--score-samples FILE` reads.
+struct Sample {
+  std::string task_id, completion;
+};
+
 struct TaskResult {
   std::string task;
   std::vector<MetricValue> metrics;
   std::vector<ItemRecord> items;
-};
-
-// A generation from elsewhere, as the reference harnesses read it (HumanEval's samples JSONL:
-// {"task_id", "completion"}).
-struct Sample {
-  std::string task_id, completion;
+  std::vector<Sample> samples;  // every generation (code and generative tasks), in item order
 };
 
 struct EvalOptions {
