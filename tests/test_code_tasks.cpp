@@ -223,6 +223,11 @@ TEST(CodeTasks, HumanEvalPromptsStopsNllAndSampling) {
   for (int k = 1; k <= 4; ++k)
     EXPECT_NEAR(metric(*r, "pass@" + std::to_string(k))->value, closed_form_exact(4, 1, k) / 2, 1e-12);
   EXPECT_EQ(r->items[0].detail["generations"].size(), 4u);
+  // Every generation in the samples JSONL form, in item order (what --samples writes).
+  ASSERT_EQ(r->samples.size(), 8u);
+  EXPECT_EQ(r->samples[1].task_id, "HumanEval/0");
+  EXPECT_EQ(r->samples[1].completion, (*rows)[0].value["canonical_solution"]);
+  EXPECT_EQ(r->samples[4].task_id, "HumanEval/2");
   EXPECT_EQ(r->items[0].detail["passed"], 1);
 }
 

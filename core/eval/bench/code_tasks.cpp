@@ -318,6 +318,7 @@ Result<TaskResult> CodeTask::score(const std::vector<size_t>& idx,
     for (int s = 0; s < n; ++s, ++p) {
       const SandboxResult& r = (*ran)[p];
       c += r.passed;
+      tr.samples.push_back({it.task_id, completions[k][s]});
       const std::string tail = r.output.size() > 2000 ? r.output.substr(r.output.size() - 2000) : r.output;
       gens.push_back({{"completion", completions[k][s]},
                       {"verdict", r.verdict()},
