@@ -293,10 +293,12 @@ TEST(CodeTasks, EvalPlusInputsAgainstTheCanonicalSolution) {
   auto mbpp = load("mbpp_plus", kDir + "mbpp_plus_mini.jsonl");
   ASSERT_TRUE(mbpp);
   auto m = mbpp->score_samples({{"Mbpp/3", "def is_even(n):\n    return not n & 1\n"},
-                                {"Mbpp/3", "def is_even(n):\n    return n > 0 and n % 2 == 0\n"}},
+                                {"Mbpp/3", "def is_even(n):\n    return n > 0 and n % 2 == 0\n"},
+                                // math comes from the row's test_imports
+                                {"Mbpp/3", "def is_even(n):\n    return math.fmod(n, 2) == 0\n"}},
                                opts());
   ASSERT_TRUE(m.ok()) << m.error().message;
-  EXPECT_EQ(m->items[0].detail["passed"], 1);
+  EXPECT_EQ(m->items[0].detail["passed"], 2);
   EXPECT_EQ(m->items[0].detail["generations"][1]["verdict"], "fail: assertion");
 }
 
