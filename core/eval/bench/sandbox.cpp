@@ -293,7 +293,9 @@ void classify(SandboxResult& r, const std::string& report) {
   while (std::getline(in, line)) {
     const bool child = line.rfind("child ", 0) == 0;
     std::string body = child ? line.substr(6) : line;
-    if (body == "passed" && !child) main_passed = true;
+    // The main process's last word counts: a stray "passed" written early does not outlive a
+    // later exception.
+    if (body == "passed" && !child) main_passed = true, main_raised = false;
     if (body.rfind("raised ", 0) != 0) continue;
     std::istringstream s(body.substr(7));
     std::string t;
@@ -303,8 +305,8 @@ void classify(SandboxResult& r, const std::string& report) {
     std::getline(s, m);
     if (child) {
       child_nproc |= is_process_limit(t, e, m);
-    } else if (!main_raised) {
-      main_raised = true;
+    } else {
+      main_raised = true, main_passed = false;
       type = t, err = e, msg = m.empty() ? m : m.substr(1);
     }
   }
