@@ -7,6 +7,7 @@ cd "$(dirname "$0")"
 source ./resources/setup.sh
 ftx_install_packages
 ftx_fetch_models
+ftx_fetch_data
 ftx_build
 if [[ -n "${DISPLAY:-}${WAYLAND_DISPLAY:-}" && -x build/app/ftx-studio ]]; then
   exec build/app/ftx-studio "$@"

