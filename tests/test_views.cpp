@@ -20,6 +20,7 @@
 // Signals are recorded by lambdas (Qt6::Test is not linked); buttons are found by their text.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
 #include <QApplication>
 #include <QComboBox>
 #include <QGraphicsSimpleTextItem>
@@ -35,6 +36,7 @@
 #include <QtCharts/QLineSeries>
 #include <QtCharts/QScatterSeries>
 #include <QtCharts/QValueAxis>
+
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -1035,6 +1037,43 @@ TEST(BenchmarksView, GrowsLiveAndARewrittenStepReplacesItsPoint) {
   h.view.refresh();
   EXPECT_EQ(h.dots("humaneval", "run-a"), nullptr);
   EXPECT_NE(h.dots("humaneval", "run-b"), nullptr);
+}
+
+TEST(StorePoller, MigratesAnOlderStoreThenTailsIt) {
+  ftx::test::TempDir dir("ftx_poller_v1_");
+  const std::string db = dir / "runs.db";
+  {
+    auto s = ftx::RunStore::open(db);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE(s->create_run("old", "{}").ok());
+    // Back to version 1's tables (test_run_store.cpp migrates the exact version-1 schema).
+    sqlite3* raw = s->native_handle();
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "DROP TABLE bench_items; DROP TABLE benchmarks; DELETE FROM reference;"
+                           "CREATE TABLE benchmarks(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+                           " step INTEGER NOT NULL, task TEXT NOT NULL, metric TEXT NOT NULL, value REAL,"
+                           " n INTEGER NOT NULL);"
+                           "INSERT INTO benchmarks VALUES(1, 7, 'mbpp', 'pass@1', 0.25, 10);"
+                           "PRAGMA user_version = 1;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  StorePoller poller(QString::fromStdString(db));
+  BenchBatch rows;
+  size_t reference = 0;
+  QString error = "none";
+  QObject::connect(&poller, &StorePoller::benchmarks_arrived, [&](const BenchBatch& b) { rows = b; });
+  QObject::connect(&poller, &StorePoller::reference_loaded, [&](const ReferenceRows& r) { reference = r.size(); });
+  QObject::connect(&poller, &StorePoller::store_error, [&](const QString& e) { error = e; });
+  poller.poll();
+  EXPECT_EQ(error, "none") << "no error reported";
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].second.task, "mbpp");
+  EXPECT_EQ(rows[0].second.step, 7);
+  EXPECT_GT(reference, 200u);  // the paper's tables, imported by the migration
+  auto version = ftx::RunStore::file_schema_version(db);
+  ASSERT_TRUE(version.ok());
+  EXPECT_EQ(*version, ftx::kSchemaVersion);
 }
 
 // Widgets need a QApplication; the offscreen platform needs no display.

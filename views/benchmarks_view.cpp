@@ -475,7 +475,7 @@ BenchmarksView::BenchmarksView(QWidget* parent) : QWidget(parent) {
   split->setStretchFactor(0, 3);
   split->setStretchFactor(1, 2);
   split->setSizes({640, 300});  // the charts first: a scroll area's size hint is small
-  bottom->setSizes({440, 560});
+  bottom->setSizes({500, 500});
   items_split->setSizes({200, 120});
   layout->addWidget(split, 1);
   connect(items_table_, &QTableWidget::currentCellChanged, this, [this](int row) { show_item_detail(row); });
