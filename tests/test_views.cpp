@@ -987,6 +987,17 @@ TEST(BenchmarksView, TokensOnTheXAxis) {
   auto axes = h.chart("humaneval")->axes(Qt::Horizontal);
   ASSERT_EQ(axes.size(), 1);
   EXPECT_EQ(axes[0]->titleText(), "tokens (M)");
+  // Values stored without a token count (an external checkpoint's) are not drawn against tokens.
+  ASSERT_TRUE(h.store->write_bench_result(h.ids[0], 0, -1, "mbpp", {{"pass@1", 0.3, 0.05, 100}}, {}).ok());
+  h.poller->poll();
+  h.view.refresh();
+  ASSERT_NE(h.chart("mbpp"), nullptr);
+  EXPECT_EQ(h.dots("mbpp", "run-a")->count(), 0);
+  EXPECT_EQ(h.chart("mbpp")->title(), "no token counts stored");
+  h.view.set_x_tokens(false);
+  h.view.refresh();
+  EXPECT_EQ(h.dots("mbpp", "run-a")->count(), 1);
+  EXPECT_EQ(h.chart("mbpp")->title(), "");
 }
 
 TEST(BenchmarksView, ClickingAPointListsThatStepsItems) {
@@ -1011,6 +1022,14 @@ TEST(BenchmarksView, ClickingAPointListsThatStepsItems) {
   EXPECT_TRUE(text->toPlainText().contains("def f1():\n")) << text->toPlainText().toStdString();
   EXPECT_TRUE(text->toPlainText().contains("    return 200  # run 1\n"));
   EXPECT_TRUE(h.view.findChild<QLabel*>("bench_items_title")->text().contains("step 200: 3 items, 1 passed"));
+  // The point whose items are listed is ringed on its chart.
+  h.view.refresh();
+  QScatterSeries* ring = nullptr;
+  for (QAbstractSeries* s : h.chart("humaneval")->series())
+    if (s->name() == "selected") ring = qobject_cast<QScatterSeries*>(s);
+  ASSERT_NE(ring, nullptr);
+  ASSERT_EQ(ring->count(), 1);
+  EXPECT_EQ(ring->at(0), h.dots("humaneval", "run-b")->at(2));
   // An answer to an older request (a point clicked before this one) is ignored.
   h.view.show_items(0, h.ids[0], 0, "humaneval", {}, "");
   EXPECT_EQ(table->rowCount(), 3);

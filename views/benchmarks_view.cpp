@@ -200,10 +200,11 @@ class BenchChart {
     ref_series_.clear();
     // x values of this chart, and its scale (tokens in K, M or B).
     double x_max = 0;
-    bool any = false;
+    bool any = false, has_rows = false;
     for (const CurveRun& run : owner_->runs_)
       if (const auto* s = owner_->series(run.id, task, metric))
         for (const auto& [step, row] : *s) {
+          has_rows = true;
           const double x = tokens ? double(row.tokens) : double(step);
           if (tokens && row.tokens < 0) continue;
           x_max = std::max(x_max, x), any = true;
@@ -257,7 +258,9 @@ class BenchChart {
       QObject::connect(dots, &QScatterSeries::hovered, frame_,
                        [this, run_id, metric](const QPointF& p, bool on) { hovered(run_id, metric, p, on); });
     }
+    add_selection_ring(metric, tokens, scale);
     for (const ReferenceRow* r : refs) lo = std::min(lo, r->value), hi = std::max(hi, r->value);
+    chart_->setTitle(tokens && !any && has_rows ? "no token counts stored" : QString());
     if (!any || !std::isfinite(lo)) {
       x_lo = 0, x_hi = 1;
       if (!std::isfinite(lo)) lo = 0, hi = 1;
@@ -306,6 +309,29 @@ class BenchChart {
   }
 
   size_t bar_count() const { return bars_->size(); }
+
+  // A ring around the point whose items are listed, when it is on this chart.
+  void add_selection_ring(const std::string& metric, bool tokens, double scale) {
+    if (owner_->selected_task_ != task_) return;
+    const auto* s = owner_->series(owner_->selected_run_, task_.toStdString(), metric);
+    if (!s) return;
+    const auto it = s->find(owner_->selected_step_);
+    if (it == s->end() || std::isnan(it->second.value) || (tokens && it->second.tokens < 0)) return;
+    QScatterSeries* anchor = nullptr;  // the run's dots: the ring is drawn only for an overlaid run
+    for (QAbstractSeries* a : chart_->series())
+      if (auto* d = qobject_cast<QScatterSeries*>(a); d && d->name() == owner_->run_name(owner_->selected_run_))
+        anchor = d;
+    if (!anchor) return;
+    auto* ring = new QScatterSeries;
+    ring->setName("selected");
+    ring->setMarkerSize(15);
+    ring->setColor(Qt::transparent);
+    ring->setBorderColor(QColor(0x202020));
+    ring->append((tokens ? double(it->second.tokens) : double(it->first)) / scale, it->second.value);
+    chart_->addSeries(ring);
+    ring->attachAxis(x_axis_);
+    ring->attachAxis(y_axis_);
+  }
 
  private:
   struct Point {
@@ -665,6 +691,8 @@ void BenchmarksView::update_run_legend() {
 
 void BenchmarksView::select_point(const QString& task, int64_t run_id, int64_t step) {
   ++request_;
+  selected_task_ = task, selected_run_ = run_id, selected_step_ = step;
+  schedule_refresh();
   items_.clear();
   items_table_->setRowCount(0);
   item_text_->clear();

@@ -79,6 +79,8 @@ class BenchmarksView : public QWidget {
   bool x_tokens_ = false;
   bool refresh_pending_ = false;
   quint64 request_ = 0;
+  QString selected_task_;  // the point whose items are listed, ringed on its chart
+  int64_t selected_run_ = -1, selected_step_ = -1;
   BenchItems items_;
 
   QComboBox* x_axis_ = nullptr;
