@@ -122,7 +122,7 @@ class RunStore {
   Status set_notes(int64_t run_id, const std::string& notes);
   Status rename_run(int64_t run_id, const std::string& new_name);  // error if the name is taken
   // Deletes the run and every row that belongs to it (metrics, events, checkpoint rows,
-  // generations, benchmarks) in one transaction. Checkpoint files are the caller's to remove.
+  // generations, benchmarks, bench_items) in one transaction. Checkpoint files are the caller's to remove.
   Status delete_run(int64_t run_id);
 
   // Buffered in memory until flush(), which writes every buffered row in ONE transaction. On a
