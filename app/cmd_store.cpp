@@ -1,4 +1,4 @@
-// ftx runs / ftx metrics: read the run store (read-only; safe while a run is training).
+// ftx runs / ftx metrics [--benchmarks]: read the run store (read-only; safe while a run is training).
 #include <cmath>
 #include <cstdio>
 #include <map>
@@ -34,6 +34,9 @@ void add_metrics_options(CLI::App& app, StoreArgs& a) {
   c->add_option("--run", a.run, "Run name")->required();
   c->add_option("--key", a.key, "Only this metric (e.g. train/kl)");
   c->add_flag("--csv", a.csv, "CSV output: step,key,value,wall_time");
+  c->add_flag("--benchmarks", a.benchmarks,
+              "Print the run's benchmark values instead: task, metric, step, value +- stderr, n "
+              "(with --csv: task,metric,step,tokens,value,stderr,n; --key: only this task)");
 }
 
 int run_runs(const StoreArgs& a) {
@@ -62,11 +65,37 @@ int run_runs(const StoreArgs& a) {
   return 0;
 }
 
+namespace {
+
+int print_benchmarks(RunStore& store, const RunInfo& run, const StoreArgs& a) {
+  auto rows = store.benchmarks(run.id);
+  if (!rows) return fail(rows.error());
+  std::erase_if(*rows, [&](const BenchmarkRow& b) { return !a.key.empty() && b.task != a.key; });
+  if (rows->empty())
+    return fail("run '" + a.run + "' has no benchmark values" + (a.key.empty() ? "" : " of task '" + a.key + "'"));
+  if (a.csv)
+    std::printf("task,metric,step,tokens,value,stderr,n\n");
+  else
+    std::printf("%-16s %-22s %7s %10s   %-9s %6s\n", "task", "metric", "step", "value", "stderr", "n");
+  for (const BenchmarkRow& b : *rows) {
+    if (a.csv)
+      std::printf("%s,%s,%lld,%lld,%.9g,%.9g,%lld\n", b.task.c_str(), b.metric.c_str(), static_cast<long long>(b.step),
+                  static_cast<long long>(b.tokens), b.value, b.stderr_, static_cast<long long>(b.n));
+    else
+      std::printf("%-16s %-22s %7lld %10.4f \u00b1 %-9.4f %6lld\n", b.task.c_str(), b.metric.c_str(),
+                  static_cast<long long>(b.step), b.value, b.stderr_, static_cast<long long>(b.n));
+  }
+  return 0;
+}
+
+}  // namespace
+
 int run_metrics(const StoreArgs& a) {
   auto store = RunStore::open_readonly(a.db);
   if (!store) return fail(store.error());
   auto info = store->find_run(a.run);
   if (!info) return fail(info.error());
+  if (a.benchmarks) return print_benchmarks(*store, *info, a);
   auto rows = store->metrics(info->id, a.key);
   if (!rows) return fail(rows.error());
   if (rows->empty() && !a.key.empty()) return fail("run '" + a.run + "' has no metric '" + a.key + "'");

@@ -93,6 +93,7 @@ int run_eval(const EvalArgs& a);
 struct StoreArgs {
   std::string db = kDefaultDb, run, key;
   bool csv = false;
+  bool benchmarks = false;  // ftx metrics --benchmarks: the run's benchmark values instead
 };
 void add_runs_options(CLI::App& app, StoreArgs& a);
 void add_metrics_options(CLI::App& app, StoreArgs& a);

@@ -1,5 +1,5 @@
 // ftx-studio: argument parsing and wiring only (the window is views/main_window).
-//   ftx-studio [--db PATH] [--view runs|train|curves|generations|latent|lessons[+another]]
+//   ftx-studio [--db PATH] [--view runs|train|curves|benchmarks|generations|latent|lessons[+another]]
 //              [--open MODEL]... [--random-ft] [--prompt TEXT] [--size WxH]
 //              [--screenshot PNG --after SECONDS] [--train RUN --steps N] [--latency]
 #include <unistd.h>
@@ -44,10 +44,11 @@ int main(int argc, char** argv) {
   p.addHelpOption();
   QCommandLineOption db({"d", "db"}, "Run store (SQLite).", "PATH",
                         QSettings().value("store/path", "workspace/runs.db").toString());
-  QCommandLineOption view("view",
-                          "Open on this view: runs, train, curves, generations, latent, lessons; two joined by + "
-                          "are shown one above the other.",
-                          "VIEW");
+  QCommandLineOption view(
+      "view",
+      "Open on this view: runs, train, curves, benchmarks, generations, latent, lessons; two joined by + "
+      "are shown one above the other.",
+      "VIEW");
   QCommandLineOption shot("screenshot", "Save a screenshot of the window to PNG, then exit.", "PNG");
   QCommandLineOption after("after", "Seconds before the screenshot (default 3).", "SECONDS", "3");
   QCommandLineOption train("train", "Start training a run of this name with the Train form's settings.", "RUN");
@@ -77,7 +78,8 @@ int main(int argc, char** argv) {
   MainWindow w(
       StudioOptions{p.value(db), view_name, ftx::make_dataset, p.values(open), p.isSet(random_ft), p.value(prompt)});
   if (!view_name.isEmpty() && !w.raise_view(view_name))
-    return fail("--view '" + view_name + "': unknown (expected runs, train, curves, generations, latent or lessons)");
+    return fail("--view '" + view_name +
+                "': unknown (expected runs, train, curves, benchmarks, generations, latent or lessons)");
   w.resize(width, height);
   w.show();
   // The probe starts once the first frames are drawn: it measures the steady state, not start-up.

@@ -532,6 +532,29 @@ TEST_F(CliWithRun, RunsAndMetricsCsvListWhatWasTrained) {
   expect_one_line_error(ftx({"metrics", "--db", db_, "--run", "nobody"}, dir_), {"nobody"});
 }
 
+TEST_F(CliWithRun, MetricsBenchmarksPrintsTheRunsBenchmarkValues) {
+  {
+    auto store = RunStore::open(db_);
+    ASSERT_TRUE(store.ok());
+    auto run = store->find_run("base");
+    ASSERT_TRUE(run.ok());
+    ASSERT_TRUE(store->write_bench_result(run->id, 3, 96, "humaneval", {{"pass@1", 0.125, 0.025, 164}}, {}).ok());
+    ASSERT_TRUE(store->write_bench_result(run->id, 3, 96, "gsm8k", {{"em_strict", 0.5, 0.1, 50}}, {}).ok());
+  }
+  const Outcome csv = ftx({"metrics", "--db", db_, "--run", "base", "--benchmarks", "--csv"}, dir_);
+  ASSERT_EQ(csv.code, 0) << describe(csv);
+  EXPECT_EQ(csv.out,
+            "task,metric,step,tokens,value,stderr,n\n"
+            "gsm8k,em_strict,3,96,0.5,0.1,50\n"
+            "humaneval,pass@1,3,96,0.125,0.025,164\n");
+  const Outcome text = ftx({"metrics", "--db", db_, "--run", "base", "--benchmarks", "--key", "humaneval"}, dir_);
+  ASSERT_EQ(text.code, 0) << describe(text);
+  EXPECT_NE(text.out.find("0.1250 \u00b1 0.0250"), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("gsm8k"), std::string::npos) << text.out;
+  expect_one_line_error(ftx({"metrics", "--db", db_, "--run", "base", "--benchmarks", "--key", "mmlu"}, dir_),
+                        {"base", "mmlu"});
+}
+
 // ---------------------------------------------------------------------------------------------
 // ftx bench train | mapper | generate: the JSON other tools read, the FLOP count, one-line refusals.
 

@@ -1,5 +1,7 @@
 // RunStore: round trip of every table, metric batching, WAL readers beside a writer, and the
 // failure paths (newer schema, foreign file, unwritable path, duplicate run, locked, disk full);
+// benchmark results (schema 2): migration of a version-1 file, round trips of values and items,
+// a rewritten step replacing its rows, tailing by rowid, resume cleanup, find_or_create_run;
 // in_transaction (core/store/sqlite_tx.h), whose failures must leave nothing written.
 #include "core/store/run_store.h"
 #include "core/store/sqlite_tx.h"
@@ -320,7 +322,8 @@ TEST_F(RunStoreTest, WalReaderSeesCommittedDataWhileWriterHoldsTheDatabase) {
 
 TEST_F(RunStoreTest, NewerSchemaVersionIsRejected) {
   raw_exec(db_path(), "CREATE TABLE future(x); PRAGMA user_version = 7;");
-  const std::string expected = db_path() + ": schema version 7 is newer than this build (1); upgrade ftx";
+  const std::string expected =
+      db_path() + ": schema version 7 is newer than this build (" + std::to_string(kSchemaVersion) + "); upgrade ftx";
   auto s = RunStore::open(db_path());
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.error().message, expected);
@@ -450,6 +453,9 @@ TEST_F(RunStoreTest, IntegrityCheckPasses) {
 
 TEST_F(RunStoreTest, ReferenceCsvImportsOnce) {
   RunStore store = open_ok(db_path());
+  auto created = store.reference();  // a new store has the compiled-in tables already
+  ASSERT_TRUE(created.ok());
+  EXPECT_EQ(created->size(), csv_data_lines(kReferenceCsv));
   EXPECT_OK(store.import_reference_csv(kReferenceCsv));
   EXPECT_OK(store.import_reference_csv(kReferenceCsv));  // table not empty: no duplicates
   auto rows = store.reference();
@@ -475,6 +481,7 @@ TEST_F(RunStoreTest, BadReferenceCsvNamesFileAndLine) {
                      << "1,1.5B,47B,mbpp,pass@1,baseline,,final,0.1\n"
                      << "1,1.5B,47B,mbpp,pass@1,free_transformer,0.5,final,zero\n";
   RunStore store = open_ok(db_path());
+  raw_exec(db_path(), "DELETE FROM reference;");  // import_reference_csv fills an empty table only
   auto st = store.import_reference_csv(csv);
   ASSERT_FALSE(st.ok());
   EXPECT_EQ(st.error().message, csv + ":3: value 'zero' is not a number");
@@ -624,4 +631,297 @@ TEST_F(RunStoreTest, DeletingAnUnknownRunKeepsEveryRun) {
   EXPECT_EQ(rows->size(), 1u);
   EXPECT_OK(store.delete_run(kept));
   EXPECT_EQ(run_count(store), 0u);
+}
+
+// ---- benchmark results (schema version 2) -------------------------------------------------------
+
+namespace {
+
+// Schema version 1 exactly as the store created it before benchmark results had standard errors
+// and items (core/store/run_store.cpp at 770aee9), with rows in it.
+constexpr const char* kVersionOneFile = R"sql(
+CREATE TABLE runs(id INTEGER PRIMARY KEY, name TEXT UNIQUE NOT NULL, created_at TEXT NOT NULL,
+  status TEXT NOT NULL DEFAULT 'running', config_json TEXT NOT NULL DEFAULT '{}', notes TEXT NOT NULL DEFAULT '');
+CREATE TABLE metrics(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, step INTEGER NOT NULL,
+  key TEXT NOT NULL, value REAL, wall_time REAL NOT NULL);
+CREATE INDEX metrics_run_key_step ON metrics(run_id, key, step);
+CREATE TABLE events(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, step INTEGER NOT NULL,
+  kind TEXT NOT NULL, payload_json TEXT NOT NULL DEFAULT '{}');
+CREATE INDEX events_run_step ON events(run_id, step);
+CREATE TABLE checkpoints(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, step INTEGER NOT NULL,
+  path TEXT NOT NULL, sha256 TEXT NOT NULL);
+CREATE INDEX checkpoints_run_step ON checkpoints(run_id, step);
+CREATE TABLE generations(id INTEGER PRIMARY KEY, run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,
+  step INTEGER NOT NULL, prompt TEXT NOT NULL, policy TEXT NOT NULL, group_id INTEGER NOT NULL,
+  seed INTEGER NOT NULL, codes BLOB, text TEXT NOT NULL);
+CREATE INDEX generations_run_step ON generations(run_id, step);
+CREATE TABLE benchmarks(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE, step INTEGER NOT NULL,
+  task TEXT NOT NULL, metric TEXT NOT NULL, value REAL, n INTEGER NOT NULL);
+CREATE INDEX benchmarks_run_task ON benchmarks(run_id, task, metric, step);
+CREATE TABLE reference(source TEXT NOT NULL, model_size TEXT NOT NULL, train_tokens TEXT NOT NULL,
+  benchmark TEXT NOT NULL, metric TEXT NOT NULL, model TEXT NOT NULL, kappa_bits REAL, statistic TEXT NOT NULL,
+  value REAL NOT NULL);
+PRAGMA user_version = 1;
+INSERT INTO runs VALUES(1, 'old', '2026-01-01T00:00:00Z', 'done', '{}', 'v1 run');
+INSERT INTO metrics VALUES(1, 10, 'train/ce', 2.5, 1.7e9);
+INSERT INTO benchmarks VALUES(1, 100, 'mbpp', 'pass@1', 0.25, 50);
+INSERT INTO benchmarks VALUES(1, 100, 'mbpp', 'pass@1', 0.30, 50);
+INSERT INTO benchmarks VALUES(1, 200, 'mbpp', 'pass@1', 0.40, 50);
+)sql";
+
+std::vector<BenchItemRow> make_items(const std::string& tag, int n) {
+  std::vector<BenchItemRow> items;
+  for (int i = 0; i < n; ++i)
+    items.push_back({"HumanEval/" + std::to_string(i), "def f():\n    \"\"\"Ünïcode " + tag + "\"\"\"\n",
+                     "    return " + std::to_string(i) + "\n", "    return 0\n", i == 0 ? "pass" : "fail: assertion",
+                     R"({"stdout_tail":"AssertionError"})", i == 0 ? 1.0 : 0.0});
+  return items;
+}
+
+int file_version(const std::string& path) {
+  auto v = RunStore::file_schema_version(path);
+  EXPECT_TRUE(v.ok()) << (v.ok() ? "" : v.error().message);
+  return v.ok() ? *v : -1;
+}
+
+}  // namespace
+
+TEST_F(RunStoreTest, VersionOneFileMigratesKeepingItsRows) {
+  raw_exec(db_path(), kVersionOneFile);
+  EXPECT_EQ(file_version(db_path()), 1);
+  auto reader = RunStore::open_readonly(db_path());  // a reader cannot migrate: it says how to
+  ASSERT_FALSE(reader.ok());
+  EXPECT_EQ(reader.error().message, db_path() + ": schema version 1 is older than this build (" +
+                                        std::to_string(kSchemaVersion) +
+                                        "); open it once for writing (ftx, the studio) to migrate it");
+  {
+    RunStore store = open_ok(db_path());
+    auto old = store.find_run("old");
+    ASSERT_TRUE(old.ok());
+    EXPECT_EQ(old->notes, "v1 run");
+    auto ce = store.metrics(old->id, "train/ce");
+    ASSERT_TRUE(ce.ok());
+    ASSERT_EQ(ce->size(), 1u);
+    auto rows = store.benchmarks(old->id);
+    ASSERT_TRUE(rows.ok());
+    ASSERT_EQ(rows->size(), 2u);  // the v1 duplicate of step 100 collapsed to its last row
+    EXPECT_EQ((*rows)[0].step, 100);
+    EXPECT_EQ((*rows)[0].value, 0.30);
+    EXPECT_EQ((*rows)[0].stderr_, 0.0);
+    EXPECT_EQ((*rows)[0].tokens, -1);
+    EXPECT_EQ((*rows)[1].value, 0.40);
+    auto ref = store.reference();
+    ASSERT_TRUE(ref.ok());
+    EXPECT_EQ(ref->size(), csv_data_lines(kReferenceCsv));  // imported by the migration
+    // The new table works and the unique key holds on the migrated table.
+    EXPECT_OK(store.write_bench_result(old->id, 200, 4096, "mbpp", {{"pass@1", 0.5, 0.07, 50}}, make_items("m", 2)));
+    auto after = store.benchmarks(old->id);
+    ASSERT_TRUE(after.ok());
+    ASSERT_EQ(after->size(), 2u);
+    EXPECT_EQ((*after)[1].value, 0.5);
+    EXPECT_OK(store.integrity_check());
+  }
+  EXPECT_EQ(file_version(db_path()), kSchemaVersion);
+  RunStore again = open_reader(db_path());
+  auto ref = again.reference();
+  ASSERT_TRUE(ref.ok());
+  EXPECT_EQ(ref->size(), csv_data_lines(kReferenceCsv));  // not imported twice
+}
+
+TEST_F(RunStoreTest, BenchResultRoundTrip) {
+  RunStore store = open_ok(db_path());
+  int64_t run = must(store.create_run("bench", "{}"));
+  const double nan = std::nan("");
+  std::vector<BenchMetric> metrics = {
+      {"pass@1", 0.125, 0.0259, 164}, {"nll_canonical", 1.75, 0.03, 164}, {"pass@10", nan, 0, 0}};
+  EXPECT_OK(store.write_bench_result(run, 300, 300 * 8192, "humaneval", metrics, make_items("a", 3)));
+  RunStore reader = open_reader(db_path());
+  auto rows = reader.benchmarks(run);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 3u);  // by task, metric, step
+  EXPECT_EQ((*rows)[0].metric, "nll_canonical");
+  EXPECT_EQ((*rows)[0].value, 1.75);
+  EXPECT_EQ((*rows)[1].metric, "pass@1");
+  EXPECT_EQ((*rows)[2].metric, "pass@10");
+  EXPECT_TRUE(std::isnan((*rows)[2].value));
+  const BenchmarkRow& p = (*rows)[1];
+  EXPECT_EQ(p.task, "humaneval");
+  EXPECT_EQ(p.step, 300);
+  EXPECT_EQ(p.stderr_, 0.0259);
+  EXPECT_EQ(p.n, 164);
+  EXPECT_EQ(p.tokens, 300 * 8192);
+  EXPECT_GT(p.wall_time, 1.6e9);
+  auto items = reader.bench_items(run, 300, "humaneval");
+  ASSERT_TRUE(items.ok());
+  const std::vector<BenchItemRow> want = make_items("a", 3);
+  ASSERT_EQ(items->size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {  // every field, in the order written
+    EXPECT_EQ((*items)[i].item_id, want[i].item_id);
+    EXPECT_EQ((*items)[i].prompt, want[i].prompt);
+    EXPECT_EQ((*items)[i].output, want[i].output);
+    EXPECT_EQ((*items)[i].target, want[i].target);
+    EXPECT_EQ((*items)[i].verdict, want[i].verdict);
+    EXPECT_EQ((*items)[i].detail_json, want[i].detail_json);
+    EXPECT_EQ((*items)[i].score, want[i].score);
+  }
+  auto limited = reader.bench_items(run, 300, "humaneval", 2);
+  ASSERT_TRUE(limited.ok());
+  EXPECT_EQ(limited->size(), 2u);
+  auto none = reader.bench_items(run, 301, "humaneval");
+  ASSERT_TRUE(none.ok());
+  EXPECT_TRUE(none->empty());
+}
+
+TEST_F(RunStoreTest, RewritingAStepReplacesItsRowsAndItemsOnly) {
+  RunStore store = open_ok(db_path());
+  int64_t run = must(store.create_run("re", "{}")), other = must(store.create_run("other", "{}"));
+  EXPECT_OK(store.write_bench_result(
+      run, 100, -1, "humaneval", {{"pass@1", 0.1, 0.02, 164}, {"nll_canonical", 2, 0, 164}}, make_items("first", 4)));
+  EXPECT_OK(store.write_bench_result(run, 100, -1, "gsm8k", {{"em_strict", 0.05, 0.01, 50}}, make_items("g", 2)));
+  EXPECT_OK(store.write_bench_result(run, 200, -1, "humaneval", {{"pass@1", 0.2, 0.03, 164}}, make_items("s2", 1)));
+  EXPECT_OK(store.write_bench_result(other, 100, -1, "humaneval", {{"pass@1", 0.9, 0.02, 164}}, make_items("o", 1)));
+  int64_t seen = 0;
+  ASSERT_TRUE(store.benchmarks_since(0, 1000, &seen).ok());
+
+  // Re-evaluating step 100 of humaneval: its old metric set and items go, everything else stays.
+  EXPECT_OK(
+      store.write_bench_result(run, 100, 5, "humaneval", {{"pass@1", 0.15, 0.025, 164}}, make_items("second", 2)));
+  auto rows = store.benchmarks(run);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 3u);
+  EXPECT_EQ((*rows)[0].task, "gsm8k");
+  EXPECT_EQ((*rows)[1].step, 100);
+  EXPECT_EQ((*rows)[1].metric, "pass@1");
+  EXPECT_EQ((*rows)[1].value, 0.15);
+  EXPECT_EQ((*rows)[1].tokens, 5);
+  EXPECT_EQ((*rows)[2].value, 0.2);
+  auto items = store.bench_items(run, 100, "humaneval");
+  ASSERT_TRUE(items.ok());
+  ASSERT_EQ(items->size(), 2u);
+  EXPECT_NE((*items)[0].prompt.find("second"), std::string::npos);
+  EXPECT_EQ(store.bench_items(run, 100, "gsm8k")->size(), 2u);
+  EXPECT_EQ(store.bench_items(other, 100, "humaneval")->size(), 1u);
+  // A tailing reader sees the rewritten row as new (a larger rowid than any it has read).
+  int64_t last = seen;
+  auto fresh = store.benchmarks_since(seen, 1000, &last);
+  ASSERT_TRUE(fresh.ok());
+  ASSERT_EQ(fresh->size(), 1u);
+  EXPECT_EQ((*fresh)[0].first, run);
+  EXPECT_EQ((*fresh)[0].second.value, 0.15);
+  EXPECT_GT(last, seen);
+  // add_benchmark replaces the row of its key the same way.
+  EXPECT_OK(store.add_benchmark(run, BenchmarkRow{200, "humaneval", "pass@1", 0.25, 164, 0.03, 7}));
+  auto again = store.benchmarks(run);
+  ASSERT_TRUE(again.ok());
+  ASSERT_EQ(again->size(), 3u);
+  EXPECT_EQ((*again)[2].value, 0.25);
+}
+
+TEST_F(RunStoreTest, FailedBenchWriteKeepsThePreviousResult) {
+  RunStore store = open_ok(db_path());
+  int64_t run = must(store.create_run("tx", "{}"));
+  EXPECT_OK(store.write_bench_result(run, 100, -1, "mbpp", {{"pass@1", 0.1, 0.02, 3}}, make_items("kept", 3)));
+  // A failure at the last item's insert (after the deletes and the metric rows) rolls back all.
+  raw_exec(db_path(),
+           "CREATE TRIGGER boom BEFORE INSERT ON bench_items WHEN NEW.item_id = 'boom' "
+           "BEGIN SELECT RAISE(ABORT, 'boom'); END;");
+  std::vector<BenchItemRow> items = make_items("new", 2);
+  items.push_back(items.back());
+  items.back().item_id = "boom";
+  auto st = store.write_bench_result(run, 100, -1, "mbpp", {{"pass@1", 0.9, 0.02, 3}}, items);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find(db_path()), std::string::npos) << st.error().message;
+  auto rows = store.benchmarks(run);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 1u);
+  EXPECT_EQ((*rows)[0].value, 0.1);
+  auto kept = store.bench_items(run, 100, "mbpp");
+  ASSERT_TRUE(kept.ok());
+  ASSERT_EQ(kept->size(), 3u);
+  EXPECT_NE((*kept)[0].prompt.find("kept"), std::string::npos);
+}
+
+TEST_F(RunStoreTest, BenchmarksSinceTailsEveryRunInRowidOrder) {
+  RunStore store = open_ok(db_path());
+  int64_t a = must(store.create_run("a", "{}")), b = must(store.create_run("b", "{}"));
+  EXPECT_OK(
+      store.write_bench_result(a, 1, -1, "gsm8k", {{"em_strict", 0.1, 0.01, 10}, {"em_flexible", 0.2, 0.01, 10}}, {}));
+  EXPECT_OK(store.write_bench_result(b, 1, -1, "gsm8k", {{"em_strict", 0.3, 0.01, 10}}, {}));
+  int64_t last = 0;
+  auto first = store.benchmarks_since(0, 2, &last);  // the limit splits the backlog
+  ASSERT_TRUE(first.ok());
+  ASSERT_EQ(first->size(), 2u);
+  EXPECT_EQ((*first)[0].first, a);
+  EXPECT_EQ((*first)[0].second.metric, "em_strict");
+  const int64_t mid = last;
+  auto rest = store.benchmarks_since(mid, 2, &last);
+  ASSERT_TRUE(rest.ok());
+  ASSERT_EQ(rest->size(), 1u);
+  EXPECT_EQ((*rest)[0].first, b);
+  EXPECT_EQ((*rest)[0].second.value, 0.3);
+  EXPECT_GT(last, mid);
+  const int64_t end = last;
+  auto nothing = store.benchmarks_since(end, 2, &last);
+  ASSERT_TRUE(nothing.ok());
+  EXPECT_TRUE(nothing->empty());
+  EXPECT_EQ(last, end);  // unchanged when nothing was read
+}
+
+TEST_F(RunStoreTest, ResumeDeletesBenchmarkRowsAndItemsPastTheCheckpoint) {
+  RunStore store = open_ok(db_path());
+  int64_t run = must(store.create_run("resume", "{}")), other = must(store.create_run("other", "{}"));
+  for (int64_t step : {100, 200, 300}) {
+    EXPECT_OK(
+        store.write_bench_result(run, step, step * 10, "humaneval", {{"pass@1", 0.1, 0.02, 164}}, make_items("r", 2)));
+    EXPECT_OK(store.write_bench_result(other, step, -1, "humaneval", {{"pass@1", 0.1, 0.02, 164}}, make_items("o", 2)));
+  }
+  EXPECT_OK(store.delete_metrics_after(run, 200));
+  auto rows = store.benchmarks(run);
+  ASSERT_TRUE(rows.ok());
+  ASSERT_EQ(rows->size(), 2u);
+  EXPECT_EQ(rows->back().step, 200);
+  EXPECT_TRUE(store.bench_items(run, 300, "humaneval")->empty());
+  EXPECT_EQ(store.bench_items(run, 200, "humaneval")->size(), 2u);
+  EXPECT_EQ(store.benchmarks(other)->size(), 3u);
+  EXPECT_EQ(store.bench_items(other, 300, "humaneval")->size(), 2u);
+}
+
+TEST_F(RunStoreTest, DeletingARunDeletesItsBenchmarkItems) {
+  RunStore store = open_ok(db_path());
+  int64_t run = must(store.create_run("gone", "{}"));
+  EXPECT_OK(store.write_bench_result(run, 1, -1, "mbpp", {{"pass@1", 0.1, 0.02, 2}}, make_items("x", 2)));
+  EXPECT_OK(store.delete_run(run));
+  EXPECT_TRUE(store.bench_items(run, 1, "mbpp")->empty());
+  EXPECT_TRUE(store.benchmarks(run)->empty());
+}
+
+TEST_F(RunStoreTest, FindOrCreateRunMakesAnEvaluationRunOnce) {
+  RunStore store = open_ok(db_path());
+  bool created = false;
+  auto first = store.find_or_create_run("smollm2-135m.gguf", R"({"model":{"dim":576}})", "done", &created);
+  ASSERT_TRUE(first.ok()) << first.error().message;
+  EXPECT_TRUE(created);
+  EXPECT_EQ(first->status, "done");
+  EXPECT_EQ(first->config_json, R"({"model":{"dim":576}})");
+  auto second = store.find_or_create_run("smollm2-135m.gguf", "{}", "running", &created);
+  ASSERT_TRUE(second.ok());
+  EXPECT_FALSE(created);
+  EXPECT_EQ(second->id, first->id);
+  EXPECT_EQ(second->status, "done");  // an existing run is left as it is
+  auto bad = store.find_or_create_run("other", "{}", "exploded");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("exploded"), std::string::npos);
+}
+
+TEST_F(RunStoreTest, ReferenceRowsOfOneBenchmark) {
+  RunStore store = open_ok(db_path());
+  auto rows = store.reference("human_eval_plus", "pass@1");
+  ASSERT_TRUE(rows.ok());
+  // Tables 1 and 2: baseline and four kappas each; table 3: baseline and kappa 1/2, final and
+  // mean of the last third.
+  ASSERT_EQ(rows->size(), 14u);
+  EXPECT_EQ((*rows)[0].model_size, "1.5B");
+  EXPECT_EQ((*rows)[0].value, 0.055);
+  for (const ReferenceRow& r : *rows) EXPECT_EQ(r.benchmark, "human_eval_plus");
+  EXPECT_TRUE(store.reference("human_eval_plus", "acc")->empty());
 }

@@ -93,7 +93,7 @@ class StudioTest : public ::testing::Test {
 test::TempDir* StudioTest::dir_ = nullptr;
 
 TEST_F(StudioTest, EveryViewOpensAndItsScreenshotHasContent) {
-  for (const char* view : {"runs", "train", "curves", "generations", "latent", "lessons"}) {
+  for (const char* view : {"runs", "train", "curves", "benchmarks", "generations", "latent", "lessons"}) {
     const std::string png = out(std::string(view) + ".png");
     test::Outcome o =
         studio({"--db", db(), "--view", view, "--screenshot", png, "--after", std::to_string(kShotSeconds)});

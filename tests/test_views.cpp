@@ -13,17 +13,30 @@
 //   message (character and position) and no request, a valid prompt's figure4_requested,
 //   set_tokenizer re-checking the prompt, the empty prompt, select_run with its latest step, the
 //   kappa comparison without runs.
+// - BenchmarksView over a real store tailed by a StorePoller: one chart per task with each overlaid
+//   run's points of the main metric, error bars, the paper's reference lines (and none for another
+//   metric or a task outside the paper), the x axis in tokens, the latest-values table, a click on
+//   a point listing that step's items through the poller, live growth and a rewritten step.
 // Signals are recorded by lambdas (Qt6::Test is not linked); buttons are found by their text.
 #include <gtest/gtest.h>
 
+#include <sqlite3.h>
 #include <QApplication>
 #include <QComboBox>
+#include <QGraphicsSimpleTextItem>
 #include <QLabel>
 #include <QLineEdit>
+#include <QPlainTextEdit>
 #include <QPushButton>
 #include <QSpinBox>
 #include <QStandardItemModel>
 #include <QTableView>
+#include <QTableWidget>
+#include <QtCharts/QChartView>
+#include <QtCharts/QLineSeries>
+#include <QtCharts/QScatterSeries>
+#include <QtCharts/QValueAxis>
+
 #include <cmath>
 #include <functional>
 #include <optional>
@@ -39,6 +52,7 @@
 #include "datasets/registry.h"
 #include "datasets/synthetic.h"
 #include "test_util.h"
+#include "views/benchmarks_view.h"
 #include "views/generations_view.h"
 #include "views/metric_cache.h"
 #include "views/run_list_model.h"
@@ -808,6 +822,277 @@ TEST(GenerationsView, KappaComparisonWithoutSweepRunsRequestsNothing) {
   h.view.set_sweep_runs({"run-a", "run-b"});
   h.resample();
   EXPECT_EQ(h.comparisons, 1);
+}
+
+// ---------------------------------------------------------------------------------------------
+// BenchmarksView
+
+namespace {
+
+constexpr int kBenchSteps = 5;
+constexpr int64_t kTokensPerStep = 4096;
+
+double bench_value(int run, int step, double base) { return base + 0.01 * step + 0.05 * run; }
+
+// Two runs, three tasks (humaneval with two metrics, gsm8k, humaneval_plus) over 5 steps, with
+// items; a StorePoller (on this thread) wired to a BenchmarksView like MainWindow wires them.
+struct BenchHarness {
+  ftx::test::TempDir dir{"ftx_bench_view_"};
+  std::string db = dir / "runs.db";
+  std::optional<ftx::RunStore> store;
+  std::vector<int64_t> ids;
+  std::unique_ptr<StorePoller> poller;
+  ftx::BenchmarksView view;
+  std::vector<std::tuple<int64_t, int64_t, QString>> requests;
+
+  BenchHarness() {
+    auto s = ftx::RunStore::open(db);
+    EXPECT_TRUE(s.ok());
+    store.emplace(std::move(*s));
+    for (const char* name : {"run-a", "run-b"}) ids.push_back(*store->create_run(name, "{}"));
+    for (int r = 0; r < 2; ++r)
+      for (int step = 0; step < kBenchSteps; ++step) write_step(r, step * 100);
+    poller = std::make_unique<StorePoller>(QString::fromStdString(db));
+    QObject::connect(poller.get(), &StorePoller::benchmarks_arrived, &view, &ftx::BenchmarksView::add_rows);
+    QObject::connect(poller.get(), &StorePoller::reference_loaded, &view, &ftx::BenchmarksView::set_reference);
+    QObject::connect(poller.get(), &StorePoller::items_loaded, &view, &ftx::BenchmarksView::show_items);
+    QObject::connect(&view, &ftx::BenchmarksView::items_requested,
+                     [this](quint64 req, qint64 run, qint64 step, QString task) {
+                       requests.emplace_back(run, step, task);
+                       poller->load_items(req, run, step, task);
+                     });
+    view.set_runs({{ids[0], "run-a", QColor(0x4e79a7)}, {ids[1], "run-b", QColor(0xf28e2b)}});
+    poller->poll();
+    view.refresh();
+  }
+  void write_step(int r, int64_t step, double base = 0.1) {
+    std::vector<ftx::BenchItemRow> items;
+    for (int i = 0; i < 3; ++i)
+      items.push_back({"HumanEval/" + std::to_string(i), "def f" + std::to_string(i) + "():\n",
+                       "    return " + std::to_string(step) + "  # run " + std::to_string(r) + "\n", "    return 1\n",
+                       i == 0 ? "pass" : "fail: assertion", "{}", i == 0 ? 1.0 : 0.0});
+    const int64_t s = step / 100;
+    EXPECT_TRUE(store
+                    ->write_bench_result(
+                        ids[r], step, step * kTokensPerStep, "humaneval",
+                        {{"pass@1", bench_value(r, s, base), 0.02, 164}, {"nll_canonical", 2.0 - 0.1 * s, 0.05, 164}},
+                        items)
+                    .ok());
+    EXPECT_TRUE(store
+                    ->write_bench_result(ids[r], step, step * kTokensPerStep, "gsm8k",
+                                         {{"em_strict", 0.01 * s, 0.0, 50}, {"em_flexible", 0.02 * s, 0.01, 50}}, {})
+                    .ok());
+    EXPECT_TRUE(store
+                    ->write_bench_result(ids[r], step, step * kTokensPerStep, "humaneval_plus",
+                                         {{"pass@1", 0.05 + 0.01 * s, 0.02, 164}}, {})
+                    .ok());
+  }
+  QChart* chart(const QString& task) {
+    auto* v = view.findChild<QChartView*>("bench_view:" + task);
+    return v ? v->chart() : nullptr;
+  }
+  QScatterSeries* dots(const QString& task, const QString& run) {
+    QChart* c = chart(task);
+    if (!c) return nullptr;
+    for (QAbstractSeries* s : c->series())
+      if (auto* d = qobject_cast<QScatterSeries*>(s); d && d->name() == run) return d;
+    return nullptr;
+  }
+  QStringList paper_lines(const QString& task) {
+    QStringList out;
+    if (QChart* c = chart(task))
+      for (QAbstractSeries* s : c->series())
+        if (s->name().startsWith("paper ")) out << s->name();
+    return out;
+  }
+  QStringList labels(const QString& task) {
+    QStringList out;
+    if (QChart* c = chart(task))
+      for (QGraphicsItem* item : c->childItems())
+        if (auto* t = dynamic_cast<QGraphicsSimpleTextItem*>(item)) out << t->text();
+    out.sort();
+    return out;
+  }
+};
+
+std::vector<double> ys(const QScatterSeries* s) {
+  std::vector<double> out;
+  for (const QPointF& p : s->points()) out.push_back(p.y());
+  return out;
+}
+
+}  // namespace
+
+TEST(BenchmarksView, OneChartPerTaskWithEachRunsPointsAndErrorBars) {
+  BenchHarness h;
+  EXPECT_EQ(h.view.tasks(), (QStringList{"humaneval", "humaneval_plus", "gsm8k"}));  // the documented order
+  for (int r = 0; r < 2; ++r) {
+    QScatterSeries* d = h.dots("humaneval", r == 0 ? "run-a" : "run-b");
+    ASSERT_NE(d, nullptr);
+    ASSERT_EQ(d->count(), kBenchSteps);
+    for (int s = 0; s < kBenchSteps; ++s) {
+      EXPECT_EQ(d->at(s).x(), 100.0 * s);
+      EXPECT_DOUBLE_EQ(d->at(s).y(), bench_value(r, s, 0.1)) << "the main metric, pass@1";
+    }
+  }
+  EXPECT_EQ(h.view.error_bars("humaneval"), 2u * kBenchSteps);
+  EXPECT_EQ(h.view.error_bars("gsm8k"), 0u);  // em_strict was stored with stderr 0: no bar
+  auto* combo = h.view.findChild<QComboBox*>("bench_metric:humaneval");
+  ASSERT_NE(combo, nullptr);
+  EXPECT_EQ(combo->currentText(), "pass@1");
+  EXPECT_EQ(combo->count(), 2);
+  // The latest-values table: one row per task, the runs' last values with their standard errors.
+  auto* latest = h.view.findChild<QTableWidget*>("bench_latest");
+  ASSERT_NE(latest, nullptr);
+  ASSERT_EQ(latest->rowCount(), 3);
+  EXPECT_EQ(latest->item(0, 0)->text(), "humaneval");
+  EXPECT_EQ(latest->item(0, 2)->text(), QString::number(bench_value(0, 4, 0.1), 'f', 3) + " \u00b1 0.020");
+  EXPECT_EQ(latest->item(0, 3)->text(), QString::number(bench_value(1, 4, 0.1), 'f', 3) + " \u00b1 0.020");
+}
+
+TEST(BenchmarksView, PaperValuesAreLabelledReferenceLinesOfTheMappedMetric) {
+  BenchHarness h;
+  // humaneval_plus maps to the paper's human_eval_plus pass@1: baseline and four kappas at 1.5B.
+  EXPECT_EQ(h.paper_lines("humaneval_plus").size(), 5);
+  EXPECT_EQ(h.labels("humaneval_plus"),
+            (QStringList{"base", "\u03ba 1", "\u03ba 2", "\u03ba \u00bc", "\u03ba \u00bd"}));
+  EXPECT_EQ(h.paper_lines("gsm8k").size(), 5);  // our em_strict is the paper's gsm8k em
+  EXPECT_TRUE(h.paper_lines("humaneval").isEmpty()) << "plain HumanEval is not in the paper";
+  auto* paper = h.view.findChild<QComboBox*>("bench_paper");
+  ASSERT_NE(paper, nullptr);
+  paper->setCurrentIndex(2);  // 8B, 1T tokens: baseline and kappa 1/2
+  h.view.refresh();
+  EXPECT_EQ(h.paper_lines("humaneval_plus").size(), 2);
+  paper->setCurrentIndex(3);  // 1.5B and 8B (200B): both sizes, labels name the size
+  h.view.refresh();
+  EXPECT_EQ(h.paper_lines("humaneval_plus").size(), 10);
+  EXPECT_TRUE(h.labels("humaneval_plus").contains("8B base"));
+  // Another metric than the paper's: no reference lines, the metric's values instead.
+  EXPECT_TRUE(h.view.set_metric("gsm8k", "em_flexible"));
+  EXPECT_FALSE(h.view.set_metric("gsm8k", "pass@1"));
+  h.view.refresh();
+  EXPECT_TRUE(h.paper_lines("gsm8k").isEmpty());
+  EXPECT_DOUBLE_EQ(ys(h.dots("gsm8k", "run-a")).back(), 0.08);
+}
+
+TEST(BenchmarksView, TokensOnTheXAxis) {
+  BenchHarness h;
+  h.view.set_x_tokens(true);
+  h.view.refresh();
+  QScatterSeries* d = h.dots("humaneval", "run-a");
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(d->count(), kBenchSteps);
+  // 400 steps of 4096 tokens = 1.6384 M tokens, drawn in millions.
+  EXPECT_DOUBLE_EQ(d->at(4).x(), 400.0 * kTokensPerStep / 1e6);
+  auto axes = h.chart("humaneval")->axes(Qt::Horizontal);
+  ASSERT_EQ(axes.size(), 1);
+  EXPECT_EQ(axes[0]->titleText(), "tokens (M)");
+  // Values stored without a token count (an external checkpoint's) are not drawn against tokens.
+  ASSERT_TRUE(h.store->write_bench_result(h.ids[0], 0, -1, "mbpp", {{"pass@1", 0.3, 0.05, 100}}, {}).ok());
+  h.poller->poll();
+  h.view.refresh();
+  ASSERT_NE(h.chart("mbpp"), nullptr);
+  EXPECT_EQ(h.dots("mbpp", "run-a")->count(), 0);
+  EXPECT_EQ(h.chart("mbpp")->title(), "no token counts stored");
+  h.view.set_x_tokens(false);
+  h.view.refresh();
+  EXPECT_EQ(h.dots("mbpp", "run-a")->count(), 1);
+  EXPECT_EQ(h.chart("mbpp")->title(), "");
+}
+
+TEST(BenchmarksView, ClickingAPointListsThatStepsItems) {
+  BenchHarness h;
+  h.requests.clear();
+  QScatterSeries* d = h.dots("humaneval", "run-b");
+  ASSERT_NE(d, nullptr);
+  // A click lands near, not exactly on, the step-200 point.
+  emit d->clicked(d->at(2) + QPointF(3, 0.001));
+  ASSERT_EQ(h.requests.size(), 1u);
+  EXPECT_EQ(h.requests[0], std::make_tuple(h.ids[1], int64_t{200}, QString("humaneval")));
+  auto* table = h.view.findChild<QTableWidget*>("bench_items");
+  ASSERT_NE(table, nullptr);
+  ASSERT_EQ(table->rowCount(), 3);
+  EXPECT_EQ(table->item(0, 0)->text(), "HumanEval/0");
+  EXPECT_EQ(table->item(0, 1)->text(), "pass");
+  EXPECT_EQ(table->item(1, 1)->text(), "fail: assertion");
+  EXPECT_EQ(table->item(1, 3)->text(), "return 200 # run 1");  // the generation, on one line
+  table->selectRow(1);
+  auto* text = h.view.findChild<QPlainTextEdit*>("bench_item_text");
+  ASSERT_NE(text, nullptr);
+  EXPECT_TRUE(text->toPlainText().contains("def f1():\n")) << text->toPlainText().toStdString();
+  EXPECT_TRUE(text->toPlainText().contains("    return 200  # run 1\n"));
+  EXPECT_TRUE(h.view.findChild<QLabel*>("bench_items_title")->text().contains("step 200: 3 items, 1 passed"));
+  // The point whose items are listed is ringed on its chart.
+  h.view.refresh();
+  QScatterSeries* ring = nullptr;
+  for (QAbstractSeries* s : h.chart("humaneval")->series())
+    if (s->name() == "selected") ring = qobject_cast<QScatterSeries*>(s);
+  ASSERT_NE(ring, nullptr);
+  ASSERT_EQ(ring->count(), 1);
+  EXPECT_EQ(ring->at(0), h.dots("humaneval", "run-b")->at(2));
+  // An answer to an older request (a point clicked before this one) is ignored.
+  h.view.show_items(0, h.ids[0], 0, "humaneval", {}, "");
+  EXPECT_EQ(table->rowCount(), 3);
+}
+
+TEST(BenchmarksView, GrowsLiveAndARewrittenStepReplacesItsPoint) {
+  BenchHarness h;
+  h.write_step(0, 500);  // a sixth evaluation arrives while the run trains
+  h.poller->poll();
+  h.view.refresh();
+  QScatterSeries* d = h.dots("humaneval", "run-a");
+  ASSERT_NE(d, nullptr);
+  ASSERT_EQ(d->count(), kBenchSteps + 1);
+  EXPECT_EQ(d->at(kBenchSteps).x(), 500.0);
+  EXPECT_EQ(h.dots("humaneval", "run-b")->count(), kBenchSteps);
+  h.write_step(0, 200, 0.5);  // step 200 evaluated again: its point moves, no point is added
+  h.poller->poll();
+  h.view.refresh();
+  d = h.dots("humaneval", "run-a");
+  ASSERT_EQ(d->count(), kBenchSteps + 1);
+  EXPECT_DOUBLE_EQ(d->at(2).y(), bench_value(0, 2, 0.5));
+  // A run taken out of the overlay leaves every chart.
+  h.view.set_runs({{h.ids[1], "run-b", QColor(0xf28e2b)}});
+  h.view.refresh();
+  EXPECT_EQ(h.dots("humaneval", "run-a"), nullptr);
+  EXPECT_NE(h.dots("humaneval", "run-b"), nullptr);
+}
+
+TEST(StorePoller, MigratesAnOlderStoreThenTailsIt) {
+  ftx::test::TempDir dir("ftx_poller_v1_");
+  const std::string db = dir / "runs.db";
+  {
+    auto s = ftx::RunStore::open(db);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE(s->create_run("old", "{}").ok());
+    // Back to version 1's tables (test_run_store.cpp migrates the exact version-1 schema).
+    sqlite3* raw = s->native_handle();
+    ASSERT_EQ(sqlite3_exec(raw,
+                           "DROP TABLE bench_items; DROP TABLE benchmarks; DELETE FROM reference;"
+                           "CREATE TABLE benchmarks(run_id INTEGER NOT NULL REFERENCES runs(id) ON DELETE CASCADE,"
+                           " step INTEGER NOT NULL, task TEXT NOT NULL, metric TEXT NOT NULL, value REAL,"
+                           " n INTEGER NOT NULL);"
+                           "INSERT INTO benchmarks VALUES(1, 7, 'mbpp', 'pass@1', 0.25, 10);"
+                           "PRAGMA user_version = 1;",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+  }
+  StorePoller poller(QString::fromStdString(db));
+  BenchBatch rows;
+  size_t reference = 0;
+  QString error = "none";
+  QObject::connect(&poller, &StorePoller::benchmarks_arrived, [&](const BenchBatch& b) { rows = b; });
+  QObject::connect(&poller, &StorePoller::reference_loaded, [&](const ReferenceRows& r) { reference = r.size(); });
+  QObject::connect(&poller, &StorePoller::store_error, [&](const QString& e) { error = e; });
+  poller.poll();
+  EXPECT_EQ(error, "none") << "no error reported";
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].second.task, "mbpp");
+  EXPECT_EQ(rows[0].second.step, 7);
+  EXPECT_GT(reference, 200u);  // the paper's tables, imported by the migration
+  auto version = ftx::RunStore::file_schema_version(db);
+  ASSERT_TRUE(version.ok());
+  EXPECT_EQ(*version, ftx::kSchemaVersion);
 }
 
 // Widgets need a QApplication; the offscreen platform needs no display.

@@ -20,6 +20,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "views/benchmarks_view.h"
 #include "views/curves_view.h"
 #include "views/explore_worker.h"
 #include "views/generations_view.h"
@@ -39,6 +40,9 @@ MainWindow::MainWindow(StudioOptions opts) : opts_(std::move(opts)) {
   qRegisterMetaType<std::vector<RunSummary>>();
   qRegisterMetaType<MetricBatch>();
   qRegisterMetaType<EventBatch>();
+  qRegisterMetaType<BenchBatch>();
+  qRegisterMetaType<ReferenceRows>();
+  qRegisterMetaType<BenchItems>();
   qRegisterMetaType<BitFlips>();
   ModelWorker::register_meta_types();
   setWindowTitle("Free Transformer Studio — " + opts_.db_path);
@@ -83,6 +87,7 @@ void MainWindow::build_docks() {
   train_view_ = new TrainView;
   train_view_->set_db_path(opts_.db_path);
   curves_ = new ftx::CurvesView(&cache_);
+  benchmarks_ = new ftx::BenchmarksView;
   generations_ = new GenerationsView;
   text_generations_ = new TextGenerationsView;
   generations_tabs_ = new QTabWidget;
@@ -106,7 +111,8 @@ void MainWindow::build_docks() {
   QDockWidget* runs = add("runs", "Runs", runs_page, Qt::LeftDockWidgetArea);
   tabifyDockWidget(runs, add("train", "Train", train_view_, Qt::LeftDockWidgetArea));
   QDockWidget* curves = add("curves", "Curves", curves_, Qt::RightDockWidgetArea);
-  for (auto [key, title, w] : {std::tuple{"generations", "Generations", static_cast<QWidget*>(generations_tabs_)},
+  for (auto [key, title, w] : {std::tuple{"benchmarks", "Benchmarks", static_cast<QWidget*>(benchmarks_)},
+                               std::tuple{"generations", "Generations", static_cast<QWidget*>(generations_tabs_)},
                                std::tuple{"latent", "Latent", build_latent_dock()},
                                std::tuple{"lessons", "Lessons", static_cast<QWidget*>(lessons_)}})
     tabifyDockWidget(curves, add(key, title, w, Qt::RightDockWidgetArea));

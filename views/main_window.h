@@ -1,7 +1,7 @@
 // MainWindow: ftx-studio's window and the studio's wiring. It owns the core objects the widgets
 // must not hold (the training Session, the store poller, explorer and model worker threads, the
 // metric cache) and connects the docks to them: Runs (and the opened Models), Train, Curves,
-// Generations (of runs and of models), Latent, Lessons.
+// Benchmarks, Generations (of runs and of models), Latent, Lessons.
 // Polls the session snapshot at 10 Hz; the store arrives through the poller's queued signals.
 // Settings (geometry, dock layout, run colours) persist in QSettings between launches.
 //
@@ -38,11 +38,12 @@ class TextGenerationsView;
 class QTabWidget;
 namespace ftx {
 class CurvesView;
-}
+class BenchmarksView;
+}  // namespace ftx
 
 struct StudioOptions {
   QString db_path;
-  QString view;  // dock to raise: runs|train|curves|generations|latent|lessons
+  QString view;  // dock to raise: runs|train|curves|benchmarks|generations|latent|lessons
   ftx::DatasetFactory datasets;
   QStringList open;        // model files to open at start (a checkpoint directory or a .gguf file)
   bool random_ft = false;  // also a random-weight Free Transformer with the first one's tokenizer
@@ -124,6 +125,7 @@ class MainWindow : public QMainWindow {
   RunsView* runs_view_ = nullptr;
   TrainView* train_view_ = nullptr;
   ftx::CurvesView* curves_ = nullptr;
+  ftx::BenchmarksView* benchmarks_ = nullptr;
   GenerationsView* generations_ = nullptr;
   LatentView* latent_ = nullptr;
   LessonsView* lessons_ = nullptr;

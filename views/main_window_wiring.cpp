@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/store/run_store.h"
+#include "views/benchmarks_view.h"
 #include "views/curves_view.h"
 #include "views/explore_worker.h"
 #include "views/generations_view.h"
@@ -36,6 +37,11 @@ void MainWindow::connect_store() {
     cache_.drop_run(id);
     on_metrics(rows);
   });
+  connect(poller_, &StorePoller::benchmarks_arrived, benchmarks_, &ftx::BenchmarksView::add_rows);
+  connect(poller_, &StorePoller::benchmarks_reset, benchmarks_, &ftx::BenchmarksView::reset_run);
+  connect(poller_, &StorePoller::reference_loaded, benchmarks_, &ftx::BenchmarksView::set_reference);
+  connect(benchmarks_, &ftx::BenchmarksView::items_requested, poller_, &StorePoller::load_items);
+  connect(poller_, &StorePoller::items_loaded, benchmarks_, &ftx::BenchmarksView::show_items);
   connect(poller_, &StorePoller::events_arrived, this, [this](const EventBatch& rows) {
     for (const auto& [run, e] : rows) {
       if (e.kind != "kappa") continue;
@@ -110,6 +116,7 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
   for (const RunSummary& r : runs) alive.insert(r.info.id);
   for (int64_t id : cache_.run_ids())
     if (!alive.count(id)) cache_.drop_run(id);
+  benchmarks_->keep_runs({alive.begin(), alive.end()});
   runs_model_->set_runs(runs);
   for (const RunSummary& r : runs) {
     const QVariant c = settings.value("colours/" + QString::fromStdString(r.info.name));
@@ -161,6 +168,7 @@ void MainWindow::update_overlay() {
       if (r.info.id == id) runs.push_back({id, QString::fromStdString(r.info.name), runs_model_->colour(id)});
   curves_->set_runs(runs);
   curves_->refresh();
+  benchmarks_->set_runs(runs);
 }
 
 void MainWindow::on_session_tick() {
@@ -197,6 +205,12 @@ void MainWindow::delete_run(qint64 id, const QString& name) {
   std::error_code ec;  // checkpoint files: best effort, the rows are gone already
   std::filesystem::remove_all(db.parent_path() / (db.stem().string() + ".checkpoints") / name.toStdString(), ec);
   cache_.drop_run(id);
+  benchmarks_->keep_runs([&] {
+    std::vector<int64_t> alive;
+    for (const RunSummary& r : runs_model_->runs())
+      if (r.info.id != id) alive.push_back(r.info.id);
+    return alive;
+  }());
   QMetaObject::invokeMethod(poller_, "poll", Qt::QueuedConnection);
   statusBar()->showMessage("Deleted run '" + name + "'", 5000);
 }

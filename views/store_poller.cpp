@@ -50,12 +50,20 @@ bool StorePoller::ensure_open() {
   if (!std::filesystem::exists(path)) {
     err = path_ + ": no run store yet (start a training run to create it)";
   } else {
+    auto version = ftx::RunStore::file_schema_version(path);
+    if (version && *version >= 1 && *version < ftx::kSchemaVersion) {
+      // A store written by an older ftx: migrate it (the writer closes at once), then read it.
+      auto writer = ftx::RunStore::open(path, 1000);
+      if (!writer) err = QString::fromStdString(writer.error().message);
+    }
     auto s = ftx::RunStore::open_readonly(path, 100);
     if (s) {
       store_.emplace(std::move(*s));
-      last_metric_ = last_event_ = 0;
+      last_metric_ = last_event_ = last_bench_ = 0;
       last_runs_key_.clear();
-    } else {
+      err.clear();
+      if (auto ref = store_->reference()) emit reference_loaded(std::move(*ref));
+    } else if (err.isEmpty()) {
       err = QString::fromStdString(s.error().message);
     }
   }
@@ -91,6 +99,9 @@ ftx::Status StorePoller::poll_rows() {
   auto rows = store_->metrics_since(last_metric_, kMetricsPerRound, &last_metric_);
   if (!rows) return rows.error();
   if (!rows->empty()) emit metrics_arrived(std::move(*rows));
+  auto bench = store_->benchmarks_since(last_bench_, kMetricsPerRound, &last_bench_);
+  if (!bench) return bench.error();
+  if (!bench->empty()) emit benchmarks_arrived(std::move(*bench));
   return {};
 }
 
@@ -111,4 +122,17 @@ void StorePoller::reload_run(qint64 run_id) {
   MetricBatch batch;
   for (auto& r : *rows) batch.emplace_back(run_id, std::move(r));
   emit run_reset(run_id, std::move(batch));
+  auto bench = store_->benchmarks(run_id);
+  if (!bench) return;
+  BenchBatch bench_batch;
+  for (auto& r : *bench) bench_batch.emplace_back(run_id, std::move(r));
+  emit benchmarks_reset(run_id, std::move(bench_batch));
+}
+
+void StorePoller::load_items(quint64 request, qint64 run_id, qint64 step, QString task) {
+  if (!ensure_open())
+    return emit items_loaded(request, run_id, step, task, {}, last_error_.isEmpty() ? "no run store" : last_error_);
+  auto items = store_->bench_items(run_id, step, task.toStdString(), kMaxItemsShown);
+  if (!items) return emit items_loaded(request, run_id, step, task, {}, QString::fromStdString(items.error().message));
+  emit items_loaded(request, run_id, step, task, std::move(*items), QString());
 }

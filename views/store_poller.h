@@ -1,7 +1,9 @@
 // StorePoller: reads the run store for the studio, on its own thread, a few times a second, and
 // hands the UI what changed through queued signals. The UI thread never touches SQLite, so a
 // locked or slow database cannot freeze the window. New metric and event rows are found by rowid,
-// so a run trained by another process (`ftx train`) appears and grows live.
+// so a run trained by another process (`ftx train`) appears and grows live; benchmark values the
+// same way (their rowids grow also when a step is re-evaluated), and the items behind one value on
+// request. A store of an older schema is migrated once through a short-lived writer connection.
 //
 // Deliberately not here: caching for display (MetricCache, on the UI side), writes of any kind
 // (renames and deletes go through StudioController), interpretation of the rows.
@@ -27,8 +29,14 @@ struct RunSummary {
 // The summary of a run row (its stored config read tolerantly; unknown fields stay defaults).
 RunSummary summarize_run(const ftx::RunInfo& info);
 
-using MetricBatch = std::vector<std::pair<int64_t, ftx::MetricRow>>;  // (run id, row)
-using EventBatch = std::vector<std::pair<int64_t, ftx::EventRow>>;    // (run id, row)
+using MetricBatch = std::vector<std::pair<int64_t, ftx::MetricRow>>;    // (run id, row)
+using EventBatch = std::vector<std::pair<int64_t, ftx::EventRow>>;      // (run id, row)
+using BenchBatch = std::vector<std::pair<int64_t, ftx::BenchmarkRow>>;  // (run id, row)
+using ReferenceRows = std::vector<ftx::ReferenceRow>;
+using BenchItems = std::vector<ftx::BenchItemRow>;
+
+// At most this many items of one (run, step, task) reach the view: a bounded read and table.
+inline constexpr int64_t kMaxItemsShown = 2000;
 
 class StorePoller : public QObject {
   Q_OBJECT
@@ -39,14 +47,20 @@ class StorePoller : public QObject {
  public slots:
   void start();                    // call on the poller's thread (connect to QThread::started)
   void poll();                     // one round now
-  void reload_run(qint64 run_id);  // re-send every metric of a run (after a resume trimmed it)
+  void reload_run(qint64 run_id);  // re-send every metric and benchmark row of a run (after a resume)
+  // Reads the items behind one benchmark point (at most kMaxItemsShown); answers items_loaded.
+  void load_items(quint64 request, qint64 run_id, qint64 step, QString task);
 
  signals:
   void runs_changed(std::vector<RunSummary> runs);
   void metrics_arrived(MetricBatch rows);
   void events_arrived(EventBatch rows);
-  void run_reset(qint64 run_id, MetricBatch rows);  // drop the run's cached curve, use these rows
-  void store_error(QString message);                // empty: the store is readable again
+  void run_reset(qint64 run_id, MetricBatch rows);        // drop the run's cached curve, use these rows
+  void benchmarks_arrived(BenchBatch rows);               // new or rewritten benchmark values
+  void benchmarks_reset(qint64 run_id, BenchBatch rows);  // the run's whole benchmark history
+  void reference_loaded(ReferenceRows rows);              // the paper's tables, once per opened store
+  void items_loaded(quint64 request, qint64 run_id, qint64 step, QString task, BenchItems items, QString error);
+  void store_error(QString message);  // empty: the store is readable again
 
  private:
   bool ensure_open();
@@ -57,7 +71,7 @@ class StorePoller : public QObject {
   int interval_ms_;
   QTimer* timer_ = nullptr;
   std::optional<ftx::RunStore> store_;
-  int64_t last_metric_ = 0, last_event_ = 0;
+  int64_t last_metric_ = 0, last_event_ = 0, last_bench_ = 0;
   QString last_error_;
   std::string last_runs_key_;  // what was last sent, to emit runs_changed only on change
 };
@@ -66,3 +80,6 @@ Q_DECLARE_METATYPE(RunSummary)
 Q_DECLARE_METATYPE(std::vector<RunSummary>)
 Q_DECLARE_METATYPE(MetricBatch)
 Q_DECLARE_METATYPE(EventBatch)
+Q_DECLARE_METATYPE(BenchBatch)
+Q_DECLARE_METATYPE(ReferenceRows)
+Q_DECLARE_METATYPE(BenchItems)
