@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   DemoArgs demo;
   InspectArgs inspect;
   TokenizeArgs tokenize;
+  UpcycleArgs upcycle;
   add_train_options(app, train);
   add_generate_options(app, gen);
   add_score_options(app, score);
@@ -26,6 +27,7 @@ int main(int argc, char** argv) {
   add_demo_options(app, demo);
   add_inspect_options(app, inspect);
   add_tokenize_options(app, tokenize);
+  add_upcycle_options(app, upcycle);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -44,5 +46,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("demo")) return run_demo(demo);
   if (app.got_subcommand("inspect")) return run_inspect(inspect);
   if (app.got_subcommand("tokenize")) return run_tokenize(tokenize);
+  if (app.got_subcommand("upcycle")) return run_upcycle(upcycle);
   return fail("no command given (see ftx --help)");
 }
