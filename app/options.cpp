@@ -17,6 +17,11 @@ void add_dataset_options(CLI::App* c, TrainConfig& t) {
   for (const DatasetInfo& d : registered_datasets())
     for (const DatasetOption& o : d.options) {
       const std::string help = o.field.help + " (dataset " + d.name + ")";
+      if (o.text) {
+        c->add_option_function<std::string>(
+            option_name(o.field), [&t, o](const std::string& v) { t.dataset_options[o.field.key] = v; }, help);
+        continue;
+      }
       auto set = [&t, o](double v) { t.dataset_options[o.field.key] = dataset_option_json(o, v); };
       CLI::Option* opt = o.integer ? c->add_option_function<int>(
                                          option_name(o.field), [set](const int& v) { set(v); }, help)

@@ -3,6 +3,7 @@
 
 #include "datasets/coinflip.h"
 #include "datasets/synthetic.h"
+#include "datasets/text.h"
 
 namespace ftx {
 
@@ -22,6 +23,18 @@ Opened open_coinflip(const TrainConfig& t, FieldName name) {
   return std::unique_ptr<BatchSource>(std::make_unique<CoinflipDataset>(static_cast<int>(*len), *eps, t.seed));
 }
 
+Opened open_text(const TrainConfig& t, FieldName name) {
+  auto path = read_dataset_text_option(t.dataset_options, TextDataset::data_option(), name);
+  if (!path) return path.error();
+  if (path->empty())
+    return make_error(name(TextDataset::data_option().field) + ": required by dataset text (a file from ftx tokenize)");
+  auto len = read_dataset_option(t.dataset_options, TextDataset::seq_len_option(), name);
+  if (!len) return len.error();
+  auto file = TokenFile::open(*path);
+  if (!file) return file.error();
+  return std::unique_ptr<BatchSource>(std::make_unique<TextDataset>(std::move(*file), static_cast<int>(*len), t.seed));
+}
+
 }  // namespace
 
 const std::vector<DatasetInfo>& registered_datasets() {
@@ -31,6 +44,10 @@ const std::vector<DatasetInfo>& registered_datasets() {
        "A latent coin flip, then noisy copies of it (the paper's section 1)",
        {CoinflipDataset::eps_option(), CoinflipDataset::len_option()},
        open_coinflip},
+      {"text",
+       "Documents of a token data file packed into sequences (ftx tokenize)",
+       {TextDataset::data_option(), TextDataset::seq_len_option()},
+       open_text},
   };
   return list;
 }

@@ -21,7 +21,7 @@ struct DatasetInfo {
   // Makes the source, reading its options (errors name them through the FieldName).
   Result<std::unique_ptr<BatchSource>> (*open)(const TrainConfig&, FieldName);
 };
-// "synthetic" (no options), "coinflip" (coinflip_eps, coinflip_len).
+// "synthetic" (no options), "coinflip" (coinflip_eps, coinflip_len), "text" (text_data, text_seq_len).
 const std::vector<DatasetInfo>& registered_datasets();
 std::string dataset_name_list(const char* separator);  // "synthetic | coinflip"
 // Every registered dataset's options at their defaults: what a run row holds when nothing is set.

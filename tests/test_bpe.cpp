@@ -12,8 +12,12 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "core/io/gguf.h"
+#include "core/io/gguf_llama.h"
 #include "core/text/bpe_tokenizer.h"
+#include "core/text/tokenizer_json.h"
 #include "core/text/unicode_text.h"
+#include "tests/real_model.h"
 #include "tests/test_util.h"
 
 namespace ftx {
@@ -630,6 +634,110 @@ TEST(Bpe, PreTypesOfTheGgufReader) {
   auto gpt2 = std::move(*bpe_from_vocab(v, "m.gguf"));
   EXPECT_EQ(encode_ok(*smollm, "a   1"), (std::vector<int32_t>{81, 333, 33}));
   EXPECT_EQ(encode_ok(*gpt2, "a   1"), (std::vector<int32_t>{81, 256, 216, 33}));  // REFERENCE.md E4
+}
+
+// ---- writing a tokenizer back (BpeTokenizer::to_tokenizer_json) --------------------------------
+
+// `t` written and read back: the same fingerprint, special ids, add_bos and ids on every corpus
+// sample; writing the copy gives the same text.
+void expect_round_trip(const BpeTokenizer& t, const std::string& what) {
+  SCOPED_TRACE(what);
+  const std::string text = t.to_tokenizer_json();
+  auto back = bpe_from_tokenizer_json_text(text, what + ".json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ((*back)->fingerprint(), t.fingerprint());
+  EXPECT_EQ((*back)->special_tokens(), t.special_tokens());
+  EXPECT_EQ((*back)->add_bos(), t.add_bos());
+  EXPECT_EQ((*back)->vocab_size(), t.vocab_size());
+  for (size_t i = 0; i < corpus().size(); ++i) {
+    auto a = t.encode(corpus()[i]), b = (*back)->encode(corpus()[i]);
+    ASSERT_EQ(a.ok(), b.ok()) << "sample " << i;
+    if (a.ok()) EXPECT_EQ(*a, *b) << "sample " << i << ": \"" << show(corpus()[i]) << "\"";
+  }
+  EXPECT_EQ((*back)->to_tokenizer_json(), text);
+}
+
+TEST(BpeWrite, TokenizerJsonFixturesRoundTrip) {
+  for (const std::string name :
+       {"gpt2", "llama3", "qwen2", "smollm", "smollm2", "added_tokens", "prefix_space", "prefix_space_split",
+        "split_contiguous_removed", "split_invert", "split_lines_anchors", "split_merged_next", "split_merged_previous",
+        "unk_fused", "unk_unfused"}) {
+    auto t = load_tokenizer_json(name);
+    ASSERT_TRUE(t);
+    expect_round_trip(*t, name);
+  }
+}
+
+TEST(BpeWrite, GgufVocabulariesRoundTripWithLlamaCppRules) {
+  auto smol = smollm2_from_vocab();
+  ASSERT_TRUE(smol);
+  expect_round_trip(*smol, "smollm2 gguf");
+  for (const auto& [text, ids] : kSmolLM2Vectors) {
+    auto back = bpe_from_tokenizer_json_text(smol->to_tokenizer_json(), "s.json");
+    ASSERT_TRUE(back.ok());
+    EXPECT_EQ(encode_ok(**back, text), ids) << show(text);
+  }
+  for (const std::string pre : {"llama-bpe", "gpt2", "qwen2", "falcon", "default"}) {
+    BpeVocab v = vocab_of_tokenizer_json("added_tokens");
+    v.pre = pre;
+    auto t = bpe_from_vocab(v, pre + ".gguf");
+    ASSERT_TRUE(t.ok()) << t.error().message;
+    expect_round_trip(**t, "gguf pre " + pre);
+  }
+}
+
+TEST(BpeWrite, TheFlavourFlagIsWhatKeepsLlamaCppRules) {
+  // Without its "ftx" object the file is read with tokenizers' rules: a different tokenizer.
+  auto smol = smollm2_from_vocab();
+  ASSERT_TRUE(smol);
+  json j = json::parse(smol->to_tokenizer_json());
+  EXPECT_EQ(j["ftx"]["flavor"], "llama.cpp");
+  EXPECT_EQ(j["ftx"]["pre"], "smollm");
+  j.erase("ftx");
+  auto hf = bpe_from_tokenizer_json_text(j.dump(), "plain.json");
+  ASSERT_TRUE(hf.ok()) << hf.error().message;
+  EXPECT_NE((*hf)->fingerprint(), smol->fingerprint());
+}
+
+TEST(BpeWrite, BadFtxObjectIsOneLineError) {
+  auto smol = smollm2_from_vocab();
+  ASSERT_TRUE(smol);
+  const json good = json::parse(smol->to_tokenizer_json());
+  auto expect_bad = [&](const std::function<void(json&)>& edit, const std::string& want) {
+    json j = good;
+    edit(j);
+    auto r = bpe_from_tokenizer_json_text(j.dump(), "t.json");
+    ASSERT_FALSE(r.ok()) << want;
+    EXPECT_EQ(r.error().message.rfind("t.json: ", 0), 0u) << r.error().message;
+    EXPECT_NE(r.error().message.find(want), std::string::npos) << r.error().message;
+    EXPECT_EQ(r.error().message.find('\n'), std::string::npos);
+  };
+  expect_bad([](json& j) { j["ftx"] = 3; }, "ftx: must be an object");
+  expect_bad([](json& j) { j["ftx"]["flavor"] = "sp"; }, "ftx.flavor");
+  expect_bad([](json& j) { j["ftx"]["eos"] = 1 << 20; }, "ftx.eos");
+  expect_bad([](json& j) { j["ftx"].erase("pre"); }, "ftx.pre");
+  expect_bad([](json& j) { j["ftx"]["pre"] = "klingon"; }, "klingon");
+  expect_bad(
+      [](json& j) {
+        j["ftx"]["token_types"] = json::array({json::array({99999999, 3})});
+      },
+      "ftx.token_types[0]");
+  expect_bad([](json& j) { j["model"]["vocab"]["Ġthe"] = 0; }, "model.vocab");
+}
+
+TEST(BpeWrite, RealSmolLM2GgufRoundTrips) {
+  const std::string path = test::smollm2_gguf_path();
+  REQUIRE_REAL_MODEL(path);
+  auto f = GgufFile::open(path);
+  ASSERT_TRUE(f) << f.error().message;
+  auto m = read_gguf_llama(*f);
+  ASSERT_TRUE(m) << m.error().message;
+  auto t = bpe_from_vocab(m->vocab, path);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  expect_round_trip(**t, "SmolLM2 GGUF");
+  // Documents are separated by <|endoftext|> (id 0), not by the chat's eos <|im_end|> (id 2).
+  EXPECT_EQ((*t)->special_tokens().eos, 2);
+  EXPECT_EQ(end_of_text_id(**t), 0);
 }
 
 }  // namespace

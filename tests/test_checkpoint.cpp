@@ -22,7 +22,9 @@
 #include "core/io/config_json.h"
 #include "core/io/safetensors.h"
 #include "core/model/params.h"
+#include "core/text/bpe_tokenizer.h"
 #include "core/text/char_tokenizer.h"
+#include "core/text/unicode_text.h"
 #include "datasets/synthetic.h"
 #include "tests/test_util.h"
 
@@ -167,6 +169,69 @@ TEST_F(Checkpoint, RoundTripFreeTransformerWithTrainingState) {
   EXPECT_FALSE(inference_only->has_training_state);
   EXPECT_TRUE(inference_only->adam_m.empty());
   EXPECT_TRUE(bit_identical(inference_only->params, ck.params));
+}
+
+TEST_F(Checkpoint, BpeTokenizerRoundTripsThroughItsOwnFile) {
+  // A GGUF-made (llama.cpp rules) and a tokenizer.json-made BPE tokenizer: config.json refers to
+  // tokenizer.json beside it; loading gives the same fingerprint and ids.
+  auto from_json = bpe_from_tokenizer_json(FTX_FIXTURE_DIR "/real/tok_gpt2.json");
+  ASSERT_TRUE(from_json.ok()) << from_json.error().message;
+  BpeVocab v;
+  for (int i = 0; i < 256; ++i) v.tokens.push_back(std::string(text::byte_spelling(static_cast<uint8_t>(i))));
+  v.tokens.push_back("<|endoftext|>");
+  v.token_types.assign(v.tokens.size(), 1);
+  v.token_types.back() = 3;
+  v.merges = {"Ġ t"};
+  v.tokens.push_back("Ġt");
+  v.token_types.push_back(1);
+  v.pre = "smollm";
+  v.special.eos = 256;
+  auto from_gguf = bpe_from_vocab(v, "m.gguf");
+  ASSERT_TRUE(from_gguf.ok()) << from_gguf.error().message;
+  int k = 0;
+  for (const BpeTokenizer* t : {from_json->get(), from_gguf->get()}) {
+    CheckpointData ck = make_checkpoint(tiny_config(0), 5, false);
+    ck.config.vocab_size = t->vocab_size() + 3;  // padded embeddings
+    ck.params = random_arena(ck.config, 5);
+    ck.tokenizer = t->clone();
+    const std::string dir = path("bpe" + std::to_string(k++));
+    ASSERT_TRUE(save_checkpoint(dir, ck).ok());
+    const json cfg = read_json(dir + "/config.json");
+    EXPECT_EQ(cfg["tokenizer"], (json{{"type", "bpe"},
+                                      {"file", "tokenizer.json"},
+                                      {"fingerprint", t->fingerprint()},
+                                      {"vocab_size", t->vocab_size()}}));
+    EXPECT_TRUE(fs::is_regular_file(dir + "/tokenizer.json"));
+    auto r = load_checkpoint(dir, false);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    ASSERT_TRUE(r->tokenizer);
+    EXPECT_EQ(r->tokenizer->type(), "bpe");
+    EXPECT_EQ(r->tokenizer->fingerprint(), t->fingerprint());
+    const std::string sample = "the cat<|endoftext|> sat 123";
+    EXPECT_EQ(*r->tokenizer->encode(sample), *t->encode(sample));
+    // A run row keeps only the reference, which config_from_json accepts without the file.
+    const json row = config_to_json(ck.config, t);
+    EXPECT_FALSE(row["tokenizer"].contains("file"));
+    EXPECT_TRUE(config_from_json(row, "run row").ok());
+  }
+  // A tokenizer.json swapped for another is refused, naming config.json.
+  fs::copy_file(path("bpe0") + "/tokenizer.json", path("bpe1") + "/tokenizer.json",
+                fs::copy_options::overwrite_existing);
+  auto bad = load_checkpoint(path("bpe1"), false);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("config.json: key 'tokenizer.fingerprint'"), std::string::npos)
+      << bad.error().message;
+  fs::remove(path("bpe0") + "/tokenizer.json");
+  bad = load_checkpoint(path("bpe0"), false);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("tokenizer.json"), std::string::npos) << bad.error().message;
+}
+
+TEST_F(Checkpoint, CharsConfigJsonIsUnchanged) {
+  const CheckpointData ck = make_checkpoint(tiny_config(3), 11, false);
+  ASSERT_TRUE(save_checkpoint(path("chars"), ck).ok());
+  EXPECT_EQ(test::read_file(path("chars") + "/config.json"), config_to_json(ck.config, &kSynthetic).dump(2) + "\n");
+  EXPECT_FALSE(fs::exists(path("chars") + "/tokenizer.json"));
 }
 
 TEST_F(Checkpoint, RoundTripBaseline) {
@@ -689,7 +754,7 @@ TEST_F(CheckpointConfig, RangesAndUnsupportedFeatures) {
   j["hidden_act"] = "gelu";
   expect_bad(j, {"hidden_act"});
   j = base_;
-  j["tokenizer"] = {{"type", "bpe"}};
+  j["tokenizer"] = {{"type", "words"}};
   expect_bad(j, {"tokenizer.type"});
   j = base_;
   j["tokenizer"]["alphabet"] = std::string(kSyntheticAlphabet) + "a";  // 30 characters, vocab 29

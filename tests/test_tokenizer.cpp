@@ -201,7 +201,9 @@ TEST(Tokenizer, JsonErrorsNameTheFileAndKey) {
     EXPECT_EQ(r.error().message.rfind("/x/config.json: ", 0), 0u) << r.error().message;
     EXPECT_NE(r.error().message.find(want), std::string::npos) << r.error().message;
   };
-  expect_bad(json{{"type", "bpe"}}, "key 'tokenizer.type': \"bpe\" is not supported");
+  expect_bad(json{{"type", "bpe"}}, "key 'tokenizer.file': missing");
+  expect_bad(json{{"type", "bpe"}, {"file", "../tokenizer.json"}}, "key 'tokenizer.file': must be a file name");
+  expect_bad(json{{"type", "words"}}, "key 'tokenizer.type': \"words\" is not supported");
   expect_bad(json{{"alphabet", "ab"}}, "key 'tokenizer.type': missing");
   expect_bad(json{{"type", "chars"}}, "key 'tokenizer.alphabet': missing");
   expect_bad(json{{"type", "chars"}, {"alphabet", ""}}, "key 'tokenizer.alphabet'");

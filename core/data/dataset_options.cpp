@@ -23,7 +23,17 @@ Result<double> read_dataset_option(const nlohmann::json& options, const DatasetO
   return x;
 }
 
+Result<std::string> read_dataset_text_option(const nlohmann::json& options, const DatasetOption& o, FieldName name) {
+  if (!options.is_object())
+    return make_error(std::string("dataset options must be a JSON object, got ") + options.type_name());
+  auto it = options.find(o.field.key);
+  if (it == options.end() || it->is_null()) return std::string();
+  if (!it->is_string()) return make_error(name(o.field) + ": must be a string, got " + it->dump());
+  return it->get<std::string>();
+}
+
 nlohmann::json dataset_option_json(const DatasetOption& o, double value) {
+  if (o.text) return std::string();
   return o.integer ? nlohmann::json(static_cast<int64_t>(value)) : nlohmann::json(value);
 }
 

@@ -16,13 +16,18 @@ struct DatasetOption {
   Field field;
   double default_value = 0;
   bool integer = false;  // a count or a length; else a real number
+  bool text = false;     // a string (a file path); default_value unused, the default is ""
 };
 
 // The value of `o` in the object `options` (its default when the key is absent), checked for its
 // JSON type and its bounds; errors name the option through `name`.
 Result<double> read_dataset_option(const nlohmann::json& options, const DatasetOption& o, FieldName name = field_key);
 
-// `value` as the JSON the option is stored as: an integer for integer options.
+// A text option's value ("" when absent); an error when it is not a string.
+Result<std::string> read_dataset_text_option(const nlohmann::json& options, const DatasetOption& o,
+                                             FieldName name = field_key);
+
+// `value` as the JSON the option is stored as: an integer for integer options, "" for text options.
 nlohmann::json dataset_option_json(const DatasetOption& o, double value);
 
 }  // namespace ftx

@@ -19,6 +19,7 @@
 #include "core/io/fs.h"
 #include "core/io/safetensors.h"
 #include "core/model/params.h"
+#include "core/text/tokenizer_json.h"
 
 namespace ftx {
 namespace {
@@ -264,7 +265,9 @@ std::vector<NamedTensor> named(const std::vector<ParamSpec>& specs, const std::s
 // Writes every file of the checkpoint into `tmp` (each one fsynced) and fsyncs `tmp`.
 Status write_contents(const std::string& tmp, const CheckpointData& ck, const std::vector<ParamSpec>& specs) {
   const std::map<std::string, std::string> meta = {{"format", "pt"}};
-  FTX_TRY(write_file_durable(join(tmp, kConfigFileName), config_to_json(ck.config, ck.tokenizer.get()).dump(2) + "\n"));
+  json config = config_to_json(ck.config, ck.tokenizer.get());
+  if (ck.tokenizer) FTX_TRY(save_tokenizer(*ck.tokenizer, tmp, config["tokenizer"]));
+  FTX_TRY(write_file_durable(join(tmp, kConfigFileName), config.dump(2) + "\n"));
   FTX_TRY(write_safetensors(join(tmp, kModelFileName), named(specs, "", ck.params), meta));
   if (ck.has_training_state) {
     auto tensors = named(specs, "adam_m.", ck.adam_m);

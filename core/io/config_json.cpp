@@ -314,6 +314,8 @@ Status read_tokenizer(const KeyReader& r, const ModelConfig& c, std::shared_ptr<
   FTX_TRY(r.get_object("tokenizer", &tk));
   if (out) out->reset();
   if (!tk) return {};
+  // A bpe tokenizer lives in its own file: loaded only when asked for (a run row has none).
+  if (!out && tk->is_object() && tk->value("type", json()) == "bpe") return {};
   auto t = tokenizer_from_json(*tk, r.path());
   if (!t) return t.error();
   if (auto fits = check_tokenizer_fits(**t, c.vocab_size); !fits)

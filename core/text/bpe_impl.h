@@ -63,6 +63,10 @@ struct BpeTokenizer::Impl {
   std::array<std::array<std::vector<uint32_t>, 256>, 2> added_index;
   SpecialTokens specials;
   bool add_bos = false;
+  // kLlamaCpp: the GGUF vocabulary's pre type and token types, kept so that to_tokenizer_json()
+  // can write a file that bpe_from_vocab rebuilds exactly.
+  std::string gguf_pre;
+  std::vector<int32_t> gguf_types;
 
   static uint64_t pair_key(int32_t a, int32_t b) {
     return (static_cast<uint64_t>(static_cast<uint32_t>(a)) << 32) | static_cast<uint32_t>(b);

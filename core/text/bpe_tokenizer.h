@@ -80,6 +80,12 @@ class BpeTokenizer : public Tokenizer {
   // Control / special tokens (GGUF type 3, tokenizer.json added tokens with special = true): never
   // produced by merges, their text is shown only when asked for.
   bool is_special(int32_t id) const;
+  // This tokenizer as a Hugging Face-style tokenizer.json text that bpe_from_tokenizer_json_text
+  // reads back into a tokenizer with the same fingerprint() and encode(). A top-level "ftx" object
+  // keeps what tokenizer.json cannot say: the special ids, add_bos, and for a tokenizer made from
+  // GGUF metadata the llama.cpp flavour (pre type and token types; the reader then rebuilds it with
+  // bpe_from_vocab). The standard keys describe the same pipeline for other readers.
+  std::string to_tokenizer_json() const;
 
   struct Impl;
 

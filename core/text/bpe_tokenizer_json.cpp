@@ -431,16 +431,118 @@ Status read_tokenizer(const Reader& rd, const json& root, Impl& im) {
   return {};
 }
 
+// The "ftx" object that BpeTokenizer::to_tokenizer_json writes: the special ids and add_bos, which
+// then replace what the template and the guess gave.
+Status read_ftx_specials(const Reader& rd, const json& ext, Impl& im) {
+  SpecialTokens sp;
+  for (const auto& [key, dst] :
+       {std::pair<const char*, std::optional<int32_t>*>{"bos", &sp.bos}, {"eos", &sp.eos}, {"pad", &sp.pad}}) {
+    const json& v = member(ext, key);
+    if (v.is_null()) continue;
+    auto id = read_id(rd, v, std::string("ftx.") + key);
+    if (!id) return id.error();
+    if (*id >= im.vocab_size())
+      return rd.fail(std::string("ftx.") + key, "id " + std::to_string(*id) + " is not a token");
+    *dst = *id;
+  }
+  auto add_bos = rd.flag(ext, "add_bos", "ftx", false);
+  if (!add_bos) return add_bos.error();
+  if (*add_bos && !sp.bos) return rd.fail("ftx.add_bos", "is true but there is no bos id");
+  im.specials = sp;
+  im.add_bos = *add_bos;
+  return {};
+}
+
+// A tokenizer made from GGUF metadata, written back: its vocabulary handed to bpe_from_vocab, so
+// the llama.cpp rules apply exactly as they did to the GGUF file.
+Result<std::unique_ptr<BpeTokenizer>> read_llama_flavor(const Reader& rd, const json& root, const json& ext) {
+  const json& model = member(root, "model");
+  const json& vocab = member(model, "vocab");
+  if (!vocab.is_object()) return rd.fail("model.vocab", "missing or not an object");
+  BpeVocab v;
+  v.tokens.resize(vocab.size());
+  std::vector<uint8_t> seen(vocab.size(), 0);
+  for (const auto& [token, idv] : vocab.items()) {
+    auto id = read_id(rd, idv, "model.vocab[" + quote_token(token) + "]");
+    if (!id) return id.error();
+    if (static_cast<size_t>(*id) >= v.tokens.size() || seen[*id])
+      return rd.fail("model.vocab[" + quote_token(token) + "]", "ids must be 0..N-1, each once");
+    seen[*id] = 1;
+    v.tokens[*id] = token;
+  }
+  const json& merges = member(model, "merges");
+  if (!merges.is_array()) return rd.fail("model.merges", "missing or not an array");
+  v.merges.reserve(merges.size());
+  for (size_t r = 0; r < merges.size(); ++r) {
+    std::string l, rt;
+    FTX_TRY(merge_parts(rd, merges[r], "model.merges[" + std::to_string(r) + "]", &l, &rt));
+    v.merges.push_back(l + " " + rt);
+  }
+  const json& pre = member(ext, "pre");
+  if (!pre.is_string()) return rd.fail("ftx.pre", "missing or not a string");
+  v.pre = pre.get<std::string>();
+  const json& types = member(ext, "token_types");
+  if (!types.is_array()) return rd.fail("ftx.token_types", "missing or not an array");
+  if (!types.empty()) v.token_types.assign(v.tokens.size(), 1);
+  for (size_t k = 0; k < types.size(); ++k) {
+    const json& t = types[k];
+    const std::string where = "ftx.token_types[" + std::to_string(k) + "]";
+    if (!t.is_array() || t.size() != 2 || !t[1].is_number_integer())
+      return rd.fail(where, "must be [id, type], got " + brief(t));
+    auto id = read_id(rd, t[0], where);
+    if (!id) return id.error();
+    if (static_cast<size_t>(*id) >= v.tokens.size())
+      return rd.fail(where, "id " + std::to_string(*id) + " is not a token");
+    v.token_types[*id] = t[1].get<int32_t>();
+  }
+  Impl ids_only;  // read_ftx_specials checks ids against the vocabulary size
+  ids_only.spelling.resize(v.tokens.size());
+  FTX_TRY(read_ftx_specials(rd, ext, ids_only));
+  v.special = ids_only.specials;
+  v.add_bos = ids_only.add_bos;
+  return bpe_from_vocab(v, rd.path);
+}
+
+// The "ftx" object, null when absent; an error when it is malformed at the top.
+Result<const json*> ftx_object(const Reader& rd, const json& root) {
+  static const json null;
+  const json& ext = root.is_object() ? member(root, "ftx") : null;
+  if (!ext.is_null() && !ext.is_object()) return rd.fail("ftx", "must be an object");
+  const json& flavor = member(ext, "flavor");
+  if (!flavor.is_null() && flavor != "llama.cpp" && flavor != "tokenizers")
+    return rd.fail("ftx.flavor", "must be \"llama.cpp\" or \"tokenizers\", got " + brief(flavor));
+  return &ext;
+}
+
+// tokenizers' reading of the parsed file (not the llama.cpp flavour). `json_path` (a file on
+// disk) lets tokenizer_config.json beside it name the special tokens when there is no "ftx".
+Result<std::shared_ptr<Impl>> read_hf(const Reader& rd, const json& root, const json& ext,
+                                      const std::string* json_path) {
+  auto im = std::make_shared<Impl>();
+  FTX_TRY(read_tokenizer(rd, root, *im));
+  if (!ext.is_null()) {
+    FTX_TRY(read_ftx_specials(rd, ext, *im));
+  } else if (json_path) {
+    FTX_TRY(read_special_names(*json_path, *im));
+  } else {
+    guess_eos(*im);
+  }
+  return im;
+}
+
 }  // namespace
 
 Result<std::unique_ptr<BpeTokenizer>> bpe_from_tokenizer_json_text(std::string_view json_text,
                                                                    const std::string& source) {
   auto root = parse_json_strict(json_text, source);
   if (!root) return root.error();
-  auto im = std::make_shared<Impl>();
-  FTX_TRY(read_tokenizer(Reader{source}, *root, *im));
-  guess_eos(*im);
-  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(im)));
+  const Reader rd{source};
+  auto ext = ftx_object(rd, *root);
+  if (!ext) return ext.error();
+  if (member(**ext, "flavor") == "llama.cpp") return read_llama_flavor(rd, *root, **ext);
+  auto im = read_hf(rd, *root, **ext, nullptr);
+  if (!im) return im.error();
+  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(*im)));
 }
 
 Result<std::unique_ptr<BpeTokenizer>> bpe_from_tokenizer_json(const std::string& path) {
@@ -448,10 +550,13 @@ Result<std::unique_ptr<BpeTokenizer>> bpe_from_tokenizer_json(const std::string&
   if (!text) return text.error();
   auto root = parse_json_strict(*text, path);
   if (!root) return root.error();
-  auto im = std::make_shared<Impl>();
-  FTX_TRY(read_tokenizer(Reader{path}, *root, *im));
-  FTX_TRY(read_special_names(path, *im));
-  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(im)));
+  const Reader rd{path};
+  auto ext = ftx_object(rd, *root);
+  if (!ext) return ext.error();
+  if (member(**ext, "flavor") == "llama.cpp") return read_llama_flavor(rd, *root, **ext);
+  auto im = read_hf(rd, *root, **ext, &path);
+  if (!im) return im.error();
+  return std::unique_ptr<BpeTokenizer>(new BpeTokenizer(std::move(*im)));
 }
 
 }  // namespace ftx

@@ -137,6 +137,8 @@ Result<std::unique_ptr<BpeTokenizer>> bpe_from_vocab(const BpeVocab& vocab, cons
   im->specials = vocab.special;
   im->add_bos = vocab.add_bos;
   im->ignore_merges = pt->ignore_merges;
+  im->gguf_pre = pre_name;
+  im->gguf_types = vocab.token_types;
   for (const std::string& pattern : pt->regexes) {
     auto re = text::Regex::compile(pattern, false);
     FT_ASSERT(re.ok(), "built-in pattern %s: %s", pattern.c_str(), re.error().message.c_str());

@@ -1,0 +1,67 @@
+// TextDataset: training on a token data file (core/data/token_file.h, made by ftx tokenize).
+// Documents are packed: the training documents, each followed by the end-of-text token, form one
+// circular stream, and training sequence i is the seq_len tokens of that stream starting at an
+// offset drawn by Philox from (seed, i): a pure function of (seed, i), so position() is all a
+// resumed run needs to see the same batches. Validation sequence j is the j-th consecutive
+// seq_len-token window of the validation documents' stream (wrapping), never a training token.
+// The file is memory-mapped; only the per-document offsets (8 bytes a document) are in memory.
+//
+// Deliberately not here: tokenizing (ftx tokenize), document-aware attention masks (a sequence
+// may span documents; the end-of-text token between them is what the model sees).
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/data/batch_source.h"
+#include "core/data/dataset_options.h"
+#include "core/data/token_file.h"
+#include "kernels/philox.h"
+
+namespace ftx {
+
+inline constexpr uint64_t kStreamTextTrain = kStreamData + 4;
+
+class TextDataset final : public BatchSource {
+ public:
+  static constexpr int kMaxSeqLen = 1 << 20;
+  // "text_data" (--data: the token file) and "text_seq_len" (--seq-len, default 256).
+  static const DatasetOption& data_option();
+  static const DatasetOption& seq_len_option();
+
+  TextDataset(std::shared_ptr<const TokenFile> file, int seq_len, uint64_t seed);  // seq_len in [2, kMaxSeqLen]
+
+  // "text (PATH)": the trainer's messages name the data file through it.
+  std::string name() const override { return "text (" + file_->path() + ")"; }
+  int seq_len() const override { return seq_len_; }
+  const Tokenizer& tokenizer() const override { return file_->tokenizer(); }
+  void next(int32_t* tokens, int B) override;
+  void validation(int32_t* tokens, int64_t first, int B) const override;
+  int64_t position() const override { return position_; }
+  void seek(int64_t position) override;
+  nlohmann::json options() const override;
+
+  // Where training sequence i starts in the training stream (for tests).
+  int64_t training_offset(int64_t i) const;
+  int64_t training_stream_length() const { return train_.length; }
+  int64_t validation_stream_length() const { return val_.length; }
+  const TokenFile& file() const { return *file_; }
+
+ private:
+  // The documents of one split as a circular stream: document k of `docs` starts at starts[k]
+  // and spans its tokens then one end-of-text token.
+  struct Stream {
+    std::vector<int64_t> docs, starts;
+    int64_t length = 0;
+  };
+  void fill(const Stream& s, int64_t offset, int32_t* out) const;
+
+  std::shared_ptr<const TokenFile> file_;
+  int seq_len_;
+  uint64_t seed_;
+  int64_t position_ = 0;
+  Stream train_, val_;
+};
+
+}  // namespace ftx
