@@ -68,7 +68,8 @@ namespace {
 // The data's tokenizer file (--data) when the dataset has one, else the dataset's name.
 std::string data_name(const TrainArgs& a, const BatchSource& data) {
   const auto& o = a.train.dataset_options;
-  return o.contains("text_data") && o["text_data"].is_string() ? o["text_data"].get<std::string>() : "dataset " + data.name();
+  return o.contains("text_data") && o["text_data"].is_string() ? o["text_data"].get<std::string>()
+                                                               : "dataset " + data.name();
 }
 
 // A new run on the shape, weights and tokenizer of --init (ours or any model file): shape flags

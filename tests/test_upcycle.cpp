@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "core/data/token_file.h"
 #include "core/eval/evaluator.h"
 #include "core/io/checkpoint.h"
 #include "core/io/model_params.h"
@@ -20,6 +21,7 @@
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "datasets/synthetic.h"
+#include "datasets/text.h"
 #include "tests/real_model.h"
 #include "tests/test_util.h"
 
@@ -235,6 +237,49 @@ TEST(TrainInit, KeepCheckpointsKeepsTheLastNAndTheBest) {
   EXPECT_EQ(dirs, want);
 }
 
+// A token file of `docs` short texts encoded by `tok`.
+std::string token_file(const std::string& path, const Tokenizer& tok, int docs) {
+  auto w = TokenFileWriter::create(path, tok, 0);
+  EXPECT_TRUE(w.ok());
+  for (int d = 0; d < docs; ++d) {
+    std::string text;
+    for (int i = 0; i < 40; ++i) text += "ab c" + std::to_string((d * 7 + i) % 10) + (i % 3 ? " " : "\n");
+    auto ids = tok.encode(text);
+    EXPECT_TRUE(ids.ok());
+    EXPECT_TRUE((*w)->add_document(*ids, document_hash(text)).ok());
+  }
+  EXPECT_TRUE((*w)->finish(0.3).ok());
+  return path;
+}
+
+// The baseline straight from a quantized GGUF file (no ftx checkpoint in between) on text data.
+TEST(TrainInit, BaselineFromAGgufFileStartsAtItsCe) {
+  test::TempDir dir("ftx_test_upcycle_");
+  const std::string gguf = kReal + "gguf_tiny_qwen2.gguf";
+  auto init = read_model_params(gguf);
+  ASSERT_TRUE(init.ok()) << init.error().message;
+  auto file = TokenFile::open(token_file(dir / "d.tok", *init->info.tokenizer, 12));
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  TrainConfig tc;
+  tc.dataset = "text", tc.preset = "custom", tc.steps = 1, tc.batch = 2, tc.eval_every = 1, tc.checkpoint_every = 0;
+  tc.val_sequences = 4, tc.init_from = gguf, tc.seed = 3;
+  TextDataset data(*file, 16, tc.seed);
+  auto src = Model::create(cpu(), init->info.config);
+  (*src)->load_params(init->params.data());
+  EvalConfig ec;
+  ec.synthetic = false, ec.seed = tc.seed * 7919, ec.val_sequences = tc.val_sequences, ec.batch = tc.batch;
+  double src_ce = -1;
+  for (const auto& [k, v] : evaluate(**src, data, ec, 0.0f))
+    if (k == "val/ce_prior") src_ce = v;
+  auto t = Trainer::start(cpu(), init->info.config, init->info.tokenizer, tc, data.seq_len(), dir / "r.db", "g",
+                          &init->params);
+  ASSERT_TRUE(t.ok()) << t.error().message;
+  std::atomic<bool> stop{false};
+  ASSERT_TRUE((*t)->run(data, stop, {}).ok());
+  EXPECT_EQ(metric_at(dir / "r.db", "g", "val/ce_prior", 0), src_ce);
+  EXPECT_GT(src_ce, 0.0);
+}
+
 // ---- the command line -------------------------------------------------------------------------
 
 // Runs ftx with `args`; returns the exit code and stderr's lines.
@@ -261,6 +306,18 @@ TEST(UpcycleCli, BadInputsAreOneLine) {
   EXPECT_EQ(ftx_cli("train --init " + kReal + "tiny_gqa_llama3 --dim 64 --run x --db " + (dir / "d.db"), &e), 1);
   ASSERT_EQ(e.size(), 1u);
   EXPECT_NE(e[0].find("--dim cannot be used with --init"), std::string::npos) << e[0];
+  // Data tokenized by another tokenizer than the model's: one line naming both files.
+  auto other = read_model_params(kReal + "gguf_tiny_qwen2.gguf");
+  ASSERT_TRUE(other.ok());
+  const std::string data = token_file(dir / "q.tok", *other->info.tokenizer, 6);
+  e.clear();
+  EXPECT_EQ(ftx_cli("train --init " + kReal + "tiny_qwen2 --dataset text --data " + data +
+                        " --seq-len 16 --run x --db " + (dir / "d.db"),
+                    &e),
+            1);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_NE(e[0].find(data), std::string::npos) << e[0];
+  EXPECT_NE(e[0].find("tiny_qwen2"), std::string::npos) << e[0];
 }
 
 }  // namespace
