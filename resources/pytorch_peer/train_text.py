@@ -68,6 +68,9 @@ class TextModel(nn.Module):
             s.post = nn.Parameter(torch.zeros(2 ** H, D))
             U = ((torch.arange(2 ** H)[:, None] >> torch.arange(H)[None]) & 1).float()  # (2^H, H)
             s.register_buffer("U", U)
+        for mod in s.modules():  # Llama's init (std 0.02): tied logits start near uniform
+            if isinstance(mod, (nn.Linear, nn.Embedding)):
+                nn.init.normal_(mod.weight, std=0.02)
 
     def loss(s, x, y, kappa):
         T = x.shape[1]
@@ -126,7 +129,8 @@ def main():
     ap.add_argument("--lr", type=float, default=3e-4)
     ap.add_argument("--warmup", type=int, default=2, help="untimed steps")
     ap.add_argument("--steps", type=int, default=5, help="timed steps")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: PyTorch's default)")
+    ap.add_argument("--threads", type=int, default=os.cpu_count(),
+                    help="torch threads (default: every CPU, as ftx's OpenMP; PyTorch alone takes physical cores)")
     ap.add_argument("--text", help="a UTF-8 text file to draw windows from (else random tokens)")
     ap.add_argument("--tokenizer", help="tokenizer.json for --text")
     a = ap.parse_args()
