@@ -1,4 +1,5 @@
-// ftx train: one training run on the synthetic or coin-flip task, recorded in the run store.
+// ftx train: one training run on a registered dataset, recorded in the run store; --init starts
+// it from a checkpoint or model file (shape, weights, tokenizer) instead of a random preset.
 #include <unistd.h>
 
 #include <atomic>
@@ -7,6 +8,7 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "core/io/model_params.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
@@ -43,8 +45,15 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   add_field_options(c, a.train);
   c->get_option("--dataset")->description("Task to train on: " + dataset_name_list(" | "));
   c->get_option("--steps")->each([&a](const std::string&) { a.steps_given = true; });
+  ShapeOverrides::for_each_field(a.shape, [&](auto&, const Field& f) {
+    const std::string name = option_name(f);
+    if (CLI::Option* o = c->get_option_no_throw(name))
+      o->each([&a, name](const std::string&) { a.shape_flag_given = name; });
+  });
+  c->get_option("--kappa-nats")->each([&a](const std::string&) { a.kappa_given = true; });
   auto* kb = c->add_option("--kappa-bits", a.kappa_bits, "Free bits per token, in bits (default 1/8)");
   kb->excludes(c->get_option("--kappa-nats"));
+  kb->each([&a](const std::string&) { a.kappa_given = true; });
   c->add_option("--kappa-start-bits", a.kappa_start_bits, "Anneal kappa linearly from this value (bits)");
   add_dataset_options(c, a.train);
   c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
@@ -56,12 +65,46 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
 
 namespace {
 
+// The data's tokenizer file (--data) when the dataset has one, else the dataset's name.
+std::string data_name(const TrainArgs& a, const BatchSource& data) {
+  const auto& o = a.train.dataset_options;
+  return o.contains("text_data") && o["text_data"].is_string() ? o["text_data"].get<std::string>()
+                                                               : "dataset " + data.name();
+}
+
+// A new run on the shape, weights and tokenizer of --init (ours or any model file): shape flags
+// are refused, the data must be tokenized by the model's tokenizer, kappa is the one the
+// checkpoint recorded (ftx upcycle --kappa-bits) unless given.
+Result<std::unique_ptr<Trainer>> start_from_init(Backend& be, TrainArgs& a, const BatchSource& data) {
+  const std::string& path = a.train.init_from;
+  if (!a.shape_flag_given.empty())
+    return make_error(a.shape_flag_given + " cannot be used with --init: the model's shape comes from " + path);
+  if (auto store = RunStore::open_readonly(a.db); store && store->find_run(a.run))
+    return make_error("run '" + a.run + "' already exists in " + a.db + " (use --resume, or pick another --run)");
+  auto src = read_model_params(path);
+  if (!src) return src.error();
+  const ModelInfo& info = src->info;
+  if (!info.tokenizer)
+    return make_error(path + ": has no tokenizer, so its token ids cannot be matched to " + data_name(a, data));
+  if (info.tokenizer->fingerprint() != data.tokenizer().fingerprint())
+    return make_error(data_name(a, data) + ": tokenized with another tokenizer (fingerprint " +
+                      data.tokenizer().fingerprint().substr(0, 12) + ") than " + path + " (fingerprint " +
+                      info.tokenizer->fingerprint().substr(0, 12) + ")");
+  if (!a.kappa_given)
+    if (const float k = recorded_kappa_nats(path); k >= 0) a.train.kappa_nats = k;
+  a.train.preset = "custom";
+  FTX_TRY(a.train.validate(option_name));
+  FTX_TRY(check_training_memory(info.config, a.train, data.seq_len(), option_name));
+  return Trainer::start(be, info.config, info.tokenizer, a.train, data.seq_len(), a.db, a.run, &src->params);
+}
+
 // A new run: the model shaped from the flags and the dataset's sizes (as the studio's Train form
 // does through core::Session), refused before the store is touched when it cannot train here.
-Result<std::unique_ptr<Trainer>> start_run(Backend& be, const TrainArgs& a) {
+Result<std::unique_ptr<Trainer>> start_run(Backend& be, TrainArgs& a) {
   auto probe = open_dataset(a.train, option_name);
   if (!probe) return probe.error();
   const BatchSource& data = **probe;
+  if (!a.train.init_from.empty()) return start_from_init(be, a, data);
   auto mcfg = shape_model_config(a.shape, data.tokenizer().vocab_size(), data.seq_len(), option_name);
   if (!mcfg) return mcfg.error();
   FTX_TRY(check_training_memory(*mcfg, a.train, data.seq_len(), option_name));

@@ -26,7 +26,9 @@ struct TrainArgs {
   TrainConfig train;     // its fields are options (app/options.h), kappa also in bits below
   ShapeOverrides shape;  // --preset and its overrides
   std::optional<double> kappa_bits, kappa_start_bits;
-  bool steps_given = false;  // --steps given (a resumed run keeps its own otherwise)
+  bool steps_given = false;      // --steps given (a resumed run keeps its own otherwise)
+  std::string shape_flag_given;  // a shape option given (refused with --init), e.g. "--dim"
+  bool kappa_given = false;      // --kappa-bits/-nats given (else --init's recorded kappa)
   std::string db = kDefaultDb, run, device = "cpu", precision;
   bool resume = false, quiet = false;
 };
@@ -127,6 +129,15 @@ struct BenchArgs {
 };
 void add_bench_options(CLI::App& app, BenchArgs& a);
 int run_bench(const BenchArgs& a);
+
+struct UpcycleArgs {
+  std::string from, out, post_sampler = "zero";
+  int latent_bits = 16;
+  std::optional<double> kappa_bits;
+  uint64_t seed = 1;
+};
+void add_upcycle_options(CLI::App& app, UpcycleArgs& a);
+int run_upcycle(const UpcycleArgs& a);
 
 struct DemoArgs {
   std::string workspace = "workspace";

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   InspectArgs inspect;
   TokenizeArgs tokenize;
   EvalArgs eval;
+  UpcycleArgs upcycle;
   add_train_options(app, train);
   add_generate_options(app, gen);
   add_score_options(app, score);
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   add_inspect_options(app, inspect);
   add_tokenize_options(app, tokenize);
   add_eval_options(app, eval);
+  add_upcycle_options(app, upcycle);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -47,5 +49,6 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("inspect")) return run_inspect(inspect);
   if (app.got_subcommand("tokenize")) return run_tokenize(tokenize);
   if (app.got_subcommand("eval")) return run_eval(eval);
+  if (app.got_subcommand("upcycle")) return run_upcycle(upcycle);
   return fail("no command given (see ftx --help)");
 }

@@ -106,7 +106,7 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
                  std::vector<GroupResult>* samples) {
   Metrics out;
   const bool free = model.config().is_free();
-  auto state = model.make_state(std::min(cfg.val_sequences, 64), data.seq_len() - 1);  // one for both passes
+  auto state = model.make_state(std::min(cfg.val_sequences, cfg.batch), data.seq_len() - 1);  // one for both passes
   ValStats post = validation_pass(model, *state, data, cfg.val_sequences, false, cfg.seed, kappa);
   out.emplace_back("val/ce_posterior", post.ce);
   if (free) {

@@ -19,6 +19,7 @@ namespace ftx {
 
 struct EvalConfig {
   int val_sequences = 256;  // held-out sequences for the CE / KL numbers
+  int batch = 64;           // sequences per forward pass (activation memory grows with it)
   int prompts = 16;         // synthetic task: one independent and one fixed-Z group per prompt
   int group_size = 8;
   bool synthetic = true;

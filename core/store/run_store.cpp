@@ -629,6 +629,11 @@ Status RunStore::add_checkpoint(int64_t run_id, int64_t step, const std::string&
              "add checkpoint '" + path + "'", run_id, step, path, sha256);
 }
 
+Status RunStore::delete_checkpoint(int64_t run_id, int64_t step) {
+  return run(db_, path_, "DELETE FROM checkpoints WHERE run_id = ? AND step = ?",
+             "delete checkpoint at step " + std::to_string(step), run_id, step);
+}
+
 Result<std::vector<CheckpointRow>> RunStore::checkpoints(int64_t run_id) {
   std::vector<CheckpointRow> rows;
   FTX_TRY(query(

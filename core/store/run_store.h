@@ -146,6 +146,7 @@ class RunStore {
   Result<std::vector<std::pair<int64_t, EventRow>>> events_since(int64_t after, int64_t* last);
   Status add_checkpoint(int64_t run_id, int64_t step, const std::string& path, const std::string& sha256);
   Result<std::vector<CheckpointRow>> checkpoints(int64_t run_id);  // ordered by step
+  Status delete_checkpoint(int64_t run_id, int64_t step);          // the row only (files: the caller's)
   Status add_generation(const GenerationRow& g);
   Result<std::vector<GenerationRow>> generations(int64_t run_id, int64_t step);  // by group, id
   // One value; replaces the row of the same (run, step, task, metric). Prefer write_bench_result.

@@ -36,6 +36,9 @@ struct TrainConfig {
   uint64_t seed = 1;
   int eval_every = 500;
   int checkpoint_every = 500;
+  int keep_checkpoints = 0;  // keep the last N and the best by val/ce_prior; 0 = keep all
+  int val_sequences = 256;   // held-out sequences per evaluation
+  std::string init_from;     // a checkpoint or model file the weights start from (empty: random init)
   InitConfig init;
   // The dataset's own options by key (e.g. "coinflip_eps"): a JSON object, written beside the
   // fields above in the same "train" object, and read back from every key that is no field.
@@ -71,6 +74,13 @@ struct TrainConfig {
     v(t.checkpoint_every,
       Field{
           .key = "checkpoint_every", .help = "Checkpoint every N steps (0 = only at the end)", .bounds = kNonNegative});
+    v(t.keep_checkpoints, Field{.key = "keep_checkpoints",
+                                .help = "Keep the last N checkpoints and the best by validation CE (0 = keep all)",
+                                .bounds = kNonNegative});
+    v(t.val_sequences, Field{.key = "val_sequences", .help = "Held-out sequences per evaluation", .bounds = kPositive});
+    v(t.init_from, Field{.key = "init_from",
+                         .help = "Start from this checkpoint directory or model file (shape, weights, tokenizer)",
+                         .option = "init"});
     v(t.init.std, Field{.key = "init_std", .bounds = kNonNegative});
     v(t.init.scale_residual, Field{.key = "init_scale_residual"});
     v(t.init.post_sampler_std, Field{.key = "init_post_sampler_std",

@@ -153,11 +153,15 @@ Trainer::~Trainer() {
 
 Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& mcfg,
                                                 std::shared_ptr<const Tokenizer> tokenizer, const TrainConfig& tcfg,
-                                                int seq_len, const std::string& db_path, const std::string& run) {
+                                                int seq_len, const std::string& db_path, const std::string& run,
+                                                const std::vector<float>* init_params) {
   FTX_TRY(mcfg.validate());
   FTX_TRY(tcfg.validate());
   if (tokenizer) FTX_TRY(check_tokenizer_fits(*tokenizer, mcfg.vocab_size));
   FTX_TRY(check_training_memory(mcfg, tcfg, seq_len));
+  if (init_params && int64_t(init_params->size()) != param_count(param_specs(mcfg)))
+    return make_error("initial weights: " + std::to_string(init_params->size()) + " values where the model has " +
+                      std::to_string(param_count(param_specs(mcfg))) + " parameters");
   auto store = RunStore::open(db_path);
   if (!store) return store.error();
   // Allocate before recording the run: a model too big for the device leaves no run behind.
@@ -167,7 +171,13 @@ Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& 
   auto id = t->store_.create_run(run, run_config_json(mcfg, tokenizer.get(), tcfg));
   if (!id) return id.error();
   t->run_id_ = *id;
-  t->model_->init_weights(tcfg.seed, tcfg.init);
+  if (init_params) {
+    t->model_->load_params(init_params->data());
+    t->eval_at_start_ = true;
+    FTX_TRY(t->store_.add_event(*id, 0, "init", json{{"from", tcfg.init_from}}.dump()));
+  } else {
+    t->model_->init_weights(tcfg.seed, tcfg.init);
+  }
   return t;
 }
 
@@ -286,7 +296,39 @@ Status Trainer::save_checkpoint() {
   if (!digest) return digest.error();
   FTX_TRY(store_.flush());
   FTX_TRY(store_.add_checkpoint(run_id_, step_, checkpoint_rel_path(db_path_, run_, step_), *digest));
-  return store_.add_event(run_id_, step_, "checkpoint", json{{"path", dir}}.dump());
+  FTX_TRY(store_.add_event(run_id_, step_, "checkpoint", json{{"path", dir}}.dump()));
+  return prune_checkpoints();
+}
+
+// The best checkpoint is the one whose step has the lowest val/ce_prior: what generation sees for
+// a Free Transformer (Z from the prior), the plain CE for the baseline (the Evaluator writes both
+// under that key). Checkpoints of steps without an evaluation are only kept as "last".
+Status Trainer::prune_checkpoints() {
+  const int keep = tcfg_.keep_checkpoints;
+  if (keep <= 0) return {};
+  auto rows = store_.checkpoints(run_id_);
+  if (!rows) return rows.error();
+  if (static_cast<int>(rows->size()) <= keep) return {};
+  FTX_TRY(store_.flush());
+  auto ce = store_.metrics(run_id_, "val/ce_prior");
+  if (!ce) return ce.error();
+  std::optional<int64_t> best;
+  double best_ce = std::numeric_limits<double>::infinity();
+  for (const CheckpointRow& r : *rows)
+    for (const MetricRow& m : *ce)
+      if (m.step == r.step && std::isfinite(m.value) && m.value < best_ce) best_ce = m.value, best = r.step;
+  const size_t first_kept = rows->size() - size_t(keep);
+  for (size_t i = 0; i < first_kept; ++i) {
+    const CheckpointRow& r = (*rows)[i];
+    if (best && r.step == *best) continue;
+    FTX_TRY(store_.delete_checkpoint(run_id_, r.step));
+    std::error_code ec;
+    const std::string dir = resolve_checkpoint_path(db_path_, r.path);
+    std::filesystem::remove_all(dir, ec);
+    if (ec) return make_error(dir + ": cannot remove an old checkpoint: " + ec.message());
+    FTX_TRY(store_.add_event(run_id_, step_, "checkpoint_removed", json{{"step", r.step}, {"path", dir}}.dump()));
+  }
+  return {};
 }
 
 // The evaluation's first prompt, one independent and one fixed-Z group, kept with their codes so
@@ -311,6 +353,8 @@ Status Trainer::eval_and_record(BatchSource& data, const TrainerCallbacks& cb) {
   EvalConfig ec;
   ec.synthetic = tcfg_.dataset == "synthetic";
   ec.seed = tcfg_.seed * 7919 + step_;
+  ec.val_sequences = tcfg_.val_sequences;
+  ec.batch = std::min(tcfg_.batch, 64);  // the validation batch check_training_memory counted
   std::vector<GroupResult> samples;
   EvalReport rep{step_, evaluate(*model_, data, ec, tcfg_.kappa_at(step_), &samples)};
   for (const auto& [k, v] : rep.metrics) store_.add_metric(run_id_, step_, k, v);
@@ -345,6 +389,8 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
   auto last_flush = t0;
   const int first_step = step_;
   bool stopped = false;
+  if (eval_at_start_ && step_ == 0 && tcfg_.eval_every > 0) FTX_TRY(eval_and_record(data, cb));
+  eval_at_start_ = false;
   while (step_ < tcfg_.steps) {
     if (stop.load() || (cb.before_step && !cb.before_step())) {
       stopped = true;

@@ -71,10 +71,14 @@ class Trainer {
   // tokenizer has more tokens than model_cfg.vocab_size, or when the model and activations for
   // sequences of seq_len tokens would not fit in memory. The tokenizer (null: token ids only) is
   // stored with the run's configuration and every checkpoint.
+  // With init_params (arena order of param_specs(model_cfg), e.g. read_model_params of
+  // train_cfg.init_from) the weights start from them instead of train_cfg.init, and run()
+  // evaluates once before the first step (step 0: the starting model's validation CE).
   static Result<std::unique_ptr<Trainer>> start(Backend& be, const ModelConfig& model_cfg,
                                                 std::shared_ptr<const Tokenizer> tokenizer,
                                                 const TrainConfig& train_cfg, int seq_len, const std::string& db_path,
-                                                const std::string& run);
+                                                const std::string& run,
+                                                const std::vector<float>* init_params = nullptr);
   // Continue a run from its latest checkpoint; its stored configs and tokenizer are used (steps
   // may be raised).
   static Result<std::unique_ptr<Trainer>> resume(Backend& be, const std::string& db_path, const std::string& run,
@@ -114,6 +118,10 @@ class Trainer {
   void train_step(BatchSource& data, StepReport& rep);
   void ensure_state(const BatchSource& data);
   Status save_checkpoint();
+  // --keep-checkpoints: drops checkpoints beyond the last N and the best by val/ce_prior. The
+  // store row goes first (committed), then the directory: a crash in between leaves an orphan
+  // directory, never a row that resume would follow to a missing directory.
+  Status prune_checkpoints();
   Status eval_and_record(BatchSource& data, const TrainerCallbacks& cb);
   Status check_data(const BatchSource& data) const;
   Status record_generations(const std::vector<GroupResult>& groups, const Tokenizer& tokenizer);
@@ -129,6 +137,7 @@ class Trainer {
   int step_ = 0;
   int last_checkpoint_step_ = -1;
   bool thread_change_ = false;
+  bool eval_at_start_ = false;  // started from init_params: evaluate at step 0
   int64_t data_position_ = 0;
   std::vector<AdamWSegment> adam_segments_;  // one per parameter tensor, its weight decay
   float* grad_norm_ = nullptr;               // (1) on the backend: clip_grad_norm's output
