@@ -11,7 +11,10 @@
 #include "app/commands.h"
 #include "app/common.h"
 #include "core/eval/bench/model_lm.h"
+#include "core/eval/bench/record.h"
 #include "core/eval/bench/task.h"
+#include "core/io/config_json.h"
+#include "core/store/run_store.h"
 
 namespace ftx::app {
 namespace {
@@ -59,6 +62,34 @@ json result_json(const bench::TaskResult& r) {
                      {"target", it.target},
                      {"detail", it.detail}});
   return {{"task", r.task}, {"metrics", metrics}, {"items", items}};
+}
+
+// Training tokens a run had seen at `step` (its row's batch and sequence length), -1 when the row
+// does not say.
+int64_t run_tokens_at(const std::string& config_json, int step) {
+  const json j = json::parse(config_json, nullptr, false);
+  if (j.is_discarded() || !j.contains("train") || !j["train"].is_object()) return -1;
+  const json& t = j["train"];
+  const int64_t batch = t.value("batch", int64_t{0});
+  int64_t seq = 0;
+  if (t.value("dataset", std::string()) == "text") seq = t.value("text_seq_len", int64_t{0});
+  return batch > 0 && seq > 1 ? int64_t{step} * batch * (seq - 1) : -1;
+}
+
+// The run the results belong to: --run, else one named after the file (created as "done").
+struct Target {
+  std::string run;
+  int step = 0;
+  int64_t tokens = -1;
+  json config = json::object();
+};
+
+Status store_result(const std::string& db, const Target& t, const bench::TaskResult& r) {
+  auto store = RunStore::open(db);
+  if (!store) return store.error();
+  auto run = store->find_or_create_run(t.run, t.config.dump(), "done");
+  if (!run) return run.error();
+  return bench::record_task_result(*store, run->id, t.step, t.tokens, r);
 }
 
 }  // namespace
@@ -112,7 +143,15 @@ int run_eval(const EvalArgs& a) {
 
   const auto t0 = std::chrono::steady_clock::now();
   Result<bench::TaskResult> result = make_error("");
+  Target target;
+  auto named_after = [](const std::string& path) {
+    std::filesystem::path p(path);
+    if (!p.has_filename()) p = p.parent_path();  // "dir/"
+    return p.stem().string();
+  };
   if (!a.score_samples.empty()) {
+    target.run = a.run.empty() ? named_after(a.score_samples) : a.run;
+    target.config = {{"samples", a.score_samples}};
     if (!a.source.checkpoint.empty() || a.source.random_init)
       return fail("--score-samples scores generations without a model: drop --checkpoint/--random-init");
     auto samples = bench::read_samples(a.score_samples);
@@ -120,11 +159,23 @@ int run_eval(const EvalArgs& a) {
     result = (*task)->score_samples(*samples, o);
   } else {
     Result<LoadedModel> lm = make_error("");
-    if (a.source.checkpoint.empty() && !a.source.random_init && !a.run.empty())
+    const bool own_run = a.source.checkpoint.empty() && !a.source.random_init && !a.run.empty();
+    if (own_run)
       lm = load_run_model(a.db, a.run, a.step, a.device, a.precision);
     else
       lm = load_model(a.source, a.device, a.precision);
     if (!lm) return fail(lm.error());
+    target.step = lm->step;
+    if (own_run) {
+      target.run = a.run;
+      if (auto store = RunStore::open_readonly(a.db); store)
+        if (auto row = store->find_run(a.run); row) target.tokens = run_tokens_at(row->config_json, lm->step);
+    } else {
+      target.run =
+          a.run.empty() ? named_after(a.source.random_init ? "random-" + a.source.preset : a.source.checkpoint) : a.run;
+      target.config = {{"model", config_to_json(lm->model->config(), lm->tokenizer.get())},
+                       {"source", a.source.random_init ? "random init" : a.source.checkpoint}};
+    }
     if (!lm->tokenizer) return fail(lm->dir + ": the model has no tokenizer; benchmarks need text");
     const ModelInfo& info = lm->file->info();
     const auto special = lm->tokenizer->special_tokens();
@@ -137,10 +188,14 @@ int run_eval(const EvalArgs& a) {
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (!a.samples_out.empty())
     if (auto s = write_samples(a.samples_out, result->samples); !s) return fail(s.error());
+  if (!a.no_store)
+    if (auto s = store_result(a.db, target, *result); !s) return fail(s.error());
   if (a.json)
     std::printf("%s\n", result_json(*result).dump().c_str());
-  else
+  else {
     print_result(*result, seconds);
+    if (!a.no_store) std::printf("stored in %s, run '%s', step %d\n", a.db.c_str(), target.run.c_str(), target.step);
+  }
   return 0;
 }
 

@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "core/eval/bench/bench_suite.h"
 #include "core/io/model_params.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -126,7 +127,13 @@ int run_train(TrainArgs& a) {
   if (a.kappa_bits) a.train.kappa_nats = static_cast<float>(bits_to_nats(*a.kappa_bits));
   if (a.kappa_start_bits) a.train.kappa_start_nats = static_cast<float>(bits_to_nats(*a.kappa_start_bits));
   a.train.preset = a.shape.preset;
+  if (!a.train.bench_tasks.empty() && a.train.bench_data.empty()) a.train.bench_data = data_cache_dir();
   if (auto s = a.train.validate(option_name); !s) return fail(s.error());
+  if (!a.train.bench_tasks.empty()) {  // bad benchmark settings are refused before a run exists
+    auto specs = bench::parse_bench_tasks(a.train.bench_tasks);
+    if (!specs) return fail("--bench-tasks: " + specs.error().message);
+    if (auto suite = bench::BenchSuite::load(*specs, a.train.bench_data); !suite) return fail(suite.error());
+  }
 
   std::unique_ptr<Trainer> trainer;
   if (a.resume) {

@@ -16,6 +16,12 @@
 
 namespace ftx::app {
 
+std::string data_cache_dir() {
+  if (const char* d = std::getenv("FTX_DATA_CACHE"); d && *d) return d;
+  const char* home = std::getenv("HOME");
+  return std::string(home ? home : "/root") + "/.cache/ftx/data";
+}
+
 int fail(const Error& e) { return fail(e.message); }
 
 int fail(const std::string& message) {

@@ -21,6 +21,10 @@ class App;
 
 namespace ftx::app {
 
+// Where ./test.sh and ./run.sh put benchmark data (HumanEval): $FTX_DATA_CACHE, else
+// ~/.cache/ftx/data. The default of --bench-data.
+std::string data_cache_dir();
+
 int fail(const Error& e);  // prints the error, returns 1
 int fail(const std::string& message);
 

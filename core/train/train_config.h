@@ -39,6 +39,13 @@ struct TrainConfig {
   int keep_checkpoints = 0;  // keep the last N and the best by val/ce_prior; 0 = keep all
   int val_sequences = 256;   // held-out sequences per evaluation
   std::string init_from;     // a checkpoint or model file the weights start from (empty: random init)
+  // Benchmarks scored during training (core/eval/bench): "humaneval:40,gsm8k:50" (task:items, a
+  // fixed subset), at step 0, every bench_every steps and at the end; data files <task>.jsonl in
+  // bench_data (the app fills in the data cache when empty).
+  std::string bench_tasks;
+  int bench_every = 0;  // 0: at the start and the end only
+  std::string bench_data;
+  int bench_max_new_tokens = 0;  // 0: each task's default
   InitConfig init;
   // The dataset's own options by key (e.g. "coinflip_eps"): a JSON object, written beside the
   // fields above in the same "train" object, and read back from every key that is no field.
@@ -81,6 +88,17 @@ struct TrainConfig {
     v(t.init_from, Field{.key = "init_from",
                          .help = "Start from this checkpoint directory or model file (shape, weights, tokenizer)",
                          .option = "init"});
+    v(t.bench_tasks,
+      Field{.key = "bench_tasks",
+            .help = "Benchmarks to score during training: TASK[:ITEMS],... (e.g. humaneval:40,gsm8k:50)"});
+    v(t.bench_every, Field{.key = "bench_every",
+                           .help = "Score the benchmarks every N steps (0 = at the start and the end only)",
+                           .bounds = kNonNegative});
+    v(t.bench_data,
+      Field{.key = "bench_data", .help = "Directory of the benchmarks' <task>.jsonl files (default: the data cache)"});
+    v(t.bench_max_new_tokens, Field{.key = "bench_max_new_tokens",
+                                    .help = "Tokens per benchmark generation (0 = each task's default)",
+                                    .bounds = kNonNegative});
     v(t.init.std, Field{.key = "init_std", .bounds = kNonNegative});
     v(t.init.scale_residual, Field{.key = "init_scale_residual"});
     v(t.init.post_sampler_std, Field{.key = "init_post_sampler_std",

@@ -1,5 +1,9 @@
 #include "core/train/trainer.h"
 
+#include "core/eval/bench/bench_suite.h"
+#include "core/eval/bench/model_lm.h"
+#include "core/eval/bench/record.h"
+
 #include <chrono>
 #include <cmath>
 #include <filesystem>
@@ -363,6 +367,27 @@ Status Trainer::eval_and_record(BatchSource& data, const TrainerCallbacks& cb) {
   return store_.flush();
 }
 
+Status Trainer::bench_and_record(const BatchSource& data, const TrainerCallbacks& cb) {
+  const bench::TokenRoles roles = bench::token_roles(*tokenizer_);
+  bench::ModelLm lm(*model_, *tokenizer_, roles.add_bos, roles.prefix_id, roles.eos_ids,
+                    bench::ModelLmOptions{.seed = tcfg_.seed});
+  bench::EvalOptions o;
+  o.max_new_tokens = tcfg_.bench_max_new_tokens;
+  o.seed = 1;  // the same generation seeds (and Z) at every step: only the model changes
+  auto results = bench_->run(lm, o);
+  if (!results)
+    return make_error("run '" + run_ + "': benchmarks at step " + std::to_string(step_) + ": " +
+                      results.error().message);
+  const int64_t tokens = int64_t{step_} * tcfg_.batch * (data.seq_len() - 1);
+  EvalReport rep{step_, {}};
+  for (const bench::TaskResult& r : *results) {
+    FTX_TRY(bench::record_task_result(store_, run_id_, step_, tokens, r));
+    for (const bench::MetricValue& m : r.metrics) rep.metrics.emplace_back("bench/" + r.task + "/" + m.metric, m.value);
+  }
+  if (cb.on_eval) cb.on_eval(rep);
+  return {};
+}
+
 Status Trainer::check_data(const BatchSource& data) const {
   const ModelConfig& m = model_->config();
   const int T = data.seq_len() - 1;
@@ -389,8 +414,17 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
   auto last_flush = t0;
   const int first_step = step_;
   bool stopped = false;
+  if (!tcfg_.bench_tasks.empty() && !bench_) {
+    if (!tokenizer_) return make_error("run '" + run_ + "': benchmarks need a model with a tokenizer");
+    auto specs = bench::parse_bench_tasks(tcfg_.bench_tasks);
+    if (!specs) return specs.error();
+    auto suite = bench::BenchSuite::load(*specs, tcfg_.bench_data);
+    if (!suite) return suite.error();
+    bench_ = std::make_unique<bench::BenchSuite>(std::move(*suite));
+  }
   if (eval_at_start_ && step_ == 0 && tcfg_.eval_every > 0) FTX_TRY(eval_and_record(data, cb));
   eval_at_start_ = false;
+  if (bench_ && step_ == 0) FTX_TRY(bench_and_record(data, cb));
   while (step_ < tcfg_.steps) {
     if (stop.load() || (cb.before_step && !cb.before_step())) {
       stopped = true;
@@ -426,12 +460,15 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
       last_flush = te;
     }
     if (tcfg_.eval_every > 0 && s % tcfg_.eval_every == 0) FTX_TRY(eval_and_record(data, cb));
+    if (bench_ && tcfg_.bench_every > 0 && s % tcfg_.bench_every == 0) FTX_TRY(bench_and_record(data, cb));
     if (tcfg_.checkpoint_every > 0 && s % tcfg_.checkpoint_every == 0 && s < tcfg_.steps) {
       FTX_TRY(save_checkpoint());
       if (cb.on_checkpoint) cb.on_checkpoint(s, checkpoint_dir(db_path_, run_, s));
     }
   }
   if (!stopped && tcfg_.eval_every > 0 && step_ % tcfg_.eval_every != 0) FTX_TRY(eval_and_record(data, cb));
+  if (!stopped && bench_ && (tcfg_.bench_every == 0 || step_ % tcfg_.bench_every != 0))
+    FTX_TRY(bench_and_record(data, cb));
   FTX_TRY(save_checkpoint());
   if (cb.on_checkpoint) cb.on_checkpoint(step_, checkpoint_dir(db_path_, run_, step_));
   if (stopped) FTX_TRY(store_.add_event(run_id_, step_, "stopped", "{}"));

@@ -21,6 +21,9 @@
 #include "core/train/train_config.h"
 
 namespace ftx {
+namespace bench {
+class BenchSuite;
+}
 
 struct StepReport {
   int step = 0;  // updates done
@@ -123,6 +126,9 @@ class Trainer {
   // directory, never a row that resume would follow to a missing directory.
   Status prune_checkpoints();
   Status eval_and_record(BatchSource& data, const TrainerCallbacks& cb);
+  // The --bench-tasks benchmarks at this step, into the store (benchmark rows, items, and the
+  // bench/<task>/<metric> metric keys); reported through on_eval.
+  Status bench_and_record(const BatchSource& data, const TrainerCallbacks& cb);
   Status check_data(const BatchSource& data) const;
   Status record_generations(const std::vector<GroupResult>& groups, const Tokenizer& tokenizer);
 
@@ -137,7 +143,8 @@ class Trainer {
   int step_ = 0;
   int last_checkpoint_step_ = -1;
   bool thread_change_ = false;
-  bool eval_at_start_ = false;  // started from init_params: evaluate at step 0
+  std::unique_ptr<bench::BenchSuite> bench_;  // loaded by run() when bench_tasks is set
+  bool eval_at_start_ = false;                // started from init_params: evaluate at step 0
   int64_t data_position_ = 0;
   std::vector<AdamWSegment> adam_segments_;  // one per parameter tensor, its weight decay
   float* grad_norm_ = nullptr;               // (1) on the backend: clip_grad_norm's output

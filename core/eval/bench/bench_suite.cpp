@@ -1,6 +1,8 @@
 #include "core/eval/bench/bench_suite.h"
 
 #include <algorithm>
+#include <cctype>
+#include <filesystem>
 #include <numeric>
 #include <sstream>
 
@@ -48,7 +50,18 @@ std::vector<size_t> fixed_subset(size_t size, int n) {
 }
 
 std::string bench_data_path(const std::string& dir, const std::string& task) {
-  return (dir.empty() ? std::string(".") : dir) + "/" + task + ".jsonl";
+  const std::string base = dir.empty() ? std::string(".") : dir;
+  const std::string want = task + ".jsonl";
+  auto lower = [](std::string s) {
+    for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    return s;
+  };
+  // HumanEval ships as HumanEval.jsonl: any spelling of <task>.jsonl is taken.
+  std::error_code ec;
+  if (!std::filesystem::exists(base + "/" + want, ec))
+    for (const auto& e : std::filesystem::directory_iterator(base, ec))
+      if (lower(e.path().filename().string()) == want) return e.path().string();
+  return base + "/" + want;
 }
 
 Result<BenchSuite> BenchSuite::load(const std::vector<BenchSpec>& specs, const std::string& data_dir) {

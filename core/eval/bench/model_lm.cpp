@@ -8,6 +8,8 @@
 
 #include "core/sample/generator.h"
 #include "core/sample/sampler.h"
+#include "core/text/bpe_tokenizer.h"
+#include "core/text/tokenizer_json.h"
 #include "kernels/philox.h"
 
 namespace ftx::bench {
@@ -22,6 +24,18 @@ uint64_t text_hash(const std::string& s) {
 }
 
 }  // namespace
+
+TokenRoles token_roles(const Tokenizer& tokenizer) {
+  TokenRoles r;
+  const SpecialTokens sp = tokenizer.special_tokens();
+  const auto* bpe = dynamic_cast<const BpeTokenizer*>(&tokenizer);
+  r.add_bos = bpe && bpe->add_bos() && sp.bos;
+  const std::optional<int32_t> eot = end_of_text_id(tokenizer);
+  r.prefix_id = r.add_bos ? *sp.bos : eot ? *eot : sp.eos ? *sp.eos : 0;
+  if (sp.eos) r.eos_ids.push_back(*sp.eos);
+  if (eot && (!sp.eos || *eot != *sp.eos)) r.eos_ids.push_back(*eot);
+  return r;
+}
 
 ModelLm::ModelLm(Model& model, const Tokenizer& tokenizer, bool add_bos, int32_t prefix_id,
                  std::vector<int32_t> eos_ids, ModelLmOptions options)

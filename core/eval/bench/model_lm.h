@@ -30,6 +30,16 @@ struct ModelLmOptions {
   int gen_batch = 16;           // sequences decoded together
 };
 
+// What a tokenizer alone says about the model's sequences: BOS first (a BPE tokenizer's add_bos()),
+// the token an empty context conditions on (BOS, else end-of-text, else EOS), and the ids that end a
+// generation (EOS and end-of-text). A model file's own list (ModelInfo::eos_ids) may add more.
+struct TokenRoles {
+  bool add_bos = false;
+  int32_t prefix_id = 0;
+  std::vector<int32_t> eos_ids;
+};
+TokenRoles token_roles(const Tokenizer& tokenizer);
+
 class ModelLm final : public LanguageModel {
  public:
   // add_bos: the model's sequences start with the tokenizer's BOS. prefix_id: what an empty
