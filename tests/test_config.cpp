@@ -137,37 +137,14 @@ TEST(TrainConfigJson, TheKeysWrittenAreThoseOfEveryRunSoFar) {
   std::set<std::string> keys;
   const json written = train_config_to_json(TrainConfig{});
   for (const auto& [k, v] : written.items()) keys.insert(k);
-  const std::set<std::string> want = {"dataset",
-                                      "preset",
-                                      "steps",
-                                      "batch",
-                                      "lr",
-                                      "min_lr_frac",
-                                      "warmup",
-                                      "weight_decay",
-                                      "beta1",
-                                      "beta2",
-                                      "adam_eps",
-                                      "grad_clip",
-                                      "kappa_nats",
-                                      "kappa_start_nats",
-                                      "kappa_anneal_steps",
-                                      "seed",
-                                      "eval_every",
-                                      "checkpoint_every",
-                                      "init_std",
-                                      "init_scale_residual",
-                                      "init_post_sampler_std",
-                                      "init_zeta_std",
-                                      "init_post_sampler_bitlinear",
+  const std::set<std::string> want = {"dataset", "preset", "steps", "batch", "lr", "min_lr_frac", "warmup",
+                                      "weight_decay", "beta1", "beta2", "adam_eps", "grad_clip", "kappa_nats",
+                                      "kappa_start_nats", "kappa_anneal_steps", "seed", "eval_every",
+                                      "checkpoint_every", "init_std", "init_scale_residual", "init_post_sampler_std",
+                                      "init_zeta_std", "init_post_sampler_bitlinear",
                                       // added with text training and benchmarks (issue 13)
-                                      "keep_checkpoints",
-                                      "val_sequences",
-                                      "init_from",
-                                      "bench_tasks",
-                                      "bench_every",
-                                      "bench_data",
-                                      "bench_max_new_tokens"};
+                                      "keep_checkpoints", "val_sequences", "init_from", "bench_tasks", "bench_every",
+                                      "bench_data", "bench_max_new_tokens"};
   EXPECT_EQ(keys, want);
   // Missing keys keep the defaults (rows older than a field).
   auto t = train_config_from_json(json{{"steps", 5}}, "x");
