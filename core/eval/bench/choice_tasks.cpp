@@ -18,6 +18,7 @@
 
 #include "core/eval/bench/fields.h"
 #include "core/eval/bench/task_loaders.h"
+#include "core/text/unicode_text.h"
 
 namespace ftx::bench {
 
@@ -144,24 +145,6 @@ class PyLiteralParser {
     }
   }
 
-  static void append_utf8(std::string& out, uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
-
   Result<uint32_t> hex(size_t digits) {
     if (pos_ + digits > s_.size()) return fail("short \\x/\\u escape");
     uint32_t v = 0;
@@ -227,7 +210,7 @@ class PyLiteralParser {
         case 'U': {
           auto cp = hex(e == 'x' ? 2 : e == 'u' ? 4 : 8);
           if (!cp) return cp.error();
-          append_utf8(out, *cp);
+          utf8_append(out, *cp);
           break;
         }
         default:
@@ -235,7 +218,7 @@ class PyLiteralParser {
             uint32_t v = static_cast<uint32_t>(e - '0');
             for (int i = 0; i < 2 && pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '7'; ++i)
               v = v * 8 + static_cast<uint32_t>(s_[pos_++] - '0');
-            append_utf8(out, v);
+            utf8_append(out, v);
           } else {  // Python keeps an unknown escape as written
             out += '\\';
             out += e;
