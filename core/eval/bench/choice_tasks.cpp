@@ -210,7 +210,7 @@ class PyLiteralParser {
         case 'U': {
           auto cp = hex(e == 'x' ? 2 : e == 'u' ? 4 : 8);
           if (!cp) return cp.error();
-          utf8_append(out, *cp);
+          text::utf8_append(out, *cp);
           break;
         }
         default:
@@ -218,7 +218,7 @@ class PyLiteralParser {
             uint32_t v = static_cast<uint32_t>(e - '0');
             for (int i = 0; i < 2 && pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '7'; ++i)
               v = v * 8 + static_cast<uint32_t>(s_[pos_++] - '0');
-            utf8_append(out, v);
+            text::utf8_append(out, v);
           } else {  // Python keeps an unknown escape as written
             out += '\\';
             out += e;
