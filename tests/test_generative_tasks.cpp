@@ -6,7 +6,9 @@
 
 #include <fstream>
 
+#include <set>
 #include "core/eval/bench/generative_tasks.h"
+
 #include "tests/bench_table_lm.h"
 
 namespace ftx::bench {
@@ -114,6 +116,36 @@ TEST(GenerativeTasks, Gsm8kPromptsAndMetrics) {
   EXPECT_EQ(r->items[1].detail["flexible"], "-250,000.");
   EXPECT_EQ(r->items[1].verdict, "wrong");  // the main metric is em_strict
   EXPECT_EQ(r->items[0].verdict, "correct");
+}
+
+// samples = M: each item answered under M draws of Z (M seeds, greedy tokens), the most frequent
+// answer counts (maj@M), its first generation is the item's output.
+TEST(GenerativeTasks, MajorityOverSeveralZ) {
+  auto task = load_task("gsm8k", bench_fixture("gsm8k.jsonl"), bench_fixture("gsm8k.jsonl"));
+  ASSERT_TRUE(task.ok()) << task.error().message;
+  TableLM lm;
+  int call = 0;
+  // Item 3 (gold 18): 18, 20, 18 → right; item 4 (gold -250,000): 7, 7, -250,000 → wrong.
+  const std::vector<std::string> answers = {" a\n#### 18", " b\n#### 20", " c\n#### 18",
+                                            " d\n#### 7",  " e\n#### 7",  " f\n#### -250,000"};
+  lm.generate_fn = [&](const GenRequest&) { return answers[call++]; };
+  EvalOptions o;
+  o.shots = 2;
+  o.samples = 3;
+  auto r = (*task)->evaluate(lm, {2, 3}, o);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  ASSERT_EQ(lm.generate_seen.size(), 6u);
+  std::set<uint64_t> seeds;
+  for (const GenRequest& g : lm.generate_seen) {
+    seeds.insert(g.seed);
+    EXPECT_EQ(g.temperature, 0.0f);
+  }
+  EXPECT_EQ(seeds.size(), 6u) << "a draw of Z per generation";
+  EXPECT_DOUBLE_EQ(find_metric(*r, "em_strict")->value, 0.5);
+  EXPECT_EQ(r->items[0].output, " a\n#### 18");
+  EXPECT_EQ(r->items[0].detail["votes"], 2);
+  EXPECT_EQ(r->items[1].output, " d\n#### 7");
+  EXPECT_EQ(r->items[1].verdict, "wrong");
 }
 
 TEST(GenerativeTasks, NqPromptWithDescriptionAndAliases) {

@@ -274,6 +274,10 @@ TaskResult GenerativeTask::collect(std::vector<ItemRecord> records, const std::v
 
 Result<TaskResult> GenerativeTask::evaluate(LanguageModel& lm, const std::vector<size_t>& which, const EvalOptions& o) {
   const int shots = o.shots < 0 ? info_.default_shots : o.shots;
+  // Greedy tokens; the seed picks a Free Transformer's Z. With samples = M > 1 each item is
+  // answered under M draws of Z and the most frequent answer counts (maj@M); a plain decoder gives
+  // M equal answers.
+  const int m = std::max(1, o.samples);
   std::vector<GenRequest> reqs;
   for (size_t w : which) {
     if (w >= items_.size())
@@ -281,13 +285,13 @@ Result<TaskResult> GenerativeTask::evaluate(LanguageModel& lm, const std::vector
                         std::to_string(items_.size()) + " items)");
     auto p = prompt(items_[w], shots);
     if (!p) return p.error();
-    // Greedy; the seed still picks a Free Transformer's Z, one per item.
-    reqs.push_back({.prompt = *p,
-                    .stop = spec_.stop,
-                    .max_new_tokens = o.max_new_tokens > 0 ? o.max_new_tokens : spec_.max_new_tokens,
-                    .temperature = 0,
-                    .top_p = 1,
-                    .seed = o.seed + w});
+    for (int j = 0; j < m; ++j)
+      reqs.push_back({.prompt = *p,
+                      .stop = spec_.stop,
+                      .max_new_tokens = o.max_new_tokens > 0 ? o.max_new_tokens : spec_.max_new_tokens,
+                      .temperature = 0,
+                      .top_p = 1,
+                      .seed = o.seed + w + uint64_t(j) * 1000003u});
   }
   auto gens = lm.generate(reqs);
   if (!gens) return gens.error();
@@ -298,13 +302,26 @@ Result<TaskResult> GenerativeTask::evaluate(LanguageModel& lm, const std::vector
   std::vector<Verdict> verdicts;
   for (size_t k = 0; k < which.size(); ++k) {
     const GenItem& it = items_[which[k]];
+    // The answer each generation gives, and the first generation of the most frequent one.
+    std::map<std::string, int> votes;
+    std::vector<std::string> keys;
+    size_t chosen = k * m;
+    for (int j = 0; j < m; ++j) {
+      const Verdict v = judge(it, (*gens)[k * m + j]);
+      const std::string key = v.detail.value("strict", std::string()) + "|" +
+                              v.detail.value("flexible", std::string()) + "|" +
+                              v.detail.value("normalized", std::string());
+      keys.push_back(key);
+      if (++votes[key] > votes[keys[chosen - k * m]]) chosen = k * m + j;
+    }
     ItemRecord r;
     r.item_id = "line " + std::to_string(it.line);
-    r.prompt = reqs[k].prompt;
-    r.output = cut_at_stop((*gens)[k], spec_.stop);
+    r.prompt = reqs[k * m].prompt;
+    r.output = cut_at_stop((*gens)[chosen], spec_.stop);
     r.target = it.golds[0];
     records.push_back(std::move(r));
-    verdicts.push_back(judge(it, (*gens)[k]));
+    verdicts.push_back(judge(it, (*gens)[chosen]));
+    if (m > 1) verdicts.back().detail["votes"] = votes[keys[chosen - k * m]];
   }
   TaskResult out = collect(std::move(records), verdicts);
   for (const ItemRecord& r : out.items) out.samples.push_back({r.item_id, r.output});
