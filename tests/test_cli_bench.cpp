@@ -140,5 +140,18 @@ TEST_F(CliBench, BadInputIsOneLineBeforeAnythingIsWritten) {
   }
 }
 
+// A data file made with another tokenizer than the model's: one line naming both files.
+TEST_F(CliBench, DataOfAnotherTokenizerIsRefusedNamingBothFiles) {
+  auto r = test::run_ftx({"train", "--preset", "tiny", "--steps", "1", "--batch", "2", "--eval-every", "0",
+                          "--checkpoint-every", "0", "--db", in_dir("chars.db"), "--run", "c", "--quiet"},
+                         dir_);
+  ASSERT_EQ(r.code, 0) << test::describe(r);
+  const std::string chars_ckpt = in_dir("chars.checkpoints/c/step-000001");
+  r = test::run_ftx({"train", "--init", chars_ckpt, "--dataset", "text", "--data", data(), "--seq-len", "4", "--steps",
+                     "1", "--batch", "1", "--db", db(), "--run", "mismatch", "--quiet"},
+                    dir_);
+  test::expect_one_line_error(r, {data(), chars_ckpt});
+}
+
 }  // namespace
 }  // namespace ftx
