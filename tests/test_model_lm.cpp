@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -95,6 +96,65 @@ TEST_F(ModelLmSmolLM2, GreedyGenerationsEqualTransformers) {
   auto cut = lm_->generate({reqs[0]});
   ASSERT_TRUE(cut.ok());
   EXPECT_EQ((*cut)[0], "```");
+}
+
+// End to end against lm-evaluation-harness: its MMLU, HellaSwag and ARC runs with a tiny Llama
+// through transformers (tests/fixtures/make_lmeval_fixtures.py) logged every request's
+// log-likelihood; our tasks through ModelLm on the same checkpoint give the same log-likelihoods
+// (fp32 on both sides: within 1e-4 nats) and the same choice for every item.
+TEST(ModelLmLmEval, SameLogLikelihoodsAndChoicesAsLmEvalOnTheSameModel) {
+  const std::string dir = std::string(FTX_FIXTURE_DIR) + "/bench/";
+  auto f = ModelFile::open(dir + "lmeval_llama");
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  auto be = make_cpu_backend();
+  auto model = (*f)->load(*be, {}, DType::F32);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  const ModelInfo& info = (*f)->info();
+  ASSERT_TRUE(info.tokenizer);
+  const bench::TokenRoles roles = bench::token_roles(*info.tokenizer);
+  ModelLm lm(**model, *info.tokenizer, roles.add_bos, roles.prefix_id, roles.eos_ids);
+  // Records what the tasks ask and what the model answers.
+  struct Recorder final : bench::LanguageModel {
+    ModelLm& inner;
+    std::map<std::pair<std::string, std::string>, double> seen;
+    explicit Recorder(ModelLm& m) : inner(m) {}
+    Result<std::vector<bench::LoglikResult>> loglikelihood(const std::vector<LoglikRequest>& rs) override {
+      auto out = inner.loglikelihood(rs);
+      if (out)
+        for (size_t i = 0; i < rs.size(); ++i) seen[{rs[i].context, rs[i].continuation}] = (*out)[i].logprob;
+      return out;
+    }
+    Result<std::vector<std::string>> generate(const std::vector<GenRequest>& rs) override { return inner.generate(rs); }
+  } rec(lm);
+  std::ifstream in(dir + "lmeval_choice.json");
+  const nlohmann::json ref = nlohmann::json::parse(in);
+  int items = 0, requests = 0;
+  for (const auto& [name, t] : ref["tasks"].items()) {
+    SCOPED_TRACE(name);
+    auto task = name == "mmlu" ? bench::load_task(name, dir + "mmlu.jsonl", dir + "mmlu_dev.jsonl")
+                               : bench::load_task(name, dir + name + ".jsonl");
+    ASSERT_TRUE(task.ok()) << task.error().message;
+    std::vector<size_t> all((*task)->size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = i;
+    bench::EvalOptions o;
+    o.shots = t["num_fewshot"];
+    auto r = (*task)->evaluate(rec, all, o);
+    ASSERT_TRUE(r.ok()) << r.error().message;
+    for (size_t k = 0; k < r->items.size(); ++k) {
+      const auto& want = t["items"][k];
+      for (const auto& q : want["requests"]) {
+        auto at = rec.seen.find({q["context"], q["continuation"]});
+        ASSERT_NE(at, rec.seen.end()) << "request not made: " << q["continuation"];
+        EXPECT_NEAR(at->second, q["loglik"].get<double>(), 1e-4) << q["continuation"];
+        ++requests;
+      }
+      EXPECT_EQ(r->items[k].detail["pred"]["acc"], want["pred"]) << "item " << k;
+      EXPECT_EQ(r->items[k].detail["pred"]["acc_char"], want["pred_norm"]) << "item " << k;
+      ++items;
+    }
+  }
+  EXPECT_EQ(items, 18);
+  EXPECT_GT(requests, 60);
 }
 
 // A Free Transformer scores with Z from the prior: log of the mean probability over K draws, each
