@@ -1,7 +1,6 @@
 # Shared by run.sh and test.sh: Debian packages and the CMake build. Sourced, not executed.
 # xauth: xvfb-run needs it (xvfb only recommends it, and recommends are not installed).
 # bubblewrap and python3 (/usr/bin/python3): the sandbox that runs generated code (core/eval/bench/sandbox.h).
-# bubblewrap: the sandbox of the code benchmarks (core/eval/bench/sandbox.h).
 FTX_PACKAGES=(cmake ninja-build g++ libopenblas-openmp-dev libsqlite3-dev nlohmann-json3-dev
               libgtest-dev libcli11-dev clang-format git libpcre2-dev libutf8proc-dev
               qt6-base-dev qt6-charts-dev libqt6opengl6-dev libimgui-dev xvfb xauth bubblewrap python3)
