@@ -160,6 +160,7 @@ int run_eval(const EvalArgs& a) {
   } else {
     Result<LoadedModel> lm = make_error("");
     const bool own_run = a.source.checkpoint.empty() && !a.source.random_init && !a.run.empty();
+    if (a.step && !own_run) return fail("--step picks a checkpoint of --run: give --run without --checkpoint");
     if (own_run)
       lm = load_run_model(a.db, a.run, a.step, a.device, a.precision);
     else
@@ -178,9 +179,9 @@ int run_eval(const EvalArgs& a) {
     }
     if (!lm->tokenizer) return fail(lm->dir + ": the model has no tokenizer; benchmarks need text");
     const ModelInfo& info = lm->file->info();
-    const auto special = lm->tokenizer->special_tokens();
-    const int32_t prefix = special.bos ? *special.bos : (special.eos ? *special.eos : 0);
-    bench::ModelLm model_lm(*lm->model, *lm->tokenizer, info.add_bos, prefix, info.eos_ids,
+    const bench::TokenRoles roles = bench::token_roles(*lm->tokenizer);
+    bench::ModelLm model_lm(*lm->model, *lm->tokenizer, info.add_bos, roles.prefix_id,
+                            info.eos_ids.empty() ? roles.eos_ids : info.eos_ids,
                             bench::ModelLmOptions{.latent_draws = a.latent_draws, .seed = a.seed});
     result = (*task)->evaluate(model_lm, items, o);
   }
