@@ -1,6 +1,7 @@
 // ftx eval: one benchmark task (core/eval/bench) on a model file or a run's checkpoint, or on
 // generations made elsewhere (--score-samples). Results go to the run store's benchmark tables:
 // a run's own checkpoint at its step, an external file into a run named after it (docs/benchmarks.md).
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -180,8 +181,12 @@ int run_eval(const EvalArgs& a) {
     if (!lm->tokenizer) return fail(lm->dir + ": the model has no tokenizer; benchmarks need text");
     const ModelInfo& info = lm->file->info();
     const bench::TokenRoles roles = bench::token_roles(*lm->tokenizer);
-    bench::ModelLm model_lm(*lm->model, *lm->tokenizer, info.add_bos, roles.prefix_id,
-                            info.eos_ids.empty() ? roles.eos_ids : info.eos_ids,
+    // The file's end ids and the tokenizer's end-of-text: a model fine-tuned on documents ends a
+    // completion with the separator it was trained on.
+    std::vector<int32_t> eos = info.eos_ids;
+    for (int32_t id : roles.eos_ids)
+      if (std::find(eos.begin(), eos.end(), id) == eos.end()) eos.push_back(id);
+    bench::ModelLm model_lm(*lm->model, *lm->tokenizer, info.add_bos, roles.prefix_id, eos,
                             bench::ModelLmOptions{.latent_draws = a.latent_draws, .seed = a.seed});
     result = (*task)->evaluate(model_lm, items, o);
   }
