@@ -11,6 +11,7 @@
 #include "core/eval/bench/bench_suite.h"
 #include "core/io/model_params.h"
 #include "core/store/run_store.h"
+#include "core/train/init_model.h"
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
 
@@ -66,13 +67,6 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
 
 namespace {
 
-// The data's tokenizer file (--data) when the dataset has one, else the dataset's name.
-std::string data_name(const TrainArgs& a, const BatchSource& data) {
-  const auto& o = a.train.dataset_options;
-  return o.contains("text_data") && o["text_data"].is_string() ? o["text_data"].get<std::string>()
-                                                               : "dataset " + data.name();
-}
-
 // A new run on the shape, weights and tokenizer of --init (ours or any model file): shape flags
 // are refused, the data must be tokenized by the model's tokenizer, kappa is the one the
 // checkpoint recorded (ftx upcycle --kappa-bits) unless given.
@@ -82,15 +76,9 @@ Result<std::unique_ptr<Trainer>> start_from_init(Backend& be, TrainArgs& a, cons
     return make_error(a.shape_flag_given + " cannot be used with --init: the model's shape comes from " + path);
   if (auto store = RunStore::open_readonly(a.db); store && store->find_run(a.run))
     return make_error("run '" + a.run + "' already exists in " + a.db + " (use --resume, or pick another --run)");
-  auto src = read_model_params(path);
+  auto src = read_init_model(path, data);
   if (!src) return src.error();
   const ModelInfo& info = src->info;
-  if (!info.tokenizer)
-    return make_error(path + ": has no tokenizer, so its token ids cannot be matched to " + data_name(a, data));
-  if (info.tokenizer->fingerprint() != data.tokenizer().fingerprint())
-    return make_error(data_name(a, data) + ": tokenized with another tokenizer (fingerprint " +
-                      data.tokenizer().fingerprint().substr(0, 12) + ") than " + path + " (fingerprint " +
-                      info.tokenizer->fingerprint().substr(0, 12) + ")");
   if (!a.kappa_given)
     if (const float k = recorded_kappa_nats(path); k >= 0) a.train.kappa_nats = k;
   a.train.preset = "custom";

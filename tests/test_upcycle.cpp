@@ -4,13 +4,16 @@
 // on tiny fixtures and on the real SmolLM2; the encoder is a copy of the injection block; a
 // Free Transformer source and a bad H are refused in one line; a run started from a checkpoint
 // evaluates at step 0 to the source's validation CE; --keep-checkpoints keeps exactly the last N
-// and the best; shape flags with --init are refused.
+// and the best; shape flags with --init are refused; the studio's Session starts from a file too.
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/data/token_file.h"
@@ -18,8 +21,10 @@
 #include "core/io/checkpoint.h"
 #include "core/io/model_params.h"
 #include "core/model/upcycle.h"
+#include "core/session/session.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
+#include "datasets/registry.h"
 #include "datasets/synthetic.h"
 #include "datasets/text.h"
 #include "tests/real_model.h"
@@ -278,6 +283,57 @@ TEST(TrainInit, BaselineFromAGgufFileStartsAtItsCe) {
   ASSERT_TRUE((*t)->run(data, stop, {}).ok());
   EXPECT_EQ(metric_at(dir / "r.db", "g", "val/ce_prior", 0), src_ce);
   EXPECT_GT(src_ce, 0.0);
+}
+
+// The studio's Session starts the same run from a model file (the Train form's "Start from"):
+// the file's shape and weights (the first evaluation is the file's CE), refused before anything
+// is queued when the data's tokenizer is another.
+TEST(TrainInit, SessionStartsFromAModelFileOnText) {
+  test::TempDir dir("ftx_test_upcycle_");
+  const std::string gguf = kReal + "gguf_tiny_qwen2.gguf";
+  auto init = read_model_params(gguf);
+  ASSERT_TRUE(init.ok()) << init.error().message;
+  const std::string data_path = token_file(dir / "d.tok", *init->info.tokenizer, 12);
+  TrainRequest req;
+  req.db_path = dir / "s.db", req.run = "from-file", req.threads = 1;
+  req.shape.preset = "tiny", req.shape.latent_bits = 4;  // ignored: the shape is the file's
+  req.train.dataset = "text", req.train.dataset_options = {{"text_data", data_path}, {"text_seq_len", 16}};
+  req.train.steps = 2, req.train.batch = 2, req.train.eval_every = 2, req.train.checkpoint_every = 0;
+  req.train.val_sequences = 4, req.train.init_from = gguf, req.train.seed = 3;
+
+  auto file = TokenFile::open(data_path);
+  ASSERT_TRUE(file.ok());
+  TextDataset data(*file, 16, req.train.seed);
+  auto src = Model::create(cpu(), init->info.config);
+  (*src)->load_params(init->params.data());
+  EvalConfig ec;
+  ec.synthetic = false, ec.seed = req.train.seed * 7919, ec.val_sequences = 4, ec.batch = 2;
+  double src_ce = -1;
+  for (const auto& [k, v] : evaluate(**src, data, ec, 0.0f))
+    if (k == "val/ce_prior") src_ce = v;
+
+  Session session(make_dataset);
+  ASSERT_TRUE(session.start({req}).ok());
+  const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (session.busy() && std::chrono::steady_clock::now() < end)
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const SessionSnapshot snap = session.snapshot();
+  ASSERT_EQ(snap.state, SessionState::Finished) << snap.message;
+  EXPECT_EQ(metric_at(req.db_path, req.run, "val/ce_prior", 0), src_ce);
+  auto store = RunStore::open_readonly(req.db_path);
+  auto row = store->find_run(req.run);
+  ASSERT_TRUE(row.ok());
+  EXPECT_EQ(nlohmann::json::parse(row->config_json)["model"]["hidden_size"], init->info.config.dim);
+  EXPECT_EQ(nlohmann::json::parse(row->config_json)["train"]["init_from"], gguf);
+
+  TrainRequest other = req;  // data from the other tiny model's tokenizer
+  other.run = "mismatch", other.train.init_from = kReal + "tiny_qwen2";
+  Status st = session.start({other});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.error().message.find(data_path), std::string::npos) << st.error().message;
+  EXPECT_NE(st.error().message.find("tiny_qwen2"), std::string::npos) << st.error().message;
+  EXPECT_FALSE(session.busy());
+  EXPECT_FALSE(store->find_run("mismatch").ok());
 }
 
 // ---- the command line -------------------------------------------------------------------------

@@ -8,7 +8,8 @@
 // - summarize_run: a config written by the trainer's own serializers, bad JSON, wrong types.
 // - TrainView: parse_kappa_bits / parse_kappa_list, Start refusing a bad kappa (named in the
 //   message line), a valid Start and a kappa sweep as start_requested, the run controls by state;
-//   a custom size shaped by the session into the model `ftx train` makes with the same flags.
+//   a custom size shaped by the session into the model `ftx train` makes with the same flags; the
+//   text dataset and a model to start from (fine-tuning) as request fields.
 // - GenerationsView: a prompt the runs' tokenizer cannot encode refused with the tokenizer's
 //   message (character and position) and no request, a valid prompt's figure4_requested,
 //   set_tokenizer re-checking the prompt, the empty prompt, select_run with its latest step, the
@@ -38,6 +39,8 @@
 #include <QtCharts/QValueAxis>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <ostream>
@@ -633,6 +636,49 @@ TEST(TrainView, StartWithAValidFormRequestsOneRun) {
   EXPECT_EQ(r.train.dataset, "synthetic");
   EXPECT_NEAR(r.train.kappa_nats, ftx::bits_to_nats(kKappaBits), kFloatTol);
   EXPECT_LE(r.train.eval_every, r.train.steps / 4) << "a short run still evaluates a few times";
+}
+
+// Fine-tuning from the form: the text dataset needs its token file (refused without one), a model
+// to start from turns the size fields off and lends its recorded kappa (ftx upcycle --kappa-bits),
+// and the request carries the file, the sequence length and the model as ftx train's options do.
+TEST(TrainView, TextFromAModelFileRequestsAFineTune) {
+  ftx::test::TempDir dir("ftx_test_views_");
+  const std::string model = dir / "smol-ft16";
+  std::filesystem::create_directories(model);
+  std::ofstream(model + "/upcycle.json") << R"({"train": {"kappa_nats": 0.34657359}})";
+  TrainHarness h;
+  auto* dataset = h.view.findChild<QComboBox*>("dataset");
+  auto* data = h.view.findChild<QLineEdit*>("text_data");
+  auto* seq_len = h.view.findChild<QSpinBox*>("seq_len");
+  auto* init = h.view.findChild<QLineEdit*>("init_from");
+  auto* preset = h.view.findChild<QComboBox*>("preset");
+  auto* bits = h.view.findChild<QSpinBox*>("latent_bits");
+  QLineEdit* kappa = line_edit_with_text(&h.view, kDefaultKappa);
+  ASSERT_TRUE(dataset && data && seq_len && init && preset && bits && kappa);
+  EXPECT_FALSE(data->isEnabled()) << "the token file is for the text dataset only";
+  dataset->setCurrentIndex(dataset->findData("text"));
+  EXPECT_TRUE(data->isEnabled());
+  button(&h.view, "Start")->click();
+  EXPECT_TRUE(h.started.empty()) << "no token file, no run";
+  EXPECT_TRUE(label_texts(&h.view).contains("token file"));
+
+  data->setText("  /data/stdlib.tok ");
+  seq_len->setValue(128);
+  init->setText(QString::fromStdString(model));
+  emit init->editingFinished();
+  EXPECT_FALSE(preset->isEnabled() || bits->isEnabled()) << "the shape is the file's";
+  EXPECT_NEAR(ftx::bits_to_nats(parse_kappa_bits(kappa->text()).value()), 0.34657359, 1e-6);
+  button(&h.view, "Start")->click();
+  ASSERT_EQ(h.started.size(), 1u);
+  const ftx::TrainRequest& r = h.started[0][0];
+  EXPECT_EQ(r.train.dataset, "text");
+  EXPECT_EQ(r.train.dataset_options["text_data"], "/data/stdlib.tok");
+  EXPECT_EQ(r.train.dataset_options["text_seq_len"], 128);
+  EXPECT_EQ(r.train.init_from, model);
+  EXPECT_NEAR(r.train.kappa_nats, 0.34657359, 1e-6);
+  EXPECT_NE(r.run.find("smol-ft16"), std::string::npos) << r.run;
+  init->clear();
+  EXPECT_TRUE(preset->isEnabled() && bits->isEnabled());
 }
 
 // The Device combo: CPU, CUDA, CUDA with bf16 GEMMs (the last two only when the build has CUDA).

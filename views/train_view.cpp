@@ -2,6 +2,8 @@
 
 #include <QComboBox>
 #include <QDateTime>
+#include <QFileDialog>
+#include <QFileInfo>
 #include <QFormLayout>
 #include <QGridLayout>
 #include <QGroupBox>
@@ -15,6 +17,7 @@
 #include <QVBoxLayout>
 #include <cmath>
 
+#include "core/io/model_params.h"
 #include "core/train/train_config.h"
 
 ftx::Result<double> parse_kappa_bits(const QString& text) {
@@ -63,6 +66,20 @@ QSpinBox* spin(int lo, int hi, int value) {
 
 void mark(QLineEdit* e, bool bad) { e->setStyleSheet(bad ? "QLineEdit { border: 2px solid #d33; }" : ""); }
 
+// A "…" button that fills `target` with a file chosen in a dialog; a config.json picks its directory.
+QPushButton* browse_button(QLineEdit* target, const QString& title, const QString& filter) {
+  auto* b = new QPushButton("…");
+  b->setToolTip(title);
+  QObject::connect(b, &QPushButton::clicked, target, [=] {
+    QString path = QFileDialog::getOpenFileName(target, title, target->text(), filter);
+    if (path.isEmpty()) return;
+    if (QFileInfo(path).fileName() == "config.json") path = QFileInfo(path).absolutePath();
+    target->setText(path);
+    emit target->editingFinished();
+  });
+  return b;
+}
+
 QString kappa_label(double bits) { return QString::number(bits, 'g', 4).replace(".", "_"); }
 
 }  // namespace
@@ -83,6 +100,28 @@ QWidget* TrainView::build_form() {
   dataset_ = new QComboBox;
   dataset_->addItem("Synthetic (letter / underscore)", "synthetic");
   dataset_->addItem("Coin flip", "coinflip");
+  dataset_->addItem("Text (token file)", "text");
+  dataset_->setObjectName("dataset");
+  text_data_ = new QLineEdit;
+  text_data_->setObjectName("text_data");
+  text_data_->setPlaceholderText("token file written by ftx tokenize --out");
+  seq_len_ = spin(2, 1 << 16, 256);
+  seq_len_->setObjectName("seq_len");
+  seq_len_->setToolTip("Tokens per training sequence (documents are packed)");
+  auto* text_row = new QHBoxLayout;
+  text_row->addWidget(text_data_, 1);
+  text_row->addWidget(browse_button(text_data_, "Token file", "Token data (*.tok);;All files (*)"));
+  text_row->addWidget(new QLabel("seq len"));
+  text_row->addWidget(seq_len_);
+  init_ = new QLineEdit;
+  init_->setObjectName("init_from");
+  init_->setPlaceholderText("empty: random weights; or a model to fine-tune (.gguf, checkpoint directory)");
+  init_->setToolTip(
+      "Weights, shape and tokenizer to start from, as ftx train --init (e.g. one made by ftx upcycle)."
+      " Pick a directory's config.json to choose the directory.");
+  auto* init_row = new QHBoxLayout;
+  init_row->addWidget(init_, 1);
+  init_row->addWidget(browse_button(init_, "Model to start from", "Models (*.gguf config.json);;All files (*)"));
   preset_ = new QComboBox;
   for (const std::string& name : ftx::model_preset_names()) preset_->addItem(QString::fromStdString(name));
   preset_->addItem(kCustom);
@@ -116,6 +155,8 @@ QWidget* TrainView::build_form() {
   name_ = new QLineEdit;
   name_->setPlaceholderText("run name (default: dataset-H-kappa-time)");
   form->addRow("Dataset", dataset_);
+  form->addRow("Data", text_row);
+  form->addRow("Start from", init_row);
   form->addRow("Preset", preset_);
   form->addRow("Size", size);
   form->addRow("Latent bits H", bits_);
@@ -127,6 +168,9 @@ QWidget* TrainView::build_form() {
   form->addRow("Device", device_);
   form->addRow("Run name", name_);
   connect(preset_, &QComboBox::currentTextChanged, this, &TrainView::update_preset);
+  connect(dataset_, &QComboBox::currentIndexChanged, this, &TrainView::update_preset);
+  connect(init_, &QLineEdit::textChanged, this, &TrainView::update_preset);
+  connect(init_, &QLineEdit::editingFinished, this, &TrainView::take_recorded_kappa);
   connect(kappa_, &QLineEdit::textChanged, this, &TrainView::update_kappa_label);
   connect(lr_, &QLineEdit::textChanged, this, [this] {
     bool ok = false;
@@ -185,13 +229,25 @@ void TrainView::set_cuda_available(bool on) {
 void TrainView::set_run_name(const QString& name) { name_->setText(name); }
 void TrainView::set_steps(int steps) { steps_->setValue(steps); }
 
+// Which fields apply: the text fields for the text dataset; with a model to start from, its
+// shape and H are the file's, so the size fields are off.
 void TrainView::update_preset() {
-  const bool custom = preset_->currentText() == kCustom;
+  const bool custom = preset_->currentText() == kCustom, text = dataset_->currentData().toString() == "text";
+  const bool from_file = !init_->text().trimmed().isEmpty();
   if (!custom) {
     auto p = ftx::model_preset(preset_->currentText().toStdString());
     if (p) layers_->setValue(p->n_layers), dim_->setValue(p->dim), heads_->setValue(p->n_heads);
   }
-  for (QSpinBox* s : {layers_, dim_, heads_}) s->setEnabled(custom);
+  for (QSpinBox* s : {layers_, dim_, heads_}) s->setEnabled(custom && !from_file);
+  preset_->setEnabled(!from_file), bits_->setEnabled(!from_file);
+  text_data_->setEnabled(text), seq_len_->setEnabled(text);
+}
+
+// A model made by ftx upcycle --kappa-bits records its kappa: the form takes it, as ftx train
+// --init does when no kappa is given.
+void TrainView::take_recorded_kappa() {
+  if (const float k = ftx::recorded_kappa_nats(init_->text().trimmed().toStdString()); k >= 0)
+    kappa_->setText(QString::number(ftx::nats_to_bits(k), 'g', 6));
 }
 
 void TrainView::update_kappa_label() {
@@ -219,6 +275,13 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   }
   r.shape.latent_bits = bits_->value();
   r.train.dataset = dataset_->currentData().toString().toStdString();
+  if (r.train.dataset == "text") {
+    const QString data = text_data_->text().trimmed();
+    if (data.isEmpty()) return ftx::make_error("the text dataset needs a token file (written by ftx tokenize --out)");
+    r.train.dataset_options["text_data"] = data.toStdString();
+    r.train.dataset_options["text_seq_len"] = seq_len_->value();
+  }
+  r.train.init_from = init_->text().trimmed().toStdString();
   r.train.preset = preset.toStdString();
   r.train.kappa_nats = static_cast<float>(ftx::bits_to_nats(*bits));
   r.train.steps = steps_->value(), r.train.batch = batch_->value();
@@ -226,9 +289,11 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   r.train.eval_every = std::min(r.train.eval_every, std::max(1, r.train.steps / 4));
   r.train.checkpoint_every = r.train.eval_every;
   r.run = name_->text().trimmed().toStdString();
+  const QString model = r.train.init_from.empty()
+                            ? QString("H%1").arg(r.shape.latent_bits)
+                            : QFileInfo(QString::fromStdString(r.train.init_from)).completeBaseName();
   if (r.run.empty())
-    r.run = (QString::fromStdString(r.train.dataset) +
-             QString("-H%1-k%2-").arg(r.shape.latent_bits).arg(kappa_label(*bits)) +
+    r.run = (QString::fromStdString(r.train.dataset) + "-" + model + QString("-k%1-").arg(kappa_label(*bits)) +
              QDateTime::currentDateTime().toString("MMdd-hhmmss"))
                 .toStdString();
   return r;

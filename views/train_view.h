@@ -1,5 +1,6 @@
-// TrainView: the Train dock. A form that produces TrainRequests (dataset, preset or custom size,
-// H, kappa in bits with its value in nats, steps, batch, lr, seed, device), the run controls
+// TrainView: the Train dock. A form that produces TrainRequests (dataset, a token file for text,
+// a model to start from or a preset or custom size and H, kappa in bits with its value in nats,
+// steps, batch, lr, seed, device), the run controls
 // (Start, Pause, Resume, Stop, Step once), a live kappa change, and a kappa sweep (one run per
 // value, one after another). Typed values are checked as they are typed; a bad one is marked
 // and named in the message line, and nothing starts.
@@ -53,13 +54,15 @@ class TrainView : public QWidget {
  private:
   void update_kappa_label();
   void update_preset();
+  void take_recorded_kappa();
   QWidget* build_form();
   QWidget* build_controls();
 
   QString db_path_;
   QComboBox *dataset_, *preset_, *device_;
   QSpinBox *layers_, *dim_, *heads_, *bits_, *steps_, *batch_, *seed_;
-  QLineEdit *kappa_, *lr_, *name_, *sweep_;
+  QSpinBox* seq_len_;
+  QLineEdit *kappa_, *lr_, *name_, *sweep_, *text_data_, *init_;
   QLabel *kappa_nats_, *status_, *message_;
   QPushButton *start_, *pause_, *resume_, *stop_, *step_, *set_kappa_, *sweep_start_;
   QProgressBar* progress_;

@@ -11,6 +11,7 @@
 #include <omp.h>
 
 #include "core/store/run_store.h"
+#include "core/train/init_model.h"
 #include "core/train/trainer.h"
 #include "kernels/backend.h"
 
@@ -38,9 +39,17 @@ Status prepare_request(const DatasetFactory& datasets, TrainRequest& req) {
   FTX_TRY(req.train.validate());
   auto data = datasets(req.train);
   if (!data) return make_error("dataset '" + req.train.dataset + "': unknown or bad arguments");
-  auto m = shape_model_config(req.shape, data->tokenizer().vocab_size(), data->seq_len());
-  if (!m) return m.error();
-  req.model = *m;
+  if (req.train.init_from.empty()) {
+    auto m = shape_model_config(req.shape, data->tokenizer().vocab_size(), data->seq_len());
+    if (!m) return m.error();
+    req.model = *m;
+  } else {  // the shape is the file's; its weights are read when the run starts, on the worker
+    auto info = check_init_model(req.train.init_from, *data);
+    if (!info) return info.error();
+    req.model = info->config;
+    req.train.preset = "custom";
+  }
+  FTX_TRY(check_training_memory(req.model, req.train, data->seq_len()));
   if (req.run.empty()) return make_error("a run needs a name");
   auto store = RunStore::open(req.db_path);
   if (!store) return store.error();
@@ -176,6 +185,21 @@ Result<std::unique_ptr<Backend>> make_session_backend(const std::string& device,
 }
 }  // namespace
 
+// The request's Trainer: random weights of req.model, or the weights of req.train.init_from
+// (read here, on the worker: seconds for a 135M model, with a notice meanwhile).
+Result<std::unique_ptr<Trainer>> Session::start_trainer(Backend& be, const TrainRequest& req, const BatchSource& data,
+                                                        SessionSnapshot& s) {
+  if (req.train.init_from.empty())
+    return Trainer::start(be, req.model, data.tokenizer().clone(), req.train, data.seq_len(), req.db_path, req.run);
+  s.message = "reading the weights of " + req.train.init_from;
+  publish(s);
+  auto src = read_init_model(req.train.init_from, data);
+  if (!src) return src.error();
+  s.message.clear();
+  return Trainer::start(be, src->info.config, src->info.tokenizer, req.train, data.seq_len(), req.db_path, req.run,
+                        &src->params);
+}
+
 void Session::run_one(TrainRequest& req) {
   SessionSnapshot s;
   s.run = req.run, s.total_steps = req.train.steps, s.kappa_nats = req.train.kappa_nats;
@@ -190,8 +214,7 @@ void Session::run_one(TrainRequest& req) {
   }
   std::unique_ptr<Backend> be = std::move(*made);
   auto data = datasets_(req.train);
-  auto trainer =
-      Trainer::start(*be, req.model, data->tokenizer().clone(), req.train, data->seq_len(), req.db_path, req.run);
+  auto trainer = start_trainer(*be, req, *data, s);
   if (!trainer) {
     s.state = SessionState::Failed, s.message = trainer.error().message;
     return publish(s);

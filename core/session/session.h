@@ -23,12 +23,14 @@
 
 namespace ftx {
 
+class Backend;
 class Trainer;
 
 struct TrainRequest {
   std::string db_path, run;
-  ShapeOverrides shape;  // the model asked for, shaped as `ftx train` shapes it
-  ModelConfig model;     // filled by prepare_request: shape_model_config(shape, the dataset's sizes)
+  ShapeOverrides shape;  // the model asked for, shaped as `ftx train` shapes it (unused with init_from)
+  ModelConfig model;     // filled by prepare_request: shape_model_config(shape, the dataset's sizes),
+                         // or the shape of train.init_from, whose weights the run starts from
   TrainConfig train;
   int threads = 0;             // OpenMP threads for the worker; 0 = all cores (it runs at idle priority)
   std::string device = "cpu";  // "cpu", "cuda" or "cuda:N" (make_backend_for)
@@ -53,8 +55,9 @@ struct SessionSnapshot {
 };
 
 // Shapes the request's model from its ShapeOverrides and the vocabulary and sequence length of
-// the dataset it names (shape_model_config, as `ftx train` does), and validates everything a run
-// needs before it is queued: one-line errors.
+// the dataset it names (shape_model_config, as `ftx train` does), or takes the shape of the model
+// file train.init_from names (its headers only; the data must be tokenized by its tokenizer), and
+// validates everything a run needs before it is queued: one-line errors.
 Status prepare_request(const DatasetFactory& datasets, TrainRequest& req);
 
 class Session {
@@ -78,6 +81,8 @@ class Session {
  private:
   void worker_loop();
   void run_one(TrainRequest& req);
+  Result<std::unique_ptr<Trainer>> start_trainer(Backend& be, const TrainRequest& req, const BatchSource& data,
+                                                 SessionSnapshot& s);
   bool wait_for_step(Trainer& tr, SessionSnapshot& s);  // false when the run must stop
   void publish(const SessionSnapshot& s);
 

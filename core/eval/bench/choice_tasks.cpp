@@ -562,16 +562,12 @@ TaskSpec spec_for(const std::string& name) {
 }
 
 Result<std::vector<ChoiceItem>> read_items(const TaskSpec& spec, const std::string& path) {
-  auto rows = read_jsonl(path);
-  if (!rows) return rows.error();
-  std::vector<ChoiceItem> items;
-  for (const JsonLine& row : *rows) {
-    auto it = spec.read(row.value, path, row.line);
-    if (!it) return it.error();
-    FTX_TRY(check_gold(*it, spec.gold_field, path, row.line));
-    items.push_back(std::move(*it));
-  }
-  return items;
+  return read_jsonl_items<ChoiceItem>(
+      path, [&](const nlohmann::json& j, const std::string& p, int line) -> Result<ChoiceItem> {
+        auto it = spec.read(j, p, line);
+        if (it) FTX_TRY(check_gold(*it, spec.gold_field, p, line));
+        return it;
+      });
 }
 
 // The string that picks an item's few-shot examples: MMLU's subject, one pool for the others.

@@ -137,15 +137,8 @@ Result<CodeItem> read_item(const std::string& task, const nlohmann::json& j, con
 }
 
 Result<std::vector<CodeItem>> read_items(const std::string& task, const std::string& path) {
-  auto rows = read_jsonl(path);
-  if (!rows) return rows.error();
-  std::vector<CodeItem> items;
-  for (const auto& [line, j] : *rows) {
-    auto it = read_item(task, j, path, line);
-    if (!it) return it.error();
-    items.push_back(std::move(*it));
-  }
-  return items;
+  return read_jsonl_items<CodeItem>(
+      path, [&](const nlohmann::json& j, const std::string& p, int line) { return read_item(task, j, p, line); });
 }
 
 // Python string literal for any text (JSON's escapes are Python's, and \u escapes keep it ASCII).

@@ -181,15 +181,7 @@ const GenSpec& spec_for(const std::string& name) {
 }
 
 Result<std::vector<GenItem>> read_items(const GenSpec& spec, const std::string& path) {
-  auto rows = read_jsonl(path);
-  if (!rows) return rows.error();
-  std::vector<GenItem> items;
-  for (const JsonLine& row : *rows) {
-    auto it = spec.read(row.value, path, row.line);
-    if (!it) return it.error();
-    items.push_back(std::move(*it));
-  }
-  return items;
+  return read_jsonl_items<GenItem>(path, spec.read);
 }
 
 struct Verdict {

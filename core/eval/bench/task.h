@@ -145,6 +145,21 @@ struct JsonLine {
 };
 Result<std::vector<JsonLine>> read_jsonl(const std::string& path);
 
+// Every line of a JSONL file made into an item by read(value, path, line) -> Result<Item>; the
+// first bad line's error.
+template <class Item, class Read>
+Result<std::vector<Item>> read_jsonl_items(const std::string& path, Read&& read) {
+  auto rows = read_jsonl(path);
+  if (!rows) return rows.error();
+  std::vector<Item> items;
+  for (const JsonLine& row : *rows) {
+    Result<Item> it = read(row.value, path, row.line);
+    if (!it) return it.error();
+    items.push_back(std::move(*it));
+  }
+  return items;
+}
+
 // Field access for task loaders, errors "<path>: line N: field 'x' missing" / "... is not a string".
 Result<std::string> get_string(const nlohmann::json& obj, const char* field, const std::string& path, int line);
 
