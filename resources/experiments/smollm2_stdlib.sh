@@ -6,7 +6,7 @@
 #   resources/experiments/smollm2_stdlib.sh prepare        # data file and the two starting points
 #   resources/experiments/smollm2_stdlib.sh train base     # ~50 min on 2 cores; one training at a time
 #   resources/experiments/smollm2_stdlib.sh train ft16     # ~55 min
-#   resources/experiments/smollm2_stdlib.sh eval base      # HumanEval (164) at steps 0, 150, 300, 450
+#   resources/experiments/smollm2_stdlib.sh eval base      # HumanEval (164) at steps 0, 225, 450: ~13 min each
 #   resources/experiments/smollm2_stdlib.sh eval ft16
 #
 # Everything goes to $EXP (default ~/ftx-exp): the store runs.db, checkpoints beside it. A run that
@@ -19,6 +19,7 @@ MODEL=${FTX_MODEL_CACHE:-$HOME/.cache/ftx/models}/SmolLM2-135M-Instruct.Q4_1.ggu
 HUMANEVAL=${FTX_DATA_CACHE:-$HOME/.cache/ftx/data}/HumanEval.jsonl
 STDLIB=${STDLIB:-/usr/lib/python3.11}
 STEPS=450
+EVAL_STEPS=${EVAL_STEPS:-0 225 450}  # any of 0 and the kept checkpoints (every 75 steps)
 mkdir -p "$EXP"
 
 case ${1:-} in
@@ -38,7 +39,7 @@ case ${1:-} in
     ;;
   eval)
     run=smol-${2:?base or ft16}
-    for step in 0 150 300 450; do
+    for step in $EVAL_STEPS; do
       if [[ $step == 0 ]]; then  # the starting point, stored as the run's step 0
         "$FTX" eval --checkpoint "$EXP/$run" --run "$run" --db "$EXP/runs.db" --task humaneval --data "$HUMANEVAL" \
           --samples "$EXP/$run-humaneval-$step.jsonl"
@@ -49,7 +50,7 @@ case ${1:-} in
     done
     ;;
   *)
-    sed -n '2,17p' "$0"
+    sed -n '2,13p' "$0"
     exit 2
     ;;
 esac
