@@ -44,6 +44,13 @@ RunsView::RunsView(RunListModel* model, QWidget* parent) : QWidget(parent), mode
     show_count();
     table_->resizeColumnsToContents();
   });
+  // Values that arrive later (a run's final CE) widen a column too narrow for them, never narrow it.
+  table_->setWordWrap(false);
+  connect(model_, &QAbstractItemModel::dataChanged, this, [this](const QModelIndex& from, const QModelIndex& to) {
+    for (int c = from.column(); c <= to.column(); ++c)
+      if (static_cast<QAbstractItemView*>(table_)->sizeHintForColumn(c) > table_->columnWidth(c))
+        table_->resizeColumnToContents(c);
+  });
 
   auto* del = new QPushButton("Delete…");
   auto* rename = new QPushButton("Rename");
