@@ -652,7 +652,9 @@ void expect_round_trip(const BpeTokenizer& t, const std::string& what) {
   for (size_t i = 0; i < corpus().size(); ++i) {
     auto a = t.encode(corpus()[i]), b = (*back)->encode(corpus()[i]);
     ASSERT_EQ(a.ok(), b.ok()) << "sample " << i;
-    if (a.ok()) EXPECT_EQ(*a, *b) << "sample " << i << ": \"" << show(corpus()[i]) << "\"";
+    if (a.ok()) {
+      EXPECT_EQ(*a, *b) << "sample " << i << ": \"" << show(corpus()[i]) << "\"";
+    }
   }
   EXPECT_EQ((*back)->to_tokenizer_json(), text);
 }

@@ -130,7 +130,9 @@ TEST(TrainConfigJson, TodaysRunRowsLoadAndWriteBackUnchanged) {
   const json back = train_config_to_json(*t);
   for (const auto& [k, v] : stored.items()) EXPECT_EQ(back.value(k, json()), v) << k;
   for (const auto& [k, v] : back.items())
-    if (!stored.contains(k)) EXPECT_EQ(v, train_config_to_json(TrainConfig{})[k]) << k;
+    if (!stored.contains(k)) {
+      EXPECT_EQ(v, train_config_to_json(TrainConfig{})[k]) << k;
+    }
 }
 
 TEST(TrainConfigJson, TheKeysWrittenAreThoseOfEveryRunSoFar) {
