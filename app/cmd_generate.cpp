@@ -133,6 +133,7 @@ int run_generate(const GenerateArgs& a) {
                 m.latent_bits, a.prompt.c_str(), static_cast<unsigned long long>(a.seed));
     for (const auto& g : groups)
       if (!g.gens.empty()) print_group(g, tokenizer);
+    print_by_start(groups, tokenizer);
   }
   record(a, lm->step, groups, tokenizer);
   return 0;

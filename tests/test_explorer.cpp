@@ -88,6 +88,11 @@ TEST_F(ExplorerTest, Figure4GroupsAreDeterministicWithSharedCodesInFixedGroups) 
         EXPECT_EQ(tail == first, v.fixed) << "group " << g << " row " << i;
       }
     }
+    std::vector<std::string> bodies;
+    for (const GroupRow& r : v.rows) bodies.push_back(r.text.substr(2));
+    const GroupMetrics m = group_metrics(bodies, 'K');
+    EXPECT_EQ(v.start, m.start) << "the group's target start, for agreement by position";
+    EXPECT_EQ(std::isnan(v.agreement), std::isnan(m.agreement));
   }
   req.seed = 8;
   auto c = explore_figure4(free_, req);

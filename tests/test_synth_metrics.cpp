@@ -182,3 +182,82 @@ TEST(SynthMetrics, EveryTrainingSequenceIsValidWithItsTrueStart) {
   }
   EXPECT_GT(checked, 4990);
 }
+
+// A group's start is the median of its generations' target starts (the middle of each one's
+// possible starts); its agreement is then binned by that start.
+TEST(SynthMetrics, GroupStartIsTheMedianTargetStart) {
+  EXPECT_EQ(target_start(analyze_body(body("!KKKKKKK!", 10), 'K')), 10) << "starts {10, 11}: the lower middle";
+  EXPECT_EQ(target_start(analyze_body(body("KKK_KKKK", 30), 'K')), -1);
+  GroupMetrics g = group_metrics({body("KKKKKKKK", 40), body("KKKKKKKK", 3), body("KKKKKKKK", 41), body("KK", 0)}, 'K');
+  EXPECT_EQ(g.start, 40);
+  EXPECT_EQ(group_metrics({body("KK", 0)}, 'K').start, -1);
+}
+
+TEST(SynthMetrics, AgreementByStartPosition) {
+  // Groups of known start and agreement; the last has one valid generation (undefined, in no bin).
+  auto group = [](std::vector<int> at) {
+    std::vector<std::string> b;
+    for (int p : at) b.push_back(body("KKKKKKKK", p));
+    return group_metrics(b, 'K');
+  };
+  const std::vector<GroupMetrics> groups = {group({5, 5, 25}), group({5, 5, 5}), group({33, 33, 33}),
+                                            group({50, 10, 52}), group({50})};
+  EXPECT_EQ(groups[0].start, 5);
+  EXPECT_DOUBLE_EQ(groups[0].agreement, 1.0 / 3);
+  EXPECT_EQ(groups[3].start, 50);
+  EXPECT_DOUBLE_EQ(groups[3].agreement, 0.0);
+  EXPECT_TRUE(std::isnan(groups[4].agreement));
+  std::vector<StartBin> bins = agreement_by_start(groups);
+  ASSERT_EQ(bins.size(), 7u);
+  EXPECT_EQ(bins[0].lo, 0);
+  EXPECT_EQ(bins[0].hi, 7);
+  EXPECT_EQ(bins[6].lo, 48);
+  EXPECT_EQ(bins[6].hi, 56);
+  EXPECT_EQ(bins[0].groups, 2);
+  EXPECT_DOUBLE_EQ(bins[0].agreement, 2.0 / 3);
+  EXPECT_NEAR(bins[0].stderr_, 1.0 / 3, 1e-12) << "sd of {1/3, 1} is sqrt(2)/3, over sqrt(2)";
+  EXPECT_EQ(bins[4].groups, 1);
+  EXPECT_DOUBLE_EQ(bins[4].agreement, 1.0);
+  EXPECT_DOUBLE_EQ(bins[4].stderr_, 0.0);
+  EXPECT_EQ(bins[6].groups, 1);
+  EXPECT_DOUBLE_EQ(bins[6].agreement, 0.0);
+  EXPECT_EQ(bins[1].groups, 0);
+  EXPECT_TRUE(std::isnan(bins[1].agreement));
+  int counted = 0;
+  for (const StartBin& b : bins) counted += b.groups;
+  EXPECT_EQ(counted, 4) << "the undefined group is in no bin";
+  const StartBin late = agreement_from(groups, 32);
+  EXPECT_EQ(late.groups, 2);
+  EXPECT_DOUBLE_EQ(late.agreement, 0.5);
+  EXPECT_DOUBLE_EQ(late.stderr_, 0.5);
+  EXPECT_EQ(agreement_by_start(groups, 57).size(), 1u);
+}
+
+TEST(SynthMetrics, SpreadOfStartsAgainstTheData) {
+  // Two bodies at 0 and one with starts {10, 11}: 1/3, 1/6, 1/6 (the invalid one is not counted).
+  std::vector<SynthAnalysis> a = {analyze_body(body("KKKKKKKK", 0), 'K'), analyze_body(body("KKKKKKKK", 0), 'K'),
+                                  analyze_body(body("!KKKKKKK!", 10), 'K'), analyze_body(body("KK", 0), 'K')};
+  std::vector<double> p = start_distribution(a);
+  ASSERT_EQ(p.size(), 57u);
+  EXPECT_DOUBLE_EQ(p[0], 2.0 / 3);
+  EXPECT_DOUBLE_EQ(p[10], 1.0 / 6);
+  EXPECT_DOUBLE_EQ(p[11], 1.0 / 6);
+  const std::vector<double> uniform(57, 1.0 / 57);
+  EXPECT_DOUBLE_EQ(total_variation(p, p), 0.0);
+  // Mass above uniform: (2/3 - 1/57) + 2 (1/6 - 1/57).
+  EXPECT_NEAR(total_variation(p, uniform), 2.0 / 3 + 2.0 / 6 - 3.0 / 57, 1e-12);
+  std::vector<double> q(57, 0.0);
+  q[30] = 1;
+  EXPECT_DOUBLE_EQ(total_variation(p, q), 1.0);
+  // The training data's starts are uniform: 20,000 bodies are within 0.05 of it.
+  SyntheticDataset d(3);
+  std::vector<SynthAnalysis> data;
+  for (int i = 0; i < 20000; ++i) {
+    auto t = split_generation(SyntheticDataset::make_text(d.training_spec(i)));
+    data.push_back(analyze_body(t->body, t->letter));
+  }
+  EXPECT_LT(total_variation(start_distribution(data), uniform), 0.05);
+  EXPECT_TRUE(std::all_of(p.begin(), p.end(), [](double v) { return v >= 0; }));
+  const std::vector<double> none = start_distribution({analyze_body(body("KK", 0), 'K')});
+  EXPECT_TRUE(std::all_of(none.begin(), none.end(), [](double v) { return v == 0; }));
+}

@@ -56,6 +56,7 @@ QJsonArray groups_json(const std::vector<ftx::GroupView>& groups) {
                            {"valid", metric_json(g.valid)},
                            {"agreement", metric_json(g.agreement)},
                            {"noise_agreement", metric_json(g.noise_agreement)},
+                           {"target_start", g.start},
                            {"rows", rows}});
   }
   return out;
@@ -73,8 +74,9 @@ QString groups_text(const std::vector<ftx::GroupView>& groups) {
   QString out;
   for (const ftx::GroupView& g : groups) {
     const QString title = g.fixed ? QStringLiteral("Fixed Z #%1").arg(g.group) : QStringLiteral("Independent Z");
-    out += QStringLiteral("\n## %1   valid %2   agreement %3   noise agreement %4\n")
-               .arg(title, percent_text(g.valid), metric_text(g.agreement), metric_text(g.noise_agreement));
+    out += QStringLiteral("\n## %1   valid %2   agreement %3   noise agreement %4   target at %5\n")
+               .arg(title, percent_text(g.valid), metric_text(g.agreement), metric_text(g.noise_agreement),
+                    g.start >= 0 ? QString::number(g.start) : QStringLiteral("–"));
     for (const ftx::GroupRow& row : g.rows)
       out += QString::fromStdString(row.text) + (row.valid ? QString() : QStringLiteral("   (invalid)")) + '\n';
   }

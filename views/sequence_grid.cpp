@@ -54,9 +54,11 @@ QString percent_text(double v) {
 QString group_title(const ftx::GroupView& g) {
   return g.fixed ? SequenceGrid::tr("Fixed Z #%1").arg(g.group) : SequenceGrid::tr("Independent Z");
 }
+// A fixed-Z group's agreement depends on where its target starts (docs/figure4.md): it says where.
 QString group_metrics_text(const ftx::GroupView& g) {
-  return SequenceGrid::tr("valid %1   agreement %2   noise agreement %3")
-      .arg(percent_text(g.valid), fraction_text(g.agreement), fraction_text(g.noise_agreement));
+  const QString text = SequenceGrid::tr("valid %1   agreement %2   noise agreement %3")
+                           .arg(percent_text(g.valid), fraction_text(g.agreement), fraction_text(g.noise_agreement));
+  return g.fixed && g.start >= 0 ? text + SequenceGrid::tr("   target at %1").arg(g.start) : text;
 }
 
 QString validity_text(const ftx::GroupRow& row) {
@@ -147,7 +149,8 @@ SequenceGrid::Metrics SequenceGrid::metrics() const {
   m.cell_h = std::ceil(cell.height()) + 3;
   m.header_h = std::ceil(2 * ui.height()) + kPad + 6;
   m.caption_h = std::ceil(ui.height()) + 8;
-  const double metrics_w = ui.horizontalAdvance(tr("valid 100 %   agreement 0.00   noise agreement 0.00"));
+  const double metrics_w =
+      ui.horizontalAdvance(tr("valid 100 %   agreement 0.00   noise agreement 0.00   target at 56"));
   m.block_w = 2 * kPad + kMarker + std::max(text_columns_ * m.cell_w, metrics_w);
   return m;
 }

@@ -54,7 +54,7 @@ void score_group(GroupResult& g, const Tokenizer& tokenizer) {
     return;
   }
   GroupMetrics m = group_metrics(bodies, letter);
-  g.valid = m.valid, g.agreement = m.agreement, g.noise_agreement = m.noise_agreement;
+  g.valid = m.valid, g.agreement = m.agreement, g.noise_agreement = m.noise_agreement, g.start = m.start;
 }
 
 std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int group_size, uint64_t latent_seed,
@@ -125,6 +125,7 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
   sc.temperature = cfg.temperature;
   sc.max_new_tokens = data.seq_len() - 2;
   std::vector<double> valid, agree_fixed, agree_indep, noise_fixed, noise_indep;
+  std::vector<GroupMetrics> fixed;  // for the agreement of late targets
   for (int p = 0; p < cfg.prompts; ++p) {
     const char letter = static_cast<char>('A' + derive_seed(cfg.seed, 20, uint64_t(p)) % 26);
     auto prompt = tokenizer.encode(std::string{letter, '>'});
@@ -137,6 +138,7 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
       valid.push_back(g.valid);
       (g.fixed ? agree_fixed : agree_indep).push_back(g.agreement);
       (g.fixed ? noise_fixed : noise_indep).push_back(g.noise_agreement);
+      if (g.fixed) fixed.push_back({.start = g.start, .agreement = g.agreement});
     }
   }
   out.emplace_back("synth/valid", mean_defined(valid));
@@ -144,6 +146,7 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
   out.emplace_back("synth/agree_indep", mean_defined(agree_indep));
   out.emplace_back("synth/noise_agree_fixed", mean_defined(noise_fixed));
   out.emplace_back("synth/noise_agree_indep", mean_defined(noise_indep));
+  out.emplace_back("synth/agree_fixed_late", agreement_from(fixed, kLateStart).agreement);
   return out;
 }
 

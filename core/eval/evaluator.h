@@ -37,8 +37,9 @@ struct GroupResult {
   std::vector<Generation> gens;
   std::vector<uint64_t> latent_seeds;  // the Z seed of each sequence (the group's for fixed groups)
   double valid = 0, agreement = 0, noise_agreement = 0;
+  int start = -1;  // the group's target start (GroupMetrics::start); -1 when none is valid
 };
-// Fills g.valid / agreement / noise_agreement from its generations (NaN when the prompt is not a
+// Fills g.valid / agreement / noise_agreement / start from its generations (NaN when the prompt is not a
 // synthetic-task prompt). The metrics read the generations as text decoded by `tokenizer`.
 void score_group(GroupResult& g, const Tokenizer& tokenizer);
 // The sequences of Figure 4's groups: `independent` sequences with a Z each (group 0), then

@@ -74,16 +74,23 @@ SynthAnalysis analyze_body(const std::string& body, char letter) {
   return a;
 }
 
+int target_start(const SynthAnalysis& a) { return a.valid ? (a.starts.front() + a.starts.back()) / 2 : -1; }
+
 GroupMetrics group_metrics(const std::vector<std::string>& bodies, char letter) {
   GroupMetrics g;
   g.n = static_cast<int>(bodies.size());
   std::vector<SynthAnalysis> valid;
+  std::vector<int> starts;
   for (const std::string& b : bodies) {
     SynthAnalysis a = analyze_body(b, letter);
-    if (a.valid) valid.push_back(std::move(a));
+    if (a.valid) starts.push_back(target_start(a)), valid.push_back(std::move(a));
   }
   g.n_valid = static_cast<int>(valid.size());
   g.valid = g.n > 0 ? static_cast<double>(g.n_valid) / g.n : kNaN;
+  if (!starts.empty()) {
+    std::nth_element(starts.begin(), starts.begin() + starts.size() / 2, starts.end());
+    g.start = starts[starts.size() / 2];
+  }
   if (g.n_valid < 2) {
     g.agreement = g.noise_agreement = kNaN;
     return g;
@@ -106,6 +113,56 @@ double mean_defined(const std::vector<double>& values) {
   for (double v : values)
     if (!std::isnan(v)) sum += v, ++n;
   return n > 0 ? sum / n : kNaN;
+}
+
+namespace {
+// Mean and standard error (sample standard deviation / sqrt n) of the groups `in` admits.
+template <class In>
+StartBin bin_of(const std::vector<GroupMetrics>& groups, int lo, int hi, In in) {
+  StartBin b{.lo = lo, .hi = hi};
+  double sum = 0, sq = 0;
+  for (const GroupMetrics& g : groups)
+    if (!std::isnan(g.agreement) && in(g.start)) sum += g.agreement, sq += g.agreement * g.agreement, ++b.groups;
+  if (b.groups == 0) return b.agreement = b.stderr_ = kNaN, b;
+  b.agreement = sum / b.groups;
+  const double var = b.groups > 1 ? std::max(0.0, (sq - sum * b.agreement) / (b.groups - 1)) : 0.0;
+  b.stderr_ = std::sqrt(var / b.groups);
+  return b;
+}
+}  // namespace
+
+std::vector<StartBin> agreement_by_start(const std::vector<GroupMetrics>& groups, int width) {
+  std::vector<StartBin> bins;
+  for (int lo = 0; lo < kSynthNumStarts; lo += width) {
+    const int hi = lo + width >= kSynthNumStarts - 1 ? kSynthNumStarts - 1 : lo + width - 1;
+    bins.push_back(bin_of(groups, lo, hi, [&](int s) { return s >= lo && s <= hi; }));
+    if (hi == kSynthNumStarts - 1) break;
+  }
+  return bins;
+}
+
+StartBin agreement_from(const std::vector<GroupMetrics>& groups, int from) {
+  return bin_of(groups, from, kSynthNumStarts - 1, [&](int s) { return s >= from; });
+}
+
+std::vector<double> start_distribution(const std::vector<SynthAnalysis>& bodies) {
+  std::vector<double> p(kSynthNumStarts, 0.0);
+  int valid = 0;
+  for (const SynthAnalysis& a : bodies) {
+    if (!a.valid) continue;
+    ++valid;
+    for (int s : a.starts) p[s] += 1.0 / static_cast<double>(a.starts.size());
+  }
+  if (valid > 0)
+    for (double& v : p) v /= valid;
+  return p;
+}
+
+double total_variation(const std::vector<double>& p, const std::vector<double>& q) {
+  FT_ASSERT(p.size() == q.size(), "total_variation: %zu against %zu values", p.size(), q.size());
+  double d = 0;
+  for (size_t i = 0; i < p.size(); ++i) d += std::abs(p[i] - q[i]);
+  return d / 2;
 }
 
 Result<SynthText> split_generation(const std::string& text) {

@@ -31,9 +31,14 @@ struct SynthAnalysis {
 
 SynthAnalysis analyze_body(const std::string& body, char letter);
 
+// A valid body's target start: the middle of its possible starts (one interval, a few wide at
+// most: '!' at a target end hides where it was); -1 when the body is not valid.
+int target_start(const SynthAnalysis& a);
+
 struct GroupMetrics {
   int n = 0;  // generations in the group
   int n_valid = 0;
+  int start = -1;                // median target_start of the valid generations (-1 when none)
   double valid = 0.0;            // n_valid / n (NaN when n == 0)
   double agreement = 0.0;        // pairs of valid generations whose start sets intersect (NaN if < 2 valid)
   double noise_agreement = 0.0;  // mean Jaccard of noise_outside over those pairs (NaN if < 2 valid)
@@ -43,6 +48,26 @@ GroupMetrics group_metrics(const std::vector<std::string>& bodies, char letter);
 
 // Mean of the entries that are not NaN; NaN when there are none.
 double mean_defined(const std::vector<double>& values);
+
+// Agreement by where a group's target starts (docs/figure4.md): bins [lo, hi] of `width` starts
+// from 0 (the last one ends at 56), each with the groups of defined agreement whose start falls
+// in it, their mean agreement and its standard error over groups (NaN for no group; 0 for one).
+struct StartBin {
+  int lo = 0, hi = 0;
+  int groups = 0;
+  double agreement = 0, stderr_ = 0;
+};
+std::vector<StartBin> agreement_by_start(const std::vector<GroupMetrics>& groups, int width = 8);
+// The mean agreement of the groups whose start is at least `from`, with its standard error.
+StartBin agreement_from(const std::vector<GroupMetrics>& groups, int from);
+// Where "late" targets start (docs/figure4.md): only they can all be pinned within kappa = 1/8 bit.
+inline constexpr int kLateStart = 32;
+
+// Where targets start over many bodies: the share of the valid ones at each of the 57 starts, a
+// body with k possible starts counting 1/k at each (all zero when none is valid).
+std::vector<double> start_distribution(const std::vector<SynthAnalysis>& bodies);
+// Half the L1 distance between two distributions over the same starts: 0 same, 1 disjoint.
+double total_variation(const std::vector<double>& p, const std::vector<double>& q);
 
 // A generated text is the prompt "<letter>>" followed by the body.
 struct SynthText {

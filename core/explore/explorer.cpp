@@ -29,7 +29,7 @@ Result<TrainConfig> stored_train_config(RunStore& store, const std::string& run)
 GroupView to_group_view(const GroupResult& g, const Tokenizer& tokenizer, bool synthetic) {
   GroupView v;
   v.group = g.group, v.fixed = g.fixed;
-  v.valid = g.valid, v.agreement = g.agreement, v.noise_agreement = g.noise_agreement;
+  v.valid = g.valid, v.agreement = g.agreement, v.noise_agreement = g.noise_agreement, v.start = g.start;
   for (size_t i = 0; i < g.gens.size(); ++i) {
     GroupRow row;
     row.text = tokenizer.decode(g.gens[i].tokens);

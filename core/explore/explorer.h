@@ -51,6 +51,7 @@ struct GroupView {
   bool fixed = false;  // one Z for the whole group
   std::vector<GroupRow> rows;
   double valid = 0, agreement = 0, noise_agreement = 0;  // NaN when undefined
+  int start = -1;  // where the group's targets start (GroupMetrics::start); -1 when none is valid
 };
 struct Figure4Request {
   std::string prompt;  // e.g. "K>"; must encode with the run's tokenizer
