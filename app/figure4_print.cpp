@@ -71,7 +71,7 @@ void print_by_start(const std::vector<GroupResult>& groups, const Tokenizer& tok
   for (const GroupResult& g : groups) {
     if (std::isnan(g.valid)) return;  // not the synthetic task
     if (g.fixed) {
-      fixed.push_back({.start = g.start, .agreement = g.agreement});
+      fixed.push_back({.agreement_at = g.agreement_at});
       continue;
     }
     for (const auto& gen : g.gens)
@@ -79,15 +79,15 @@ void print_by_start(const std::vector<GroupResult>& groups, const Tokenizer& tok
         independent.push_back(analyze_body(t->body, t->letter));
   }
   if (!fixed.empty()) {
-    std::printf("\n%s\n", style("agreement of the fixed-Z groups by target start", "1;36").c_str());
+    std::printf("\n%s\n", style("agreement within the fixed-Z groups by target start (per sequence)", "1;36").c_str());
     for (const StartBin& b : agreement_by_start(fixed))
-      if (b.groups > 0)
-        std::printf("  starts %2d-%2d   groups %3d   agreement %.2f ± %.2f\n", b.lo, b.hi, b.groups, b.agreement,
-                    b.stderr_);
+      if (b.generations > 0)
+        std::printf("  starts %2d-%2d   sequences %4d   agreement %.2f ± %.2f\n", b.lo, b.hi, b.generations,
+                    b.agreement, b.stderr_);
     const StartBin late = agreement_from(fixed, kLateStart);
-    if (late.groups > 0)
-      std::printf("  starts >= %d   groups %3d   agreement %.2f ± %.2f\n", kLateStart, late.groups, late.agreement,
-                  late.stderr_);
+    if (late.generations > 0)
+      std::printf("  starts >= %d   sequences %4d   agreement %.2f ± %.2f\n", kLateStart, late.generations,
+                  late.agreement, late.stderr_);
   }
   const auto valid = std::count_if(independent.begin(), independent.end(), [](const auto& a) { return a.valid; });
   if (valid > 0)

@@ -194,7 +194,7 @@ TEST(SynthMetrics, GroupStartIsTheMedianTargetStart) {
 }
 
 TEST(SynthMetrics, AgreementByStartPosition) {
-  // Groups of known start and agreement; the last has one valid generation (undefined, in no bin).
+  // Groups of known agreement; the last has one valid generation (undefined, in no bin).
   auto group = [](std::vector<int> at) {
     std::vector<std::string> b;
     for (int p : at) b.push_back(body("KKKKKKKK", p));
@@ -202,34 +202,39 @@ TEST(SynthMetrics, AgreementByStartPosition) {
   };
   const std::vector<GroupMetrics> groups = {group({5, 5, 25}), group({5, 5, 5}), group({33, 33, 33}),
                                             group({50, 10, 52}), group({50})};
-  EXPECT_EQ(groups[0].start, 5);
+  // Per generation: the share of the others agreeing with it; their mean is the group's agreement.
+  using At = std::vector<std::pair<int, double>>;
+  EXPECT_EQ(groups[0].agreement_at, (At{{5, 0.5}, {5, 0.5}, {25, 0.0}}));
   EXPECT_DOUBLE_EQ(groups[0].agreement, 1.0 / 3);
-  EXPECT_EQ(groups[3].start, 50);
-  EXPECT_DOUBLE_EQ(groups[3].agreement, 0.0);
-  EXPECT_TRUE(std::isnan(groups[4].agreement));
+  EXPECT_EQ(groups[3].agreement_at, (At{{50, 0.0}, {10, 0.0}, {52, 0.0}}));
+  EXPECT_TRUE(groups[4].agreement_at.empty());
   std::vector<StartBin> bins = agreement_by_start(groups);
   ASSERT_EQ(bins.size(), 7u);
   EXPECT_EQ(bins[0].lo, 0);
   EXPECT_EQ(bins[0].hi, 7);
   EXPECT_EQ(bins[6].lo, 48);
   EXPECT_EQ(bins[6].hi, 56);
-  EXPECT_EQ(bins[0].groups, 2);
-  EXPECT_DOUBLE_EQ(bins[0].agreement, 2.0 / 3);
-  EXPECT_NEAR(bins[0].stderr_, 1.0 / 3, 1e-12) << "sd of {1/3, 1} is sqrt(2)/3, over sqrt(2)";
-  EXPECT_EQ(bins[4].groups, 1);
+  // 0-7: {0.5, 0.5, 1, 1, 1}: mean 0.8, sample variance 0.3 / 4, standard error sqrt(0.075 / 5).
+  EXPECT_EQ(bins[0].generations, 5);
+  EXPECT_DOUBLE_EQ(bins[0].agreement, 0.8);
+  EXPECT_NEAR(bins[0].stderr_, std::sqrt(0.015), 1e-12);
+  EXPECT_EQ(bins[1].generations, 1);  // the 10 of a group whose median start is 50
+  EXPECT_DOUBLE_EQ(bins[1].agreement, 0.0);
+  EXPECT_DOUBLE_EQ(bins[1].stderr_, 0.0);
+  EXPECT_EQ(bins[2].generations, 0);
+  EXPECT_TRUE(std::isnan(bins[2].agreement));
+  EXPECT_EQ(bins[4].generations, 3);
   EXPECT_DOUBLE_EQ(bins[4].agreement, 1.0);
-  EXPECT_DOUBLE_EQ(bins[4].stderr_, 0.0);
-  EXPECT_EQ(bins[6].groups, 1);
+  EXPECT_EQ(bins[6].generations, 2);
   EXPECT_DOUBLE_EQ(bins[6].agreement, 0.0);
-  EXPECT_EQ(bins[1].groups, 0);
-  EXPECT_TRUE(std::isnan(bins[1].agreement));
   int counted = 0;
-  for (const StartBin& b : bins) counted += b.groups;
-  EXPECT_EQ(counted, 4) << "the undefined group is in no bin";
+  for (const StartBin& b : bins) counted += b.generations;
+  EXPECT_EQ(counted, 12) << "the group with one valid generation is in no bin";
+  // From 32: {1, 1, 1, 0, 0}: mean 0.6, sample variance 1.2 / 4, standard error sqrt(0.3 / 5).
   const StartBin late = agreement_from(groups, 32);
-  EXPECT_EQ(late.groups, 2);
-  EXPECT_DOUBLE_EQ(late.agreement, 0.5);
-  EXPECT_DOUBLE_EQ(late.stderr_, 0.5);
+  EXPECT_EQ(late.generations, 5);
+  EXPECT_DOUBLE_EQ(late.agreement, 0.6);
+  EXPECT_NEAR(late.stderr_, std::sqrt(0.06), 1e-12);
   EXPECT_EQ(agreement_by_start(groups, 57).size(), 1u);
 }
 

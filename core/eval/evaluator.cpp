@@ -55,6 +55,7 @@ void score_group(GroupResult& g, const Tokenizer& tokenizer) {
   }
   GroupMetrics m = group_metrics(bodies, letter);
   g.valid = m.valid, g.agreement = m.agreement, g.noise_agreement = m.noise_agreement, g.start = m.start;
+  g.agreement_at = std::move(m.agreement_at);
 }
 
 std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int group_size, uint64_t latent_seed,
@@ -138,7 +139,7 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
       valid.push_back(g.valid);
       (g.fixed ? agree_fixed : agree_indep).push_back(g.agreement);
       (g.fixed ? noise_fixed : noise_indep).push_back(g.noise_agreement);
-      if (g.fixed) fixed.push_back({.start = g.start, .agreement = g.agreement});
+      if (g.fixed) fixed.push_back({.agreement_at = g.agreement_at});
     }
   }
   out.emplace_back("synth/valid", mean_defined(valid));

@@ -38,6 +38,7 @@ struct GroupResult {
   std::vector<uint64_t> latent_seeds;  // the Z seed of each sequence (the group's for fixed groups)
   double valid = 0, agreement = 0, noise_agreement = 0;
   int start = -1;  // the group's target start (GroupMetrics::start); -1 when none is valid
+  std::vector<std::pair<int, double>> agreement_at;  // GroupMetrics::agreement_at
 };
 // Fills g.valid / agreement / noise_agreement / start from its generations (NaN when the prompt is not a
 // synthetic-task prompt). The metrics read the generations as text decoded by `tokenizer`.

@@ -96,12 +96,16 @@ GroupMetrics group_metrics(const std::vector<std::string>& bodies, char letter) 
     return g;
   }
   double agree = 0, noise = 0, pairs = 0;  // sums in double over at most n^2/2 pairs
+  std::vector<double> agree_with(valid.size(), 0.0);
   for (size_t i = 0; i < valid.size(); ++i)
     for (size_t j = i + 1; j < valid.size(); ++j) {
-      agree += intersects(valid[i].starts, valid[j].starts) ? 1.0 : 0.0;
+      const double a = intersects(valid[i].starts, valid[j].starts) ? 1.0 : 0.0;
+      agree += a, agree_with[i] += a, agree_with[j] += a;
       noise += jaccard(valid[i].noise_outside, valid[j].noise_outside);
       pairs += 1;
     }
+  for (size_t i = 0; i < valid.size(); ++i)
+    g.agreement_at.emplace_back(target_start(valid[i]), agree_with[i] / static_cast<double>(valid.size() - 1));
   g.agreement = agree / pairs;
   g.noise_agreement = noise / pairs;
   return g;
@@ -116,17 +120,18 @@ double mean_defined(const std::vector<double>& values) {
 }
 
 namespace {
-// Mean and standard error (sample standard deviation / sqrt n) of the groups `in` admits.
+// Mean and standard error (sample standard deviation / sqrt n) of the generations `in` admits.
 template <class In>
 StartBin bin_of(const std::vector<GroupMetrics>& groups, int lo, int hi, In in) {
   StartBin b{.lo = lo, .hi = hi};
   double sum = 0, sq = 0;
   for (const GroupMetrics& g : groups)
-    if (!std::isnan(g.agreement) && in(g.start)) sum += g.agreement, sq += g.agreement * g.agreement, ++b.groups;
-  if (b.groups == 0) return b.agreement = b.stderr_ = kNaN, b;
-  b.agreement = sum / b.groups;
-  const double var = b.groups > 1 ? std::max(0.0, (sq - sum * b.agreement) / (b.groups - 1)) : 0.0;
-  b.stderr_ = std::sqrt(var / b.groups);
+    for (const auto& [start, a] : g.agreement_at)
+      if (in(start)) sum += a, sq += a * a, ++b.generations;
+  if (b.generations == 0) return b.agreement = b.stderr_ = kNaN, b;
+  b.agreement = sum / b.generations;
+  const double var = b.generations > 1 ? std::max(0.0, (sq - sum * b.agreement) / (b.generations - 1)) : 0.0;
+  b.stderr_ = std::sqrt(var / b.generations);
   return b;
 }
 }  // namespace

@@ -10,6 +10,7 @@
 // Deliberately not here: sampling, the model, the run store (the caller writes synth/* metrics).
 #pragma once
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/result.h"
@@ -42,6 +43,9 @@ struct GroupMetrics {
   double valid = 0.0;            // n_valid / n (NaN when n == 0)
   double agreement = 0.0;        // pairs of valid generations whose start sets intersect (NaN if < 2 valid)
   double noise_agreement = 0.0;  // mean Jaccard of noise_outside over those pairs (NaN if < 2 valid)
+  // Per valid generation (when there are >= 2): its target_start and the share of the group's
+  // other valid generations whose starts intersect its own. Their mean is `agreement`.
+  std::vector<std::pair<int, double>> agreement_at;
 };
 
 GroupMetrics group_metrics(const std::vector<std::string>& bodies, char letter);
@@ -49,16 +53,18 @@ GroupMetrics group_metrics(const std::vector<std::string>& bodies, char letter);
 // Mean of the entries that are not NaN; NaN when there are none.
 double mean_defined(const std::vector<double>& values);
 
-// Agreement by where a group's target starts (docs/figure4.md): bins [lo, hi] of `width` starts
-// from 0 (the last one ends at 56), each with the groups of defined agreement whose start falls
-// in it, their mean agreement and its standard error over groups (NaN for no group; 0 for one).
+// Agreement by where targets start (docs/figure4.md), per generation rather than per group (a
+// group's median start puts unpinned groups mid-body): bins [lo, hi] of `width` starts from 0
+// (the last one ends at 56), each with the agreement_at entries of every group whose start falls
+// in it, their mean and its standard error (NaN for none; 0 for one). The generations of one
+// group are not independent, so the standard error is a lower bound.
 struct StartBin {
   int lo = 0, hi = 0;
-  int groups = 0;
+  int generations = 0;
   double agreement = 0, stderr_ = 0;
 };
 std::vector<StartBin> agreement_by_start(const std::vector<GroupMetrics>& groups, int width = 8);
-// The mean agreement of the groups whose start is at least `from`, with its standard error.
+// The same over the generations whose target starts at `from` or later.
 StartBin agreement_from(const std::vector<GroupMetrics>& groups, int from);
 // Where "late" targets start (docs/figure4.md): only they can all be pinned within kappa = 1/8 bit.
 inline constexpr int kLateStart = 32;
