@@ -55,7 +55,7 @@ double mean_defined(const std::vector<double>& values);
 
 // Agreement by where targets start (docs/figure4.md), per generation rather than per group (a
 // group's median start puts unpinned groups mid-body): bins [lo, hi] of `width` starts from 0
-// (the last one ends at 56), each with the agreement_at entries of every group whose start falls
+// (the last one ends at 56), each with the agreement_at entries (of all groups) whose start falls
 // in it, their mean and its standard error (NaN for none; 0 for one). The generations of one
 // group are not independent, so the standard error is a lower bound.
 struct StartBin {
