@@ -66,12 +66,12 @@ std::vector<double> data_start_distribution() {
 }  // namespace
 
 void print_by_start(const std::vector<GroupResult>& groups, const Tokenizer& tokenizer) {
-  std::vector<GroupMetrics> fixed;
+  std::vector<AgreementAt> fixed;
   std::vector<SynthAnalysis> independent;
   for (const GroupResult& g : groups) {
     if (std::isnan(g.valid)) return;  // not the synthetic task
     if (g.fixed) {
-      fixed.push_back({.agreement_at = g.agreement_at});
+      fixed.insert(fixed.end(), g.agreement_at.begin(), g.agreement_at.end());
       continue;
     }
     for (const auto& gen : g.gens)

@@ -208,7 +208,9 @@ TEST(SynthMetrics, AgreementByStartPosition) {
   EXPECT_DOUBLE_EQ(groups[0].agreement, 1.0 / 3);
   EXPECT_EQ(groups[3].agreement_at, (At{{50, 0.0}, {10, 0.0}, {52, 0.0}}));
   EXPECT_TRUE(groups[4].agreement_at.empty());
-  std::vector<StartBin> bins = agreement_by_start(groups);
+  At entries;
+  for (const GroupMetrics& g : groups) entries.insert(entries.end(), g.agreement_at.begin(), g.agreement_at.end());
+  std::vector<StartBin> bins = agreement_by_start(entries);
   ASSERT_EQ(bins.size(), 7u);
   EXPECT_EQ(bins[0].lo, 0);
   EXPECT_EQ(bins[0].hi, 7);
@@ -231,11 +233,11 @@ TEST(SynthMetrics, AgreementByStartPosition) {
   for (const StartBin& b : bins) counted += b.generations;
   EXPECT_EQ(counted, 12) << "the group with one valid generation is in no bin";
   // From 32: {1, 1, 1, 0, 0}: mean 0.6, sample variance 1.2 / 4, standard error sqrt(0.3 / 5).
-  const StartBin late = agreement_from(groups, 32);
+  const StartBin late = agreement_from(entries, 32);
   EXPECT_EQ(late.generations, 5);
   EXPECT_DOUBLE_EQ(late.agreement, 0.6);
   EXPECT_NEAR(late.stderr_, std::sqrt(0.06), 1e-12);
-  EXPECT_EQ(agreement_by_start(groups, 57).size(), 1u);
+  EXPECT_EQ(agreement_by_start(entries, 57).size(), 1u);
 }
 
 TEST(SynthMetrics, SpreadOfStartsAgainstTheData) {

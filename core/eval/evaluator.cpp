@@ -126,7 +126,7 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
   sc.temperature = cfg.temperature;
   sc.max_new_tokens = data.seq_len() - 2;
   std::vector<double> valid, agree_fixed, agree_indep, noise_fixed, noise_indep;
-  std::vector<GroupMetrics> fixed;  // for the agreement of late targets
+  std::vector<AgreementAt> fixed_at;  // the fixed-Z generations, for the agreement of late targets
   for (int p = 0; p < cfg.prompts; ++p) {
     const char letter = static_cast<char>('A' + derive_seed(cfg.seed, 20, uint64_t(p)) % 26);
     auto prompt = tokenizer.encode(std::string{letter, '>'});
@@ -139,7 +139,7 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
       valid.push_back(g.valid);
       (g.fixed ? agree_fixed : agree_indep).push_back(g.agreement);
       (g.fixed ? noise_fixed : noise_indep).push_back(g.noise_agreement);
-      if (g.fixed) fixed.push_back({.agreement_at = g.agreement_at});
+      if (g.fixed) fixed_at.insert(fixed_at.end(), g.agreement_at.begin(), g.agreement_at.end());
     }
   }
   out.emplace_back("synth/valid", mean_defined(valid));
@@ -147,7 +147,7 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
   out.emplace_back("synth/agree_indep", mean_defined(agree_indep));
   out.emplace_back("synth/noise_agree_fixed", mean_defined(noise_fixed));
   out.emplace_back("synth/noise_agree_indep", mean_defined(noise_indep));
-  out.emplace_back("synth/agree_fixed_late", agreement_from(fixed, kLateStart).agreement);
+  out.emplace_back("synth/agree_fixed_late", agreement_from(fixed_at, kLateStart).agreement);
   return out;
 }
 

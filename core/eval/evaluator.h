@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/data/batch_source.h"
+#include "core/eval/synth_metrics.h"
 #include "core/model/model.h"
 #include "core/sample/sampler.h"
 #include "core/text/tokenizer.h"
@@ -37,8 +38,8 @@ struct GroupResult {
   std::vector<Generation> gens;
   std::vector<uint64_t> latent_seeds;  // the Z seed of each sequence (the group's for fixed groups)
   double valid = 0, agreement = 0, noise_agreement = 0;
-  int start = -1;  // the group's target start (GroupMetrics::start); -1 when none is valid
-  std::vector<std::pair<int, double>> agreement_at;  // GroupMetrics::agreement_at
+  int start = -1;                         // the group's target start (GroupMetrics::start); -1 when none is valid
+  std::vector<AgreementAt> agreement_at;  // GroupMetrics::agreement_at
 };
 // Fills g.valid / agreement / noise_agreement / start from its generations (NaN when the prompt is not a
 // synthetic-task prompt). The metrics read the generations as text decoded by `tokenizer`.

@@ -122,12 +122,11 @@ double mean_defined(const std::vector<double>& values) {
 namespace {
 // Mean and standard error (sample standard deviation / sqrt n) of the generations `in` admits.
 template <class In>
-StartBin bin_of(const std::vector<GroupMetrics>& groups, int lo, int hi, In in) {
+StartBin bin_of(const std::vector<AgreementAt>& entries, int lo, int hi, In in) {
   StartBin b{.lo = lo, .hi = hi};
   double sum = 0, sq = 0;
-  for (const GroupMetrics& g : groups)
-    for (const auto& [start, a] : g.agreement_at)
-      if (in(start)) sum += a, sq += a * a, ++b.generations;
+  for (const auto& [start, a] : entries)
+    if (in(start)) sum += a, sq += a * a, ++b.generations;
   if (b.generations == 0) return b.agreement = b.stderr_ = kNaN, b;
   b.agreement = sum / b.generations;
   const double var = b.generations > 1 ? std::max(0.0, (sq - sum * b.agreement) / (b.generations - 1)) : 0.0;
@@ -136,18 +135,18 @@ StartBin bin_of(const std::vector<GroupMetrics>& groups, int lo, int hi, In in) 
 }
 }  // namespace
 
-std::vector<StartBin> agreement_by_start(const std::vector<GroupMetrics>& groups, int width) {
+std::vector<StartBin> agreement_by_start(const std::vector<AgreementAt>& entries, int width) {
   std::vector<StartBin> bins;
   for (int lo = 0; lo < kSynthNumStarts; lo += width) {
     const int hi = lo + width >= kSynthNumStarts - 1 ? kSynthNumStarts - 1 : lo + width - 1;
-    bins.push_back(bin_of(groups, lo, hi, [&](int s) { return s >= lo && s <= hi; }));
+    bins.push_back(bin_of(entries, lo, hi, [&](int s) { return s >= lo && s <= hi; }));
     if (hi == kSynthNumStarts - 1) break;
   }
   return bins;
 }
 
-StartBin agreement_from(const std::vector<GroupMetrics>& groups, int from) {
-  return bin_of(groups, from, kSynthNumStarts - 1, [&](int s) { return s >= from; });
+StartBin agreement_from(const std::vector<AgreementAt>& entries, int from) {
+  return bin_of(entries, from, kSynthNumStarts - 1, [&](int s) { return s >= from; });
 }
 
 std::vector<double> start_distribution(const std::vector<SynthAnalysis>& bodies) {

@@ -36,6 +36,9 @@ SynthAnalysis analyze_body(const std::string& body, char letter);
 // most: '!' at a target end hides where it was); -1 when the body is not valid.
 int target_start(const SynthAnalysis& a);
 
+// One generation's target start and how much of its group agrees with it (GroupMetrics).
+using AgreementAt = std::pair<int, double>;
+
 struct GroupMetrics {
   int n = 0;  // generations in the group
   int n_valid = 0;
@@ -45,7 +48,7 @@ struct GroupMetrics {
   double noise_agreement = 0.0;  // mean Jaccard of noise_outside over those pairs (NaN if < 2 valid)
   // Per valid generation (when there are >= 2): its target_start and the share of the group's
   // other valid generations whose starts intersect its own. Their mean is `agreement`.
-  std::vector<std::pair<int, double>> agreement_at;
+  std::vector<AgreementAt> agreement_at;
 };
 
 GroupMetrics group_metrics(const std::vector<std::string>& bodies, char letter);
@@ -55,17 +58,17 @@ double mean_defined(const std::vector<double>& values);
 
 // Agreement by where targets start (docs/figure4.md), per generation rather than per group (a
 // group's median start puts unpinned groups mid-body): bins [lo, hi] of `width` starts from 0
-// (the last one ends at 56), each with the agreement_at entries (of all groups) whose start falls
-// in it, their mean and its standard error (NaN for none; 0 for one). The generations of one
-// group are not independent, so the standard error is a lower bound.
+// (the last one ends at 56), each with the entries (the agreement_at of any number of groups)
+// whose start falls in it, their mean and its standard error (NaN for none; 0 for one). The
+// generations of one group are not independent, so the standard error is a lower bound.
 struct StartBin {
   int lo = 0, hi = 0;
   int generations = 0;
   double agreement = 0, stderr_ = 0;
 };
-std::vector<StartBin> agreement_by_start(const std::vector<GroupMetrics>& groups, int width = 8);
+std::vector<StartBin> agreement_by_start(const std::vector<AgreementAt>& entries, int width = 8);
 // The same over the generations whose target starts at `from` or later.
-StartBin agreement_from(const std::vector<GroupMetrics>& groups, int from);
+StartBin agreement_from(const std::vector<AgreementAt>& entries, int from);
 // Where "late" targets start (docs/figure4.md): only they can all be pinned within kappa = 1/8 bit.
 inline constexpr int kLateStart = 32;
 
