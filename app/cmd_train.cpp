@@ -41,8 +41,7 @@ void print_eval(const EvalReport& e, bool tty) {
 
 }  // namespace
 
-void add_train_options(CLI::App& app, TrainArgs& a) {
-  auto* c = app.add_subcommand("train", "Train a Free Transformer (or the baseline with --latent-bits 0)");
+void add_train_flags(CLI::App* c, TrainArgs& a) {
   add_shape_options(c, a.shape);
   add_field_options(c, a.train);
   c->get_option("--dataset")->description("Task to train on: " + dataset_name_list(" | "));
@@ -59,10 +58,15 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   c->add_option("--kappa-start-bits", a.kappa_start_bits, "Anneal kappa linearly from this value (bits)");
   add_dataset_options(c, a.train);
   c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
-  c->add_option("--run", a.run, "Run name")->required();
-  c->add_flag("--resume", a.resume, "Continue the run from its latest checkpoint");
   add_device_options(c, a.device, a.precision);
   c->add_flag("--quiet", a.quiet, "No progress line");
+}
+
+void add_train_options(CLI::App& app, TrainArgs& a) {
+  auto* c = app.add_subcommand("train", "Train a Free Transformer (or the baseline with --latent-bits 0)");
+  add_train_flags(c, a);
+  c->add_option("--run", a.run, "Run name")->required();
+  c->add_flag("--resume", a.resume, "Continue the run from its latest checkpoint");
 }
 
 namespace {

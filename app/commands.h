@@ -33,6 +33,8 @@ struct TrainArgs {
   bool resume = false, quiet = false;
 };
 void add_train_options(CLI::App& app, TrainArgs& a);
+// Every ftx train option but --run and --resume (ftx sweep shares them).
+void add_train_flags(CLI::App* c, TrainArgs& a);
 int run_train(TrainArgs& a);
 
 struct GenerateArgs {
@@ -139,10 +141,40 @@ struct UpcycleArgs {
 void add_upcycle_options(CLI::App& app, UpcycleArgs& a);
 int run_upcycle(const UpcycleArgs& a);
 
+// ftx sweep: the runs of one experiment, one per kappa, trained (or resumed) one after another,
+// then measured with the Figure 4 protocol (core/eval/figure4.h) and printed as one table.
+struct SweepArgs {
+  TrainArgs train;                  // every ftx train option; --run and --kappa-* come from below
+  std::string name = "sweep";       // runs are <name>-<kappa>, e.g. sweep-1_8bit
+  std::vector<std::string> kappas;  // "BITS[:STEPS]", BITS a number or a fraction ("1/8")
+  std::vector<std::string> prompts{"K>", "Q>"};
+  int independent = 1000, fixed_groups = 32, group_size = 8;
+  uint64_t measure_seed = 7;
+  bool measure_only = false;
+};
+void add_sweep_options(CLI::App& app, SweepArgs& a);
+int run_sweep(SweepArgs& a);
+// The run of a --kappas entry: sweep_run_name("fig4", "1/8:2000") == "fig4-1_8bit".
+std::string sweep_run_name(const std::string& name, const std::string& kappa);
+// The Figure 4 recipe (docs/figure4.md): what made the shipped models and what ftx demo
+// --retrain runs, its runs named <name>-<kappa> in `db`.
+SweepArgs figure4_recipe(const std::string& db, const std::string& name);
+
+struct BundleArgs {
+  std::string db = kDefaultDb, run, out, as;
+  std::optional<int> step;
+  bool f32 = false;
+  std::vector<std::string> dirs;  // ftx import
+};
+void add_export_options(CLI::App& app, BundleArgs& a);
+void add_import_options(CLI::App& app, BundleArgs& a);
+int run_export(const BundleArgs& a);
+int run_import(const BundleArgs& a);
+
 struct DemoArgs {
   std::string workspace = "workspace";
-  int steps = 0;  // 0: the recipe's default
-  bool fresh = false;
+  std::string models = "resources/models";  // the shipped models (ftx export folders)
+  bool retrain = false;
 };
 void add_demo_options(CLI::App& app, DemoArgs& a);
 int run_demo(const DemoArgs& a);

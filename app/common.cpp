@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "core/io/checkpoint.h"
 #include "core/store/run_store.h"
@@ -151,6 +152,14 @@ std::string format_duration(double s) {
   else
     std::snprintf(buf, sizeof buf, "%ds", t);
   return buf;
+}
+
+Status make_store_folder(const std::string& db) {
+  const std::filesystem::path parent = std::filesystem::path(db).parent_path();
+  std::error_code ec;
+  if (!parent.empty()) std::filesystem::create_directories(parent, ec);
+  if (ec) return make_error(parent.string() + ": cannot create the run store's folder: " + ec.message());
+  return {};
 }
 
 }  // namespace ftx::app

@@ -58,6 +58,9 @@ Status check_groups(int independent, int fixed_groups, int group_size);
 Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,
                                    const std::string& device, const std::string& precision);
 
+// Creates the folder that will hold the run store `db` (an error names it when it cannot).
+Status make_store_folder(const std::string& db);
+
 // Terminal styling (only when stdout is a terminal and NO_COLOR is unset).
 bool use_color();
 std::string style(const std::string& text, const char* ansi);  // ansi e.g. "1;33"

@@ -3,9 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "app/common.h"
 #include "core/eval/synth_metrics.h"
+#include "core/store/run_store.h"
+#include "core/train/train_config.h"
+#include "core/train/trainer.h"
 #include "datasets/synthetic.h"
 
 namespace ftx::app {
@@ -52,19 +56,6 @@ void print_group(const GroupResult& g, const Tokenizer& tokenizer) {
   }
 }
 
-namespace {
-// Where the training data's targets start, as analyze_body sees them (uniform by construction).
-std::vector<double> data_start_distribution() {
-  SyntheticDataset data(1);
-  std::vector<SynthAnalysis> bodies;
-  for (int i = 0; i < 20000; ++i) {
-    auto t = split_generation(SyntheticDataset::make_text(data.training_spec(i)));
-    if (t) bodies.push_back(analyze_body(t->body, t->letter));
-  }
-  return start_distribution(bodies);
-}
-}  // namespace
-
 void print_by_start(const std::vector<GroupResult>& groups, const Tokenizer& tokenizer) {
   std::vector<AgreementAt> fixed;
   std::vector<SynthAnalysis> independent;
@@ -94,8 +85,98 @@ void print_by_start(const std::vector<GroupResult>& groups, const Tokenizer& tok
     std::printf(
         "starts of the %ld valid of %zu independent-Z sequences: total variation %.2f from the training data's%s\n",
         static_cast<long>(valid), independent.size(),
-        total_variation(start_distribution(independent), data_start_distribution()),
+        total_variation(start_distribution(independent), SyntheticDataset::start_distribution()),
         independent.size() < 1000 ? " (under 1,000 sequences the histogram's own noise dominates)" : "");
+}
+
+std::string kappa_label(double bits) {
+  // Kappas go through float nats in a run's config: compare with a relative tolerance.
+  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-5 * std::abs(y); };
+  char buf[32];
+  if (bits > 0 && bits < 1 && near(1 / bits, std::round(1 / bits)))
+    std::snprintf(buf, sizeof buf, "1/%ld bit", std::lround(1 / bits));
+  else if (bits >= 1 && near(bits, std::round(bits)))
+    std::snprintf(buf, sizeof buf, "%ld bit%s", std::lround(bits), std::lround(bits) > 1 ? "s" : "");
+  else
+    std::snprintf(buf, sizeof buf, "%.3g bits", bits);
+  return buf;
+}
+
+namespace {
+
+double last_value(RunStore& store, int64_t run, const char* key) {
+  auto rows = store.metrics(run, key);
+  return rows && !rows->empty() ? rows->back().value : std::nan("");
+}
+
+// The "fig4/..." metrics recorded at `step` (empty when the checkpoint was never measured).
+std::vector<std::pair<std::string, double>> stored_figure4(RunStore& store, int64_t run, int step) {
+  std::vector<std::pair<std::string, double>> out;
+  if (auto rows = store.metrics(run, ""))
+    for (const MetricRow& r : *rows)
+      if (r.step == step && r.key.rfind("fig4/", 0) == 0) out.emplace_back(r.key, r.value);
+  return out;
+}
+
+}  // namespace
+
+Result<Figure4Row> figure4_row(const std::string& db, const std::string& run, const Figure4Protocol& protocol) {
+  auto store = RunStore::open(db);
+  if (!store) return store.error();
+  auto info = store->find_run(run);
+  if (!info) return info.error();
+  const auto cfg = nlohmann::json::parse(info->config_json, nullptr, false);
+  auto train = train_config_from_json(cfg.is_object() ? cfg.value("train", nlohmann::json::object()) : nlohmann::json(),
+                                      db + ": run '" + run + "'");
+  if (!train) return train.error();
+  if (train->dataset != "synthetic")
+    return make_error("run '" + run + "': trained on '" + train->dataset + "', Figure 4 needs the synthetic task");
+  auto ref = find_run_checkpoint(*store, run, std::nullopt);
+  if (!ref) return ref.error();
+  Figure4Row row{run,
+                 nats_to_bits(train->kappa_nats),
+                 ref->step,
+                 last_value(*store, info->id, "val/ce_prior"),
+                 last_value(*store, info->id, "val/kl"),
+                 {}};
+  if (auto stored = stored_figure4(*store, info->id, ref->step); !stored.empty()) {
+    row.numbers = figure4_from_metrics(stored);
+    return row;
+  }
+  auto lm = load_run_model(db, run, ref->step, "cpu", "");
+  if (!lm) return lm.error();
+  if (!lm->tokenizer) return make_error(lm->dir + ": config.json has no tokenizer (Figure 4 needs its text)");
+  auto f = measure_figure4(*lm->model, *lm->tokenizer, SyntheticDataset::kSeqLen,
+                           SyntheticDataset::start_distribution(), protocol);
+  if (!f) return make_error("run '" + run + "': " + f.error().message);
+  row.numbers = *f;
+  for (const auto& [key, value] : figure4_metrics(*f)) store->add_metric(info->id, ref->step, key, value);
+  FTX_TRY(store->flush());
+  return row;
+}
+
+void print_figure4_table(const std::vector<Figure4Row>& rows) {
+  auto value = [](double v) {
+    char buf[16];
+    std::snprintf(buf, sizeof buf, "%.2f", v);
+    return std::isnan(v) ? std::string("-") : std::string(buf);
+  };
+  auto cell = [&](const Estimate& e) { return std::isnan(e.mean) ? "-" : value(e.mean) + "±" + value(e.se); };
+  std::printf("%-16s %-9s %6s %7s %7s %10s %10s %10s %10s %10s %11s %6s\n", "run", "kappa", "step", "CE", "KL", "valid",
+              "agree fix", "agree ind", "late>=32", "noise fix", "noise ind", "TV");
+  for (const Figure4Row& r : rows) {
+    const Figure4Numbers& f = r.numbers;
+    std::printf("%-16s %-9s %6d %7.3f %7.3f %10s %10s %10s %10s %10s %11s %6s\n", r.run.c_str(),
+                kappa_label(r.kappa_bits).c_str(), r.step, r.ce_prior, r.kl, cell(f.valid).c_str(),
+                cell(f.agree_fixed).c_str(), cell(f.agree_indep).c_str(), cell(f.agree_late).c_str(),
+                cell(f.noise_fixed).c_str(), value(f.noise_indep.mean).c_str(), value(f.start_tv).c_str());
+  }
+  std::printf(
+      "CE: validation cross-entropy with Z from the prior (nats/token); KL: nats/token. The rest: Z from the\n"
+      "prior, temperature 1; agreement of fixed-Z groups and of independent sequences, fixed-Z sequences whose\n"
+      "target starts at %d or later, noise agreement, and TV of the independent targets' starts from the data's\n"
+      "(docs/figure4.md). ± one standard error.\n",
+      kLateStart);
 }
 
 }  // namespace ftx::app

@@ -19,6 +19,8 @@ int main(int argc, char** argv) {
   TokenizeArgs tokenize;
   EvalArgs eval;
   UpcycleArgs upcycle;
+  SweepArgs sweep;
+  BundleArgs exp, imp;
   add_train_options(app, train);
   add_generate_options(app, gen);
   add_score_options(app, score);
@@ -30,6 +32,9 @@ int main(int argc, char** argv) {
   add_tokenize_options(app, tokenize);
   add_eval_options(app, eval);
   add_upcycle_options(app, upcycle);
+  add_sweep_options(app, sweep);
+  add_export_options(app, exp);
+  add_import_options(app, imp);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -50,5 +55,8 @@ int main(int argc, char** argv) {
   if (app.got_subcommand("tokenize")) return run_tokenize(tokenize);
   if (app.got_subcommand("eval")) return run_eval(eval);
   if (app.got_subcommand("upcycle")) return run_upcycle(upcycle);
+  if (app.got_subcommand("sweep")) return run_sweep(sweep);
+  if (app.got_subcommand("export")) return run_export(exp);
+  if (app.got_subcommand("import")) return run_import(imp);
   return fail("no command given (see ftx --help)");
 }

@@ -2,6 +2,7 @@
 // stream position, no buffering, no threads (a batch of 64 sequences costs microseconds).
 #include "datasets/synthetic.h"
 
+#include "core/eval/synth_metrics.h"
 #include "core/text/char_tokenizer.h"
 #include "kernels/common.h"
 
@@ -75,6 +76,14 @@ void SyntheticDataset::validation(int32_t* tokens, int64_t first, int B) const {
 void SyntheticDataset::seek(int64_t position) {
   FT_ASSERT(position >= 0, "seek to negative position %lld", static_cast<long long>(position));
   position_ = position;
+}
+
+std::vector<double> SyntheticDataset::start_distribution(int n) {
+  SyntheticDataset data(1);
+  std::vector<SynthAnalysis> bodies;
+  for (int i = 0; i < n; ++i)
+    if (auto t = split_generation(make_text(data.training_spec(i)))) bodies.push_back(analyze_body(t->body, t->letter));
+  return ftx::start_distribution(bodies);
 }
 
 }  // namespace ftx

@@ -8,6 +8,7 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "core/data/batch_source.h"
 #include "kernels/philox.h"
@@ -53,6 +54,10 @@ class SyntheticDataset final : public BatchSource {
   static SyntheticSpec draw_spec(uint64_t seed, uint64_t stream, int64_t index);
   static std::string make_text(const SyntheticSpec& spec);              // 66 characters
   static void make_tokens(const SyntheticSpec& spec, int32_t* tokens);  // tokens (66,)
+  // Where targets start in the training data as core/eval/synth_metrics reads bodies (noise can
+  // hide a target's end, so it is not exactly uniform), over `n` training sequences: the
+  // reference of the Figure 4 start spread.
+  static std::vector<double> start_distribution(int n = 20000);
 
  private:
   uint64_t seed_;

@@ -26,6 +26,7 @@
 #include "core/text/char_tokenizer.h"
 #include "core/text/unicode_text.h"
 #include "datasets/synthetic.h"
+#include "kernels/dtype.h"
 #include "tests/test_util.h"
 
 namespace ftx {
@@ -169,6 +170,22 @@ TEST_F(Checkpoint, RoundTripFreeTransformerWithTrainingState) {
   EXPECT_FALSE(inference_only->has_training_state);
   EXPECT_TRUE(inference_only->adam_m.empty());
   EXPECT_TRUE(bit_identical(inference_only->params, ck.params));
+}
+
+TEST_F(Checkpoint, BF16WeightsHalveTheFileAndLoadRounded) {
+  CheckpointData ck = make_checkpoint(tiny_config(3), 12, false);
+  const std::string f32_dir = path("f32"), bf16_dir = path("bf16");
+  ASSERT_TRUE(save_checkpoint(f32_dir, ck).ok());
+  ck.weights_dtype = SafetensorsDType::BF16;
+  ASSERT_TRUE(save_checkpoint(bf16_dir, ck).ok());
+  const auto f32_size = fs::file_size(f32_dir + "/model.safetensors");
+  const auto bf16_size = fs::file_size(bf16_dir + "/model.safetensors");
+  EXPECT_LT(bf16_size, f32_size / 2 + 4096);
+  auto r = load_checkpoint(bf16_dir, false);
+  ASSERT_TRUE(r.ok()) << r.error().message;
+  expect_same_config(r->config, ck.config);
+  ASSERT_EQ(r->params.size(), ck.params.size());
+  for (size_t i = 0; i < ck.params.size(); ++i) ASSERT_EQ(r->params[i], bf16_to_fp32(fp32_to_bf16(ck.params[i]))) << i;
 }
 
 TEST_F(Checkpoint, BpeTokenizerRoundTripsThroughItsOwnFile) {

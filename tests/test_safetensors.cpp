@@ -124,6 +124,39 @@ TEST_F(Safetensors, RoundTripF32WithMetadata) {
   EXPECT_TRUE(re->empty());
 }
 
+TEST_F(Safetensors, WritesBF16RoundedToNearestEven) {
+  // 1 + 2^-8 is halfway between two bf16 values: ties go to the even one (1.0); 1 + 3 * 2^-8 is
+  // also a tie and goes up to 1 + 2^-6; -2.5 and 0 are exact; a small value keeps its sign.
+  const std::vector<float> x{1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, -2.5f, 0.0f, -1e-30f};
+  const std::string path = file("bf16.safetensors");
+  ASSERT_TRUE(write_safetensors(path, {{"w", {5}, x.data(), SafetensorsDType::BF16}, {"f", {1}, x.data()}}).ok());
+  EXPECT_EQ(fs::file_size(path) % 2, 0u);
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.error().message;
+  EXPECT_EQ(f->find("w")->dtype, SafetensorsDType::BF16);
+  EXPECT_EQ(f->find("w")->end - f->find("w")->begin, 10u);
+  EXPECT_EQ(f->find("f")->dtype, SafetensorsDType::F32);
+  auto w = f->read_f32("w");
+  ASSERT_TRUE(w.ok());
+  EXPECT_EQ((*w)[0], 1.0f);
+  EXPECT_EQ((*w)[1], 1.0f + 0x1p-6f);
+  EXPECT_EQ((*w)[2], -2.5f);
+  EXPECT_EQ((*w)[3], 0.0f);
+  EXPECT_TRUE(std::signbit((*w)[4]));
+  EXPECT_EQ((*f->read_f32("f"))[0], x[0]);
+
+  // A finite value past bf16's range would be read back as infinity: refused, naming it.
+  const std::vector<float> big{3.4e38f};
+  auto bad = write_safetensors(file("big.safetensors"), {{"big", {1}, big.data(), SafetensorsDType::BF16}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("'big'"), std::string::npos) << bad.error().message;
+  EXPECT_NE(bad.error().message.find("overflows BF16"), std::string::npos);
+  EXPECT_FALSE(fs::exists(file("big.safetensors")));
+  auto f16 = write_safetensors(file("f16.safetensors"), {{"h", {1}, big.data(), SafetensorsDType::F16}});
+  ASSERT_FALSE(f16.ok());
+  EXPECT_NE(f16.error().message.find("cannot write dtype F16"), std::string::npos) << f16.error().message;
+}
+
 TEST_F(Safetensors, ReadErrorsNameFileAndTensor) {
   std::vector<float> a{1, 2, 3};
   const std::string path = file("r.safetensors");

@@ -62,7 +62,7 @@ constexpr int kAntialiasMaxLines = 24;  // the run legend names this many, then 
 constexpr int kGridColumns = 3;
 constexpr size_t kMarkedPointsMax = 8;  // a series this short also shows its points
 constexpr size_t kLegendRowMax = 3;
-constexpr double kLegendFontScale = 0.85;  // five line-style keys fit under a 280-pixel chart
+constexpr double kLegendFontScale = 0.85;  // six line-style keys fit under a 280-pixel chart
 constexpr QSize kMinChartSize(240, 180);   // pixels; below this the axis labels crowd the plot out
 constexpr double kDefaultAlpha = 0.6;      // TensorBoard's default smoothing weight
 constexpr int kAlphaSteps = 99;            // the slider: alpha = value / 100, at most 0.99
@@ -101,6 +101,7 @@ std::vector<ChartSpec> chart_specs() {
        "fraction",
        {{"synth/valid", Qt::SolidLine, true, "valid"},
         {"synth/agree_fixed", Qt::DashLine, true, "agree, Z"},
+        {"synth/agree_fixed_late", Qt::CustomDashLine, true, "late, Z"},
         {"synth/agree_indep", Qt::DotLine, true, "agree"},
         {"synth/noise_agree_fixed", Qt::DashDotLine, true, "noise, Z"},
         {"synth/noise_agree_indep", Qt::DashDotDotLine, true, "noise"}}},
@@ -133,9 +134,11 @@ QList<QPointF> to_points(const Series& s) {
   return out;
 }
 
+// Qt::CustomDashLine is drawn as long dashes with short gaps (the late-target agreement).
 QPen make_pen(const QColor& color, double width, Qt::PenStyle style) {
   QPen pen(color, width, style);
   pen.setCapStyle(Qt::FlatCap);
+  if (style == Qt::CustomDashLine) pen.setDashPattern({8, 2});
   return pen;
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "core/eval/figure4.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "kernels/philox.h"
@@ -182,6 +183,33 @@ void ExploreWorker::coinflip(quint64 seed) {
   emit busy_changed(false);
 }
 
+QString ExploreWorker::measured_line(const std::string& run) {
+  auto store = ftx::RunStore::open_readonly(db_path_.toStdString(), 1000);
+  auto info = store ? store->find_run(run) : ftx::Result<ftx::RunInfo>(store.error());
+  auto rows = info ? store->metrics(info->id, "") : ftx::Result<std::vector<ftx::MetricRow>>(info.error());
+  if (!rows) return QString();
+  int64_t step = -1;  // the latest measured step
+  for (const ftx::MetricRow& r : *rows)
+    if (r.key.rfind("fig4/", 0) == 0) step = std::max(step, r.step);
+  if (step < 0) return QString();
+  std::vector<std::pair<std::string, double>> at_step;
+  for (const ftx::MetricRow& r : *rows)
+    if (r.step == step && r.key.rfind("fig4/", 0) == 0) at_step.emplace_back(r.key, r.value);
+  const ftx::Figure4Numbers f = ftx::figure4_from_metrics(at_step);
+  auto pm = [](const ftx::Estimate& e) { return QStringLiteral("%1±%2").arg(e.mean, 0, 'f', 2).arg(e.se, 0, 'f', 2); };
+  return QStringLiteral(
+             "Measured at step %1 (%2 fixed-Z groups, %3 sequences): valid %4 · agree fixed %5, independent %6 · "
+             "targets at ≥ %7: %8 · noise agree fixed %9, independent %10 · starts TV %11")
+      .arg(step)
+      .arg(f.agree_fixed.n)
+      .arg(f.valid.n)
+      .arg(f.valid.mean, 0, 'f', 2)
+      .arg(pm(f.agree_fixed), QString::number(f.agree_indep.mean, 'f', 2))
+      .arg(ftx::kLateStart)
+      .arg(pm(f.agree_late), pm(f.noise_fixed), QString::number(f.noise_indep.mean, 'f', 2))
+      .arg(f.start_tv, 0, 'f', 2);
+}
+
 void ExploreWorker::kappa_lesson(quint64 seed) {
   emit busy_changed(true);
   auto runs = lesson_runs("synthetic", true);
@@ -191,17 +219,20 @@ void ExploreWorker::kappa_lesson(quint64 seed) {
                      : qs(runs.error().message));
     return emit busy_changed(false);
   }
-  // The smallest, a middle and the largest kappa (the newest run of each value).
+  // Figure 4's panels: every kappa (the newest run of each), at most four, spread from the
+  // smallest to the largest when there are more.
   std::map<double, std::string> by_kappa;
   for (const auto& [name, bits] : *runs) by_kappa[bits] = name;
-  std::vector<std::pair<std::string, double>> pick;
-  for (const auto& [bits, name] : by_kappa) pick.emplace_back(name, bits);
-  if (pick.size() > 3) pick = {pick.front(), pick[pick.size() / 2], pick.back()};
+  std::vector<std::pair<std::string, double>> all, pick;
+  for (const auto& [bits, name] : by_kappa) all.emplace_back(name, bits);
+  const size_t n = all.size(), shown = std::min<size_t>(n, 4);
+  for (size_t i = 0; i < shown; ++i) pick.push_back(all[shown == 1 ? 0 : i * (n - 1) / (shown - 1)]);
   ftx::Figure4Request req;
   req.prompt = std::string(1, static_cast<char>('A' + seed % 26)) + ">";
-  req.fixed_groups = 1, req.group_size = 6, req.seed = seed;
+  req.fixed_groups = 2, req.group_size = 8, req.seed = seed;
   GroupColumns columns;
   std::vector<double> kappas;
+  QStringList measured;
   for (const auto& [name, bits] : pick) {
     auto m = model(name, -1);
     auto groups = m ? ftx::explore_figure4(**m, req) : ftx::Result<std::vector<ftx::GroupView>>(m.error());
@@ -211,7 +242,8 @@ void ExploreWorker::kappa_lesson(quint64 seed) {
     }
     columns.emplace_back(qs(name), std::move(*groups));
     kappas.push_back(bits);
+    measured << measured_line(name);
   }
-  emit kappa_lesson_ready(std::move(columns), std::move(kappas));
+  emit kappa_lesson_ready(std::move(columns), std::move(kappas), measured);
   emit busy_changed(false);
 }

@@ -45,7 +45,9 @@ class ExploreWorker : public QObject {
   void latent_ready(ftx::LatentInspection inspection, QString run, int step);
   void edited_ready(QString text);
   void coinflip_ready(ftx::CoinflipLesson lesson, double eps, QString baseline_run, QString free_run);
-  void kappa_lesson_ready(GroupColumns columns, std::vector<double> kappa_bits);
+  // measured: per column, the run's stored Figure 4 numbers (ftx sweep / the shipped models) as
+  // one line, empty when it was never measured.
+  void kappa_lesson_ready(GroupColumns columns, std::vector<double> kappa_bits, QStringList measured);
   void failed(QString view, QString message);  // view: "generations", "latent", "lessons"
   void busy_changed(bool busy);
 
@@ -55,6 +57,7 @@ class ExploreWorker : public QObject {
  private:
   ftx::Result<ftx::ExplorerModel*> model(const std::string& run, int step);
   ftx::Result<std::vector<std::pair<std::string, double>>> lesson_runs(const std::string& dataset, bool free);
+  QString measured_line(const std::string& run);  // kappa_lesson_ready's `measured` of one run
 
   QString db_path_;
   ftx::DatasetFactory datasets_;

@@ -192,6 +192,11 @@ void MainWindow::build_menus() {
 }
 
 bool MainWindow::raise_view(const QString& name) {
+  if (name == "figure4") {  // the Figure 4 lesson, four panels side by side in the whole window
+    lessons_->show_figure4_tab();
+    docks_.at("runs")->hide(), docks_.at("train")->hide();  // back from the View menu
+    return raise_view("lessons");
+  }
   // "generations+latent": the second dock split off below the first, both shown.
   const QStringList parts = name.split('+');
   std::vector<QDockWidget*> docks;

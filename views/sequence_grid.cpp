@@ -55,10 +55,13 @@ QString group_title(const ftx::GroupView& g) {
   return g.fixed ? SequenceGrid::tr("Fixed Z #%1").arg(g.group) : SequenceGrid::tr("Independent Z");
 }
 // A fixed-Z group's agreement depends on where its target starts (docs/figure4.md): it says where.
-QString group_metrics_text(const ftx::GroupView& g) {
-  const QString text = SequenceGrid::tr("valid %1   agreement %2   noise agreement %3")
+// Compact: the same in fewer words, for narrow columns.
+QString group_metrics_text(const ftx::GroupView& g, bool compact) {
+  const QString text = (compact ? SequenceGrid::tr("valid %1 · agree %2 · noise %3")
+                                : SequenceGrid::tr("valid %1   agreement %2   noise agreement %3"))
                            .arg(percent_text(g.valid), fraction_text(g.agreement), fraction_text(g.noise_agreement));
-  return g.fixed && g.start >= 0 ? text + SequenceGrid::tr("   target at %1").arg(g.start) : text;
+  if (!g.fixed || g.start < 0) return text;
+  return text + (compact ? SequenceGrid::tr(" · at %1") : SequenceGrid::tr("   target at %1")).arg(g.start);
 }
 
 QString validity_text(const ftx::GroupRow& row) {
@@ -128,6 +131,11 @@ void SequenceGrid::set_placeholder(const QString& text) {
   relayout();
 }
 
+void SequenceGrid::set_compact(bool compact) {
+  compact_ = compact;
+  relayout();
+}
+
 void SequenceGrid::set_cell_point_size(double points) {
   cell_font_.setPointSizeF(points);
   relayout();
@@ -149,8 +157,9 @@ SequenceGrid::Metrics SequenceGrid::metrics() const {
   m.cell_h = std::ceil(cell.height()) + 3;
   m.header_h = std::ceil(2 * ui.height()) + kPad + 6;
   m.caption_h = std::ceil(ui.height()) + 8;
-  const double metrics_w =
-      ui.horizontalAdvance(tr("valid 100 %   agreement 0.00   noise agreement 0.00   target at 56"));
+  ftx::GroupView widest;
+  widest.fixed = true, widest.valid = 1, widest.start = 56;
+  const double metrics_w = ui.horizontalAdvance(group_metrics_text(widest, compact_));
   m.block_w = 2 * kPad + kMarker + std::max(text_columns_ * m.cell_w, metrics_w);
   return m;
 }
@@ -285,10 +294,11 @@ void SequenceGrid::paint_group(QPainter& p, const PlacedGroup& pg, const Metrics
   p.drawText(line, Qt::AlignLeft | Qt::AlignVCenter, group_title(g));
   p.setFont(font());
   p.setPen(pal.color(QPalette::PlaceholderText));
-  p.drawText(line, Qt::AlignRight | Qt::AlignVCenter, tr("%1 sequences").arg(g.rows.size()));
+  p.drawText(line, Qt::AlignRight | Qt::AlignVCenter,
+             (compact_ ? tr("%1 seq.") : tr("%1 sequences")).arg(g.rows.size()));
   line.translate(0, line_h + 2);
   p.setPen(pal.color(QPalette::Text));
-  p.drawText(line, Qt::AlignLeft | Qt::AlignVCenter, group_metrics_text(g));
+  p.drawText(line, Qt::AlignLeft | Qt::AlignVCenter, group_metrics_text(g, compact_));
 }
 
 void SequenceGrid::paint_row(QPainter& p, const PlacedRow& r, const Metrics& m, bool hovered) const {

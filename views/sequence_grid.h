@@ -28,6 +28,7 @@ class SequenceGrid : public QWidget {
   // Clears the grid and shows `text` in its place.
   void set_placeholder(const QString& text);
   void set_cell_point_size(double points);
+  void set_compact(bool compact);  // shorter group headers, for narrow columns
   bool save_png(const QString& path);
 
   QSize sizeHint() const override;
@@ -87,5 +88,6 @@ class SequenceGrid : public QWidget {
   QFont cell_font_;
   Layout layout_;
   int text_columns_ = 66;  // the longest row, in tokens
-  int hovered_ = -1;       // index in layout_.rows
+  bool compact_ = false;
+  int hovered_ = -1;  // index in layout_.rows
 };

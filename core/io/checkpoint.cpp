@@ -256,9 +256,9 @@ Status check_arena(const std::string& dir, const char* what, const std::vector<f
 }
 
 std::vector<NamedTensor> named(const std::vector<ParamSpec>& specs, const std::string& prefix,
-                               const std::vector<float>& arena) {
+                               const std::vector<float>& arena, SafetensorsDType dtype = SafetensorsDType::F32) {
   std::vector<NamedTensor> out;
-  for (const auto& s : specs) out.push_back(NamedTensor{prefix + s.name, s.shape, arena.data() + s.offset});
+  for (const auto& s : specs) out.push_back(NamedTensor{prefix + s.name, s.shape, arena.data() + s.offset, dtype});
   return out;
 }
 
@@ -268,7 +268,7 @@ Status write_contents(const std::string& tmp, const CheckpointData& ck, const st
   json config = config_to_json(ck.config, ck.tokenizer.get());
   if (ck.tokenizer) FTX_TRY(save_tokenizer(*ck.tokenizer, tmp, config["tokenizer"]));
   FTX_TRY(write_file_durable(join(tmp, kConfigFileName), config.dump(2) + "\n"));
-  FTX_TRY(write_safetensors(join(tmp, kModelFileName), named(specs, "", ck.params), meta));
+  FTX_TRY(write_safetensors(join(tmp, kModelFileName), named(specs, "", ck.params, ck.weights_dtype), meta));
   if (ck.has_training_state) {
     auto tensors = named(specs, "adam_m.", ck.adam_m);
     auto v = named(specs, "adam_v.", ck.adam_v);

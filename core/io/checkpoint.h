@@ -18,8 +18,8 @@
 // free.* tensors the checkpoint is the plain decoder; free.* tensors without that key, or that key
 // without the free.* tensors, are errors.
 //
-// Deliberately not here: tokenizer.json (core/text), writing shards, dtype conversion
-// on save (always F32), mmap of weights for inference (kernels/).
+// Deliberately not here: tokenizer.json (core/text), writing shards, dtypes other than F32 and
+// BF16 on save, mmap of weights for inference (kernels/).
 #pragma once
 #include <map>
 #include <memory>
@@ -28,6 +28,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/io/safetensors.h"
 #include "core/model/config.h"
 #include "core/text/tokenizer.h"
 #include "kernels/result.h"
@@ -44,6 +45,9 @@ struct CheckpointData {
   ModelConfig config;
   std::shared_ptr<const Tokenizer> tokenizer;  // config.json's "tokenizer"; null: token ids only
   std::vector<float> params;                   // arena order of param_specs(config)
+  // How model.safetensors stores params: F32, or BF16 for a model to ship (half the size; read
+  // back widened to fp32). Training state is always F32.
+  SafetensorsDType weights_dtype = SafetensorsDType::F32;
   bool has_training_state = false;
   std::vector<float> adam_m, adam_v;  // AdamW moments, same layout as params
   nlohmann::json trainer;             // trainer.json (an object; null is written as {})

@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <bit>
+#include <cmath>
 #include <cstring>
 #include <limits>
 
 #include "core/io/config_json.h"
+#include "kernels/dtype.h"
 
 namespace ftx {
 
@@ -442,9 +444,11 @@ Result<std::string> build_header(const std::string& path, const std::vector<Name
     for (int64_t d : t.shape)
       if (d < 0 || mul_overflows(numel, uint64_t(d), &numel))
         return make_error(where + ": invalid shape " + shape_str(t.shape));
-    if (mul_overflows(numel, 4, &bytes) || (bytes > 0 && t.data == nullptr))
+    if (t.dtype != SafetensorsDType::F32 && t.dtype != SafetensorsDType::BF16)
+      return make_error(where + ": cannot write dtype " + dtype_name(t.dtype) + " (F32 or BF16)");
+    if (mul_overflows(numel, uint64_t(dtype_bits(t.dtype) / 8), &bytes) || (bytes > 0 && t.data == nullptr))
       return make_error(where + ": shape " + shape_str(t.shape) + " too large or data missing");
-    h[t.name] = {{"dtype", "F32"}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    h[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
     sizes->push_back(bytes);
   }
@@ -467,7 +471,22 @@ Status write_safetensors(const std::string& path, const std::vector<NamedTensor>
     if (!w) return w.error();
     FTX_TRY(w->write(prefix, 8));
     FTX_TRY(w->write(header->data(), header->size()));
-    for (size_t i = 0; i < tensors.size(); ++i) FTX_TRY(w->write(tensors[i].data, sizes[i]));
+    std::vector<uint16_t> half;
+    for (size_t i = 0; i < tensors.size(); ++i) {
+      const NamedTensor& t = tensors[i];
+      if (t.dtype == SafetensorsDType::F32) {
+        FTX_TRY(w->write(t.data, sizes[i]));
+        continue;
+      }
+      half.resize(sizes[i] / 2);
+      for (size_t j = 0; j < half.size(); ++j) {
+        half[j] = fp32_to_bf16(t.data[j]);
+        if ((half[j] & 0x7F80u) == 0x7F80u && std::isfinite(t.data[j]))
+          return make_error(path + ": tensor " + quote_name(t.name) + ": element " + std::to_string(j) + " (" +
+                            std::to_string(t.data[j]) + ") overflows BF16");
+      }
+      FTX_TRY(w->write(half.data(), sizes[i]));
+    }
     return w->finish();
   } catch (const std::exception& e) {
     return make_error(path + ": cannot write: " + e.what());

@@ -1,4 +1,4 @@
-// safetensors: a strict reader and a simple fp32 writer (docs/design.md section 5).
+// safetensors: a strict reader and a simple fp32 / bf16 writer (docs/design.md section 5).
 //
 // Layout: [u64 little-endian N][N bytes of UTF-8 JSON header][data buffer to end of file].
 // SafetensorsFile::open() reads only the 8-byte prefix and the header (never the data buffer, so
@@ -14,7 +14,7 @@
 // a fuzzer's input): it reads only the prefix and the header bytes.
 //
 // Deliberately not here: the mapping itself (core/io/mapped_file.h), writing dtypes other than
-// F32, big-endian hosts, sharded sets (core/io/checkpoint.cpp and core/io/hf_checkpoint.cpp read
+// F32 and BF16, big-endian hosts, sharded sets (core/io/checkpoint.cpp and core/io/hf_checkpoint.cpp read
 // the index).
 // Every error is one line "<path>: <problem>", naming the tensor and offsets where relevant.
 #pragma once
@@ -133,14 +133,16 @@ class SafetensorsFile {
   std::map<std::string, std::string> metadata_;
 };
 
-// One fp32 tensor to write; `data` holds numel(shape) floats (no alignment needed).
+// One fp32 tensor to write; `data` holds numel(shape) floats (no alignment needed). `dtype` is
+// what the file stores: F32 as is, or BF16 rounded to nearest even (half the bytes).
 struct NamedTensor {
   std::string name;
   std::vector<int64_t> shape;
   const float* data = nullptr;
+  SafetensorsDType dtype = SafetensorsDType::F32;
 };
 
-// Writes a safetensors file: tensors laid out in the given order as F32, header padded with
+// Writes a safetensors file: tensors laid out in the given order as F32 or BF16, header padded with
 // spaces to a multiple of 8, file fsynced. Names must be unique, non-empty, without NUL, and not
 // "__metadata__". On any I/O failure (ENOSPC, EFBIG, EACCES, ...) the partial file is removed and
 // the error names the path.
