@@ -92,6 +92,7 @@ TEST_F(ExplorerTest, Figure4GroupsAreDeterministicWithSharedCodesInFixedGroups) 
     for (const GroupRow& r : v.rows) bodies.push_back(r.text.substr(2));
     const GroupMetrics m = group_metrics(bodies, 'K');
     EXPECT_EQ(v.start, m.start) << "the group's target start, for agreement by position";
+    EXPECT_EQ(v.agreement_at, m.agreement_at) << "each valid sequence's start and agreement, for the by-start line";
     EXPECT_EQ(std::isnan(v.agreement), std::isnan(m.agreement));
   }
   req.seed = 8;

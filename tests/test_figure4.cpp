@@ -300,5 +300,89 @@ TEST_F(Figure4Test, DemoShowsTheShippedModelsWithoutTraining) {
   test::expect_one_line_error(none, {"nowhere"});
 }
 
+// ---- the shipped models ----------------------------------------------------------------------
+
+// resources/models, imported as ./run.sh and ftx demo do, then measured again here with the
+// protocol of docs/figure4.md (deterministic seeds). The thresholds that the recipe
+// reaches are asserted as thresholds (within two standard errors); the ones it does not reach yet
+// (1/8 bit: agreement >= 0.4 and >= 0.8 for late targets; 1 bit: agreement >= 0.9, noise >= 0.5)
+// are asserted at what docs/figure4.md reports, so that a shipped model that does worse fails.
+class ShippedModels : public test::TempDirTest {
+ protected:
+  ShippedModels() : TempDirTest("ftx_test_shipped_") {}
+  void SetUp() override {
+    TempDirTest::SetUp();
+    for (const char* run : {"coin-baseline", "coin-free", "fig4-1_64bit", "fig4-1_8bit", "fig4-1bit", "fig4-8bit"}) {
+      bool imported = false;
+      auto st = import_run(db(), std::string(FTX_RESOURCE_DIR) + "/models/" + run, &imported);
+      ASSERT_TRUE(st.ok()) << st.error().message;
+      ASSERT_TRUE(imported) << run;
+    }
+  }
+  std::string db() const { return dir_ + "/runs.db"; }
+  Figure4Numbers measure(const std::string& run) {
+    auto m = load_explorer_model(*be_, make_dataset, db(), run, std::nullopt);
+    EXPECT_TRUE(m.ok()) << run << ": " << m.error().message;
+    if (!m) return {};
+    auto f = measure_figure4(*m->model, *m->tokenizer, m->seq_len, SyntheticDataset::start_distribution(),
+                             Figure4Protocol{});
+    EXPECT_TRUE(f.ok()) << f.error().message;
+    return f ? *f : Figure4Numbers{};
+  }
+  std::unique_ptr<Backend> be_ = make_cpu_backend();
+};
+
+TEST_F(ShippedModels, MeetTheFigure4ThresholdsTheyReach) {
+  const Figure4Numbers k64 = measure("fig4-1_64bit"), k8 = measure("fig4-1_8bit"), k1 = measure("fig4-1bit"),
+                       k8bits = measure("fig4-8bit");
+  for (const Figure4Numbers* f : {&k64, &k8, &k1, &k8bits})  // 32 fixed-Z groups of 8 per prompt
+    EXPECT_EQ(f->valid.n, 2 * (1000 + 32 * 8));
+  // 1/64 bit: Z ignored.
+  EXPECT_LE(k64.agree_fixed.mean - 2 * k64.agree_fixed.se, 0.3);
+  // 1/8 bit: valid, noise not pinned, starts spread like the data's ...
+  EXPECT_GE(k8.valid.mean + 2 * k8.valid.se, 0.9);
+  EXPECT_LE(k8.noise_fixed.mean - 2 * k8.noise_fixed.se, k8.noise_indep.mean + 0.1);
+  EXPECT_LE(k8.start_tv, 0.3);
+  // ... but the position is barely pinned (docs/figure4.md: 0.05 against 0.02 independent).
+  EXPECT_GT(k8.agree_fixed.mean, k8.agree_indep.mean);
+  // 1 bit: the position is pinned well above chance (0.40 against 0.07), the noise is not.
+  EXPECT_GE(k1.valid.mean, 0.9);
+  EXPECT_GE(k1.agree_fixed.mean - 2 * k1.agree_fixed.se, k1.agree_indep.mean + 0.2);
+  // 8 bits: generations from the prior go wrong.
+  EXPECT_LE(k8bits.valid.mean + 2 * k8bits.valid.se, k1.valid.mean - 0.2);
+  // The numbers shipped with the models are these (measured on the same BF16 weights).
+  for (const auto& [run, f] : {std::pair{"fig4-1_64bit", &k64}, std::pair{"fig4-1_8bit", &k8},
+                               std::pair{"fig4-1bit", &k1}, std::pair{"fig4-8bit", &k8bits}}) {
+    auto store = RunStore::open_readonly(db());
+    auto info = store->find_run(run);
+    ASSERT_TRUE(info.ok());
+    auto rows = store->metrics(info->id, "fig4/agree_fixed");
+    ASSERT_TRUE(rows.ok());
+    ASSERT_EQ(rows->size(), 1u) << run;
+    EXPECT_NEAR(rows->front().value, f->agree_fixed.mean, 2 * f->agree_fixed.se + 1e-9) << run;
+  }
+}
+
+TEST_F(ShippedModels, CoinFlipLessonShowsTheDrawnZ) {
+  // The baseline, which must infer the coin, predicts the first bit at 1/2 (the lesson's chart);
+  // the Free Transformer with Z from its encoder is sure from the first bit, on the coin's side for
+  // most sequences (7 of these 8; it predicts about 0.01 or 0.9 rather than eps or 1 - eps: at 1
+  // bit per token its Z carries more than the coin).
+  auto base = load_explorer_model(*be_, make_dataset, db(), "coin-baseline", std::nullopt);
+  auto free = load_explorer_model(*be_, make_dataset, db(), "coin-free", std::nullopt);
+  ASSERT_TRUE(base.ok() && free.ok());
+  const double eps = 0.1;
+  int coin_side = 0;
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    CoinflipLesson lesson = coinflip_example(seed, 32, eps);
+    ASSERT_TRUE(coinflip_lesson(lesson, eps, &*base, &*free, seed).ok());
+    ASSERT_EQ(lesson.free_z.size(), 32u);
+    EXPECT_NEAR(lesson.baseline[0], 0.5, 0.05) << seed;
+    EXPECT_GT(std::abs(lesson.free_z[0] - 0.5), 0.35) << "seed " << seed;
+    coin_side += (lesson.free_z[0] > 0.5) == (lesson.z == 1);
+  }
+  EXPECT_GE(coin_side, 6);
+}
+
 }  // namespace
 }  // namespace ftx

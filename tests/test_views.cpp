@@ -806,6 +806,25 @@ TEST(GenerationsView, ValidPromptRequestsFigure4) {
   EXPECT_NE(h.figure4[0].req.seed, h.figure4[1].req.seed) << "Resample Z draws new seeds";
 }
 
+TEST(GenerationsView, FixedGroupsShowAgreementByTargetStart) {
+  GenerationsHarness h;
+  auto* by_start = h.view.findChild<QLabel*>("by_start");
+  ASSERT_TRUE(by_start);
+  ftx::GroupView indep, fixed1, fixed2;
+  indep.agreement_at = {{3, 1.0}};  // an independent group's sequences are not counted
+  fixed1.fixed = fixed2.fixed = true;
+  fixed1.group = 1, fixed2.group = 2;
+  fixed1.agreement_at = {{2, 1.0}, {5, 0.5}, {40, 0.0}};
+  fixed2.agreement_at = {{10, 0.25}, {50, 1.0}};
+  h.view.show_groups("run-a", 7, {indep, fixed1, fixed2});
+  EXPECT_EQ(by_start->text(),
+            "Agreement by target start (fixed-Z sequences): 0–7: 0.75 (2) · 8–15: 0.25 (1) · 40–47: 0.00 (1) · "
+            "48–56: 1.00 (1) · from 32 on: 0.50 (2)");
+  EXPECT_FALSE(by_start->isHidden());
+  h.view.show_groups("run-a", 7, {indep});  // no fixed-Z group: nothing to say
+  EXPECT_TRUE(by_start->isHidden());
+}
+
 TEST(GenerationsView, FixingTheRefusedPromptClearsTheMessage) {
   GenerationsHarness h;
   QLineEdit* prompt = h.prompt();

@@ -90,6 +90,29 @@ bool write_file(const QString& path, const QByteArray& bytes) {
   return file.commit();
 }
 
+// "Agreement by target start (fixed-Z sequences): 0-7 0.43 (7) · ... · from 32 0.10 (12)";
+// empty without a valid fixed-Z sequence.
+QString by_start_text(const std::vector<ftx::GroupView>& groups) {
+  const std::vector<ftx::StartBin> bins = ftx::fixed_groups_by_start(groups);
+  QStringList parts;
+  for (size_t i = 0; i + 1 < bins.size(); ++i)
+    if (bins[i].generations > 0)
+      parts << GenerationsView::tr("%1–%2: %3 (%4)")
+                   .arg(bins[i].lo)
+                   .arg(bins[i].hi)
+                   .arg(bins[i].agreement, 0, 'f', 2)
+                   .arg(bins[i].generations);
+  if (parts.isEmpty()) return QString();
+  const ftx::StartBin& late = bins.back();
+  const QString from = late.generations > 0
+                           ? GenerationsView::tr("%1 (%2)").arg(late.agreement, 0, 'f', 2).arg(late.generations)
+                           : QStringLiteral("–");
+  return GenerationsView::tr("Agreement by target start (fixed-Z sequences): %1 · from %2 on: %3")
+      .arg(parts.join(QStringLiteral(" · ")))
+      .arg(ftx::kLateStart)
+      .arg(from);
+}
+
 }  // namespace
 
 GenerationsView::GenerationsView(QWidget* parent) : QWidget(parent) {
@@ -105,10 +128,20 @@ GenerationsView::GenerationsView(QWidget* parent) : QWidget(parent) {
   message_->setTextInteractionFlags(Qt::TextSelectableByMouse);
   message_->setMinimumHeight(message_->fontMetrics().height());  // reserved: messages do not shift the grid
 
+  by_start_ = new QLabel;
+  by_start_->setObjectName("by_start");
+  by_start_->setWordWrap(true);
+  by_start_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  by_start_->setToolTip(
+      tr("For each sequence of a fixed-Z group: the share of its group that puts the target where it does, by "
+         "where its target starts (docs/figure4.md). Over a few groups this is noisy: ftx generate --fixed-groups "
+         "32 measures it over many."));
+
   auto* layout = new QVBoxLayout(this);
   layout->addWidget(build_selectors());
   layout->addWidget(build_buttons());
   layout->addWidget(message_);
+  layout->addWidget(by_start_);
   layout->addWidget(scroll, 1);
   update_enabled();
 }
@@ -387,6 +420,8 @@ void GenerationsView::show_current() {
   } else {
     grid_->set_groups(groups_, groups_caption());
   }
+  by_start_->setText(comparison_button_->isChecked() ? QString() : by_start_text(groups_));
+  by_start_->setVisible(!by_start_->text().isEmpty());
 }
 
 QString GenerationsView::groups_caption() const {

@@ -101,6 +101,7 @@ class GenerationsView : public QWidget {
   QPushButton* png_button_ = nullptr;
   QPushButton* text_button_ = nullptr;
   QLabel* message_ = nullptr;
+  QLabel* by_start_ = nullptr;  // agreement by target start of the shown fixed-Z groups
   SequenceGrid* grid_ = nullptr;
 
   std::map<QString, QList<int>> steps_;  // per run, ascending

@@ -30,6 +30,7 @@ GroupView to_group_view(const GroupResult& g, const Tokenizer& tokenizer, bool s
   GroupView v;
   v.group = g.group, v.fixed = g.fixed;
   v.valid = g.valid, v.agreement = g.agreement, v.noise_agreement = g.noise_agreement, v.start = g.start;
+  v.agreement_at = g.agreement_at;
   for (size_t i = 0; i < g.gens.size(); ++i) {
     GroupRow row;
     row.text = tokenizer.decode(g.gens[i].tokens);
@@ -259,6 +260,15 @@ Status coinflip_lesson(CoinflipLesson& lesson, double eps, ExplorerModel* baseli
     lesson.free_z = std::move(*p);
   }
   return {};
+}
+
+std::vector<StartBin> fixed_groups_by_start(const std::vector<GroupView>& groups) {
+  std::vector<AgreementAt> fixed;
+  for (const GroupView& g : groups)
+    if (g.fixed) fixed.insert(fixed.end(), g.agreement_at.begin(), g.agreement_at.end());
+  std::vector<StartBin> bins = agreement_by_start(fixed);
+  bins.push_back(agreement_from(fixed, kLateStart));
+  return bins;
 }
 
 }  // namespace ftx

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/data/batch_source.h"
+#include "core/eval/synth_metrics.h"
 #include "core/model/model.h"
 #include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
@@ -52,7 +53,11 @@ struct GroupView {
   std::vector<GroupRow> rows;
   double valid = 0, agreement = 0, noise_agreement = 0;  // NaN when undefined
   int start = -1;  // where the group's targets start (GroupMetrics::start); -1 when none is valid
+  std::vector<AgreementAt> agreement_at;  // per valid sequence: its start, the share agreeing with it
 };
+// The fixed-Z groups' sequences by target start (agreement_by_start over their agreement_at),
+// then the bin of starts from kLateStart on: the Generations view's by-start line.
+std::vector<StartBin> fixed_groups_by_start(const std::vector<GroupView>& groups);
 struct Figure4Request {
   std::string prompt;  // e.g. "K>"; must encode with the run's tokenizer
   int fixed_groups = 3;
