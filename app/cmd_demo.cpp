@@ -16,6 +16,16 @@
 namespace ftx::app {
 namespace {
 
+// Where the shipped models are: --models, or when the default is not there (ftx run from another
+// folder), resources/models of the source tree this binary was built in (build/app/ftx).
+std::string models_dir(const std::string& given) {
+  std::error_code ec;
+  if (given != DemoArgs{}.models || std::filesystem::exists(given, ec)) return given;
+  const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  const auto beside = exe.parent_path().parent_path().parent_path() / "resources" / "models";
+  return !ec && std::filesystem::exists(beside, ec) ? beside.string() : given;
+}
+
 // Imports every bundle under `models` (sorted by name) that the store does not have yet.
 Status import_shipped(const std::string& db, const std::string& models) {
   std::error_code ec;
@@ -85,7 +95,7 @@ int run_demo(const DemoArgs& a) {
   if (a.retrain) {
     recipe.measure_only = false;
     if (const int rc = run_sweep(recipe); rc != 0) return rc;
-  } else if (Status s = import_shipped(db, a.models); !s) {
+  } else if (Status s = import_shipped(db, models_dir(a.models)); !s) {
     return fail(s.error());
   }
   Figure4Protocol protocol;

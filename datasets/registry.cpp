@@ -1,6 +1,8 @@
 // The registered datasets and their options (see registry.h).
 #include "datasets/registry.h"
 
+#include <cmath>
+
 #include "datasets/coinflip.h"
 #include "datasets/synthetic.h"
 #include "datasets/text.h"
@@ -11,8 +13,14 @@ namespace {
 
 using Opened = Result<std::unique_ptr<BatchSource>>;
 
-Opened open_synthetic(const TrainConfig& t, FieldName) {
-  return std::unique_ptr<BatchSource>(std::make_unique<SyntheticDataset>(t.seed));
+Opened open_synthetic(const TrainConfig& t, FieldName name) {
+  auto noise = read_dataset_option(t.dataset_options, SyntheticDataset::noise_option(), name);
+  if (!noise) return noise.error();
+  const double sixteenths = *noise * 16;
+  if (sixteenths != std::round(sixteenths))
+    return make_error(name(SyntheticDataset::noise_option().field) + ": " + std::to_string(*noise) +
+                      " is not a multiple of 1/16 (0, 0.0625, 0.125, ..., 1)");
+  return std::unique_ptr<BatchSource>(std::make_unique<SyntheticDataset>(t.seed, static_cast<int>(sixteenths)));
 }
 
 Opened open_coinflip(const TrainConfig& t, FieldName name) {
@@ -39,7 +47,10 @@ Opened open_text(const TrainConfig& t, FieldName name) {
 
 const std::vector<DatasetInfo>& registered_datasets() {
   static const std::vector<DatasetInfo> list = {
-      {"synthetic", "Letter targets in underscores with '!' noise (the paper's section 5)", {}, open_synthetic},
+      {"synthetic",
+       "Letter targets in underscores with '!' noise (the paper's section 5)",
+       {SyntheticDataset::noise_option()},
+       open_synthetic},
       {"coinflip",
        "A latent coin flip, then noisy copies of it (the paper's section 1)",
        {CoinflipDataset::eps_option(), CoinflipDataset::len_option()},

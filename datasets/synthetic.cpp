@@ -24,12 +24,24 @@ bool is_noise(const SyntheticSpec& s, int p) { return (s.noise >> p) & 1u; }
 
 }  // namespace
 
+const DatasetOption& SyntheticDataset::noise_option() {
+  static const DatasetOption o{Field{.key = "synthetic_noise",
+                                     .help = "Probability that a body character is '!' (a multiple of 1/16)",
+                                     .bounds = closed_range(0, 1)},
+                               kDefaultNoise16ths / 16.0, false};
+  return o;
+}
+
+nlohmann::json SyntheticDataset::options() const {
+  return {{noise_option().field.key, dataset_option_json(noise_option(), noise_16ths_ / 16.0)}};
+}
+
 const Tokenizer& SyntheticDataset::tokenizer() const {
   static const CharTokenizer kTokenizer(kSyntheticAlphabet);
   return kTokenizer;
 }
 
-SyntheticSpec SyntheticDataset::draw_spec(uint64_t seed, uint64_t stream, int64_t index) {
+SyntheticSpec SyntheticDataset::draw_spec(uint64_t seed, uint64_t stream, int64_t index, int noise_16ths) {
   const uint64_t base = 4 * static_cast<uint64_t>(index);
   Philox4 head = philox_block(seed, stream, base);
   SyntheticSpec s;
@@ -40,7 +52,7 @@ SyntheticSpec SyntheticDataset::draw_spec(uint64_t seed, uint64_t stream, int64_
     for (int w = 0; w < 4; ++w)
       for (int k = 0; k < 8; ++k) {
         int p = 32 * b + 8 * w + k;
-        if (((r.v[w] >> (4 * k)) & 0xFu) == 0) s.noise |= uint64_t{1} << p;
+        if (int((r.v[w] >> (4 * k)) & 0xFu) < noise_16ths) s.noise |= uint64_t{1} << p;
       }
   }
   return s;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/data/batch_source.h"
+#include "core/data/dataset_options.h"
 #include "kernels/philox.h"
 
 namespace ftx {
@@ -36,9 +37,15 @@ class SyntheticDataset final : public BatchSource {
   static constexpr int kNumStarts = kBodyLen - kTargetLen + 1;  // 57
   static constexpr int kSeqLen = kPromptLen + kBodyLen;         // 66
 
-  explicit SyntheticDataset(uint64_t seed) : seed_(seed) {}
+  // noise_16ths: each body character becomes '!' with probability noise_16ths / 16 (the paper's
+  // task: 1). Other values are for experiments (docs/figure4.md: the task without noise).
+  static constexpr int kDefaultNoise16ths = 1;
+  static const DatasetOption& noise_option();  // "synthetic_noise", a probability, multiple of 1/16
+  explicit SyntheticDataset(uint64_t seed, int noise_16ths = kDefaultNoise16ths)
+      : seed_(seed), noise_16ths_(noise_16ths) {}
 
   std::string name() const override { return "synthetic"; }
+  nlohmann::json options() const override;  // {"synthetic_noise": p}
   int seq_len() const override { return kSeqLen; }
   const Tokenizer& tokenizer() const override;
   void next(int32_t* tokens, int B) override;                             // tokens (B, 66)
@@ -46,12 +53,16 @@ class SyntheticDataset final : public BatchSource {
   int64_t position() const override { return position_; }
   void seek(int64_t position) override;  // position >= 0 (the caller validates checkpoint input)
 
-  SyntheticSpec training_spec(int64_t index) const { return draw_spec(seed_, kStreamSyntheticTrain, index); }
-  SyntheticSpec validation_spec(int64_t index) const { return draw_spec(seed_, kStreamSyntheticValidation, index); }
+  SyntheticSpec training_spec(int64_t index) const {
+    return draw_spec(seed_, kStreamSyntheticTrain, index, noise_16ths_);
+  }
+  SyntheticSpec validation_spec(int64_t index) const {
+    return draw_spec(seed_, kStreamSyntheticValidation, index, noise_16ths_);
+  }
 
   // Philox blocks 4i, 4i+1, 4i+2 of `stream`: letter and start by multiply-shift of a uint32
-  // (bias below 2^-26), noise bit p iff 4-bit nibble p is 0 (exactly 1/16).
-  static SyntheticSpec draw_spec(uint64_t seed, uint64_t stream, int64_t index);
+  // (bias below 2^-26), noise bit p iff 4-bit nibble p is below noise_16ths (exactly 1/16 each).
+  static SyntheticSpec draw_spec(uint64_t seed, uint64_t stream, int64_t index, int noise_16ths = kDefaultNoise16ths);
   static std::string make_text(const SyntheticSpec& spec);              // 66 characters
   static void make_tokens(const SyntheticSpec& spec, int32_t* tokens);  // tokens (66,)
   // Where targets start in the training data as core/eval/synth_metrics reads bodies (noise can
@@ -61,6 +72,7 @@ class SyntheticDataset final : public BatchSource {
 
  private:
   uint64_t seed_;
+  int noise_16ths_;
   int64_t position_ = 0;
 };
 

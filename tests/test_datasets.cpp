@@ -307,8 +307,11 @@ TEST(DatasetRegistry, OptionKeysAreNoTrainingFieldKeys) {
       EXPECT_FALSE(o.field.help.empty()) << o.field.key;
     }
   EXPECT_EQ(dataset_name_list(" | "), "synthetic | coinflip | text");
-  EXPECT_EQ(default_dataset_options(),
-            (nlohmann::json{{"coinflip_eps", 0.1}, {"coinflip_len", 32}, {"text_data", ""}, {"text_seq_len", 256}}));
+  EXPECT_EQ(default_dataset_options(), (nlohmann::json{{"coinflip_eps", 0.1},
+                                                       {"coinflip_len", 32},
+                                                       {"synthetic_noise", 0.0625},
+                                                       {"text_data", ""},
+                                                       {"text_seq_len", 256}}));
 }
 
 TEST(DatasetRegistry, CoinflipReadsItsOptionsAndReportsThem) {
@@ -326,7 +329,43 @@ TEST(DatasetRegistry, CoinflipReadsItsOptionsAndReportsThem) {
   t.dataset = "synthetic";
   d = open_dataset(t);
   ASSERT_TRUE(d.ok()) << d.error().message;
-  EXPECT_EQ((*d)->options(), nlohmann::json::object()) << "the synthetic task has no options";
+  EXPECT_EQ((*d)->options(), (nlohmann::json{{"synthetic_noise", 0.0625}})) << "the paper's 1/16";
+}
+
+TEST(DatasetRegistry, SyntheticNoiseIsAMultipleOfASixteenth) {
+  // The default draws exactly the paper's task (the same sequences as before the option
+  // existed); 0 removes the noise and keeps letters and starts; other multiples of 1/16 scale it.
+  TrainConfig t;
+  t.dataset = "synthetic";
+  auto plain = open_dataset(t);
+  t.dataset_options = {{"synthetic_noise", 0.0}};
+  auto clean = open_dataset(t);
+  t.dataset_options = {{"synthetic_noise", 0.25}};
+  auto noisy = open_dataset(t);
+  ASSERT_TRUE(plain.ok() && clean.ok() && noisy.ok());
+  EXPECT_EQ((*clean)->options(), (nlohmann::json{{"synthetic_noise", 0.0}}));
+  const SyntheticDataset ref(t.seed);
+  std::vector<int32_t> a(64 * SyntheticDataset::kSeqLen), b(a.size()), c(a.size());
+  (*plain)->next(a.data(), 64), (*clean)->next(b.data(), 64), (*noisy)->next(c.data(), 64);
+  int bangs_a = 0, bangs_b = 0, bangs_c = 0;
+  for (int i = 0; i < 64; ++i) {
+    const SyntheticSpec s = ref.training_spec(i), raw = SyntheticDataset::draw_spec(t.seed, kStreamSyntheticTrain, i);
+    EXPECT_EQ(s.noise, raw.noise) << "the default is the paper's draw";
+    EXPECT_EQ(SyntheticDataset::draw_spec(t.seed, kStreamSyntheticTrain, i, 0).noise, 0u);
+    EXPECT_EQ(SyntheticDataset::draw_spec(t.seed, kStreamSyntheticTrain, i, 0).start, s.start);
+    EXPECT_EQ(raw.noise & ~SyntheticDataset::draw_spec(t.seed, kStreamSyntheticTrain, i, 4).noise, 0u)
+        << "more noise keeps the default's";
+  }
+  const int32_t bang = ref.tokenizer().encode("!")->front();
+  for (size_t i = 0; i < a.size(); ++i) bangs_a += a[i] == bang, bangs_b += b[i] == bang, bangs_c += c[i] == bang;
+  EXPECT_EQ(bangs_b, 0);
+  EXPECT_NEAR(bangs_a / (64.0 * 64), 1.0 / 16, 0.015);
+  EXPECT_NEAR(bangs_c / (64.0 * 64), 0.25, 0.03);
+  t.dataset_options = {{"synthetic_noise", 0.1}};
+  auto bad = open_dataset(t);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.error().message.find("synthetic_noise: 0.100000 is not a multiple of 1/16"), std::string::npos)
+      << bad.error().message;
 }
 
 TEST(DatasetRegistry, BadNamesAndOptionsAreNamed) {
