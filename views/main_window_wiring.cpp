@@ -123,6 +123,7 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
     if (c.isValid()) runs_model_->set_colour(r.info.id, QColor(c.toString()));
   }
   QStringList all, free_runs, sweep;
+  QString first_synthetic;  // the first synthetic-task Free Transformer: what Generations opens on
   const QString keep = latent_run_->currentText();
   for (const RunSummary& r : runs) {
     if (r.checkpoint_steps.empty()) continue;
@@ -131,6 +132,7 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
     generations_->set_steps(name, QList<int>(r.checkpoint_steps.begin(), r.checkpoint_steps.end()));
     if (r.latent_bits > 0) free_runs << name;
     if (r.latent_bits > 0 && r.dataset == "synthetic" && runs_model_->overlaid(r.info.id)) sweep << name;
+    if (r.latent_bits > 0 && r.dataset == "synthetic" && first_synthetic.isEmpty()) first_synthetic = name;
   }
   generations_->set_runs(all);
   generations_->set_sweep_runs(sweep);
@@ -138,7 +140,10 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
   if (latent_run_->findText(keep) >= 0) latent_run_->setCurrentText(keep);
   if (first_runs_ && !all.isEmpty()) {  // something to look at in every view from the first frame
     first_runs_ = false;
-    generations_->select_run(free_runs.isEmpty() ? all.front() : free_runs.front());
+    generations_->select_run(!first_synthetic.isEmpty() ? first_synthetic
+                             : free_runs.isEmpty()      ? all.front()
+                                                        : free_runs.front());
+    if (!first_synthetic.isEmpty()) latent_run_->setCurrentText(first_synthetic);
     if (!free_runs.isEmpty() && latent_model() < 0) inspect_latent(latent_seed_);
     QMetaObject::invokeMethod(explorer_, "coinflip", Qt::QueuedConnection, Q_ARG(quint64, 1));
     QMetaObject::invokeMethod(explorer_, "kappa_lesson", Qt::QueuedConnection, Q_ARG(quint64, 1));
