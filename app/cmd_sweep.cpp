@@ -77,9 +77,14 @@ void add_sweep_options(CLI::App& app, SweepArgs& a) {
   c->remove_option(c->get_option("--kappa-bits"));
   c->remove_option(c->get_option("--kappa-nats"));
   c->add_option("--name", a.name, "Runs are named NAME-<kappa>, e.g. sweep-1_8bit")->capture_default_str();
-  c->add_option("--kappas", a.kappas, "Kappas in bits, each BITS[:STEPS] (e.g. 1/64:1000,1/8:2000,1,8)")
-      ->required()
-      ->delimiter(',');
+  auto* kappas = c->add_option("--kappas", a.kappas, "Kappas in bits, each BITS[:STEPS] (e.g. 1/64:1000,1/8:2000,1,8)")
+                     ->delimiter(',');
+  auto* runs = c->add_option("--runs", a.runs, "Instead of --kappas: measure and tabulate these runs (any names)")
+                   ->delimiter(',')
+                   ->excludes(kappas);
+  c->callback([kappas, runs] {
+    if (kappas->count() == 0 && runs->count() == 0) throw CLI::ValidationError("--kappas or --runs is required");
+  });
   c->add_option("--prompts", a.prompts, "Measurement prompts")->delimiter(',')->capture_default_str();
   c->add_option("--independent", a.independent, "Independent-Z sequences per prompt")->capture_default_str();
   c->add_option("--fixed-groups", a.fixed_groups, "Fixed-Z groups per prompt")->capture_default_str();
@@ -91,10 +96,12 @@ void add_sweep_options(CLI::App& app, SweepArgs& a) {
 
 int run_sweep(SweepArgs& a) {
   std::vector<SweepEntry> entries;
+  std::vector<std::string> names = a.runs;  // the runs to measure, in order
   for (const std::string& k : a.kappas) {
     auto e = parse_entry(k);
     if (!e) return fail(e.error());
     entries.push_back(*e);
+    names.push_back(run_name(a.name, e->bits));
   }
   if (a.train.train.dataset != "synthetic") return fail("--dataset: a Figure 4 sweep trains on the synthetic task");
   Figure4Protocol protocol;
@@ -104,7 +111,7 @@ int run_sweep(SweepArgs& a) {
 
   if (auto s = make_store_folder(a.train.db); !s) return fail(s.error());
   if (!a.measure_only) {
-    for (const SweepEntry& e : entries) {
+    for (const SweepEntry& e : entries) {  // empty with --runs
       TrainArgs t = a.train;
       t.run = run_name(a.name, e.bits);
       t.kappa_bits = e.bits;
@@ -122,8 +129,7 @@ int run_sweep(SweepArgs& a) {
     }
   }
   std::vector<Figure4Row> rows;
-  for (const SweepEntry& e : entries) {
-    const std::string run = run_name(a.name, e.bits);
+  for (const std::string& run : names) {
     std::printf("measuring %s ...\n", run.c_str());
     std::fflush(stdout);
     auto row = figure4_row(a.train.db, run, protocol);

@@ -147,6 +147,7 @@ struct SweepArgs {
   TrainArgs train;                  // every ftx train option; --run and --kappa-* come from below
   std::string name = "sweep";       // runs are <name>-<kappa>, e.g. sweep-1_8bit
   std::vector<std::string> kappas;  // "BITS[:STEPS]", BITS a number or a fraction ("1/8")
+  std::vector<std::string> runs;    // instead of --kappas: measure these runs of the store, train nothing
   std::vector<std::string> prompts{"K>", "Q>"};
   int independent = 1000, fixed_groups = 32, group_size = 8;
   uint64_t measure_seed = 7;

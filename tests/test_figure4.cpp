@@ -259,6 +259,13 @@ TEST_F(Figure4Test, SweepTrainsMeasuresOnceAndKeepsFinishedRuns) {
   ASSERT_NE(r.out.find(header), std::string::npos) << r.out;
   EXPECT_EQ(again.out.substr(again.out.find(header)), r.out.substr(r.out.find(header)));
 
+  // --runs measures (here: reads) any runs by name.
+  const Outcome named = ftx({"sweep", "--db", db(), "--runs", "s-1bit"}, dir_);
+  ASSERT_EQ(named.code, 0) << test::describe(named);
+  EXPECT_EQ(named.out.find("s-1_64bit"), std::string::npos) << named.out;
+  EXPECT_NE(named.out.find("s-1bit "), std::string::npos) << named.out;
+  test::expect_one_line_error(ftx({"sweep", "--db", db(), "--runs", "nope"}, dir_), {"nope"});
+  test::expect_one_line_error(ftx({"sweep", "--db", db()}, dir_), {"--kappas or --runs"});
   test::expect_one_line_error(ftx({"sweep", "--db", db(), "--kappas", "1/0"}, dir_), {"--kappas '1/0'"});
   test::expect_one_line_error(ftx({"sweep", "--db", db(), "--kappas", "x:10"}, dir_), {"BITS[:STEPS]"});
   test::expect_one_line_error(ftx({"sweep", "--db", db(), "--kappas", "1:-5"}, dir_), {"--kappas '1:-5'"});
