@@ -312,7 +312,7 @@ TEST_F(Figure4Test, DemoShowsTheShippedModelsWithoutTraining) {
 // resources/models, imported as ./run.sh and ftx demo do, then measured again here with the
 // protocol of docs/figure4.md (deterministic seeds). The thresholds that the recipe
 // reaches are asserted as thresholds (within two standard errors); the ones it does not reach yet
-// (1/8 bit: agreement >= 0.4 and >= 0.8 for late targets; 1 bit: agreement >= 0.9, noise >= 0.5)
+// (1/8 bit: agreement >= 0.4 and >= 0.8 for late targets; 1 bit: agreement >= 0.9)
 // are asserted at what docs/figure4.md reports, so that a shipped model that does worse fails.
 class ShippedModels : public test::TempDirTest {
  protected:
@@ -352,8 +352,9 @@ TEST_F(ShippedModels, MeetTheFigure4ThresholdsTheyReach) {
   EXPECT_LE(k8.start_tv, 0.3);
   // ... but the position is barely pinned (docs/figure4.md: 0.05 against 0.02 independent).
   EXPECT_GT(k8.agree_fixed.mean, k8.agree_indep.mean);
-  // 1 bit: the position is pinned well above chance (0.40 against 0.07), the noise is not.
+  // 1 bit: the noise pattern is pinned; the position in part (0.46 against 0.07 independent).
   EXPECT_GE(k1.valid.mean, 0.9);
+  EXPECT_GE(k1.noise_fixed.mean + 2 * k1.noise_fixed.se, 0.5);
   EXPECT_GE(k1.agree_fixed.mean - 2 * k1.agree_fixed.se, k1.agree_indep.mean + 0.2);
   // 8 bits: generations from the prior go wrong.
   EXPECT_LE(k8bits.valid.mean + 2 * k8bits.valid.se, k1.valid.mean - 0.2);
