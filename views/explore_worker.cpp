@@ -198,10 +198,9 @@ QString ExploreWorker::measured_line(const std::string& run) {
   const ftx::Figure4Numbers f = ftx::figure4_from_metrics(at_step);
   auto pm = [](const ftx::Estimate& e) { return QStringLiteral("%1±%2").arg(e.mean, 0, 'f', 2).arg(e.se, 0, 'f', 2); };
   return QStringLiteral(
-             "Measured at step %1 (%2 fixed-Z groups, %3 sequences): valid %4 · agree fixed %5, independent %6 · "
-             "targets at ≥ %7: %8 · noise agree fixed %9, independent %10 · starts TV %11")
+             "Measured at step %1 over %2 sequences: valid %3 · agree fixed %4, independent %5 · targets at ≥ %6: "
+             "%7 · noise agree fixed %8, independent %9 · starts TV %10")
       .arg(step)
-      .arg(f.agree_fixed.n)
       .arg(f.valid.n)
       .arg(f.valid.mean, 0, 'f', 2)
       .arg(pm(f.agree_fixed), QString::number(f.agree_indep.mean, 'f', 2))
