@@ -162,14 +162,21 @@ void print_figure4_table(const std::vector<Figure4Row>& rows) {
     return std::isnan(v) ? std::string("-") : std::string(buf);
   };
   auto cell = [&](const Estimate& e) { return std::isnan(e.mean) ? "-" : value(e.mean) + "±" + value(e.se); };
+  // Right-aligned in `width` characters (printf counts the two bytes of '±' as two).
+  auto right = [](const std::string& text, size_t width) {
+    size_t chars = 0;
+    for (unsigned char c : text) chars += (c & 0xC0) != 0x80;
+    return std::string(width > chars ? width - chars : 0, ' ') + text;
+  };
   std::printf("%-16s %-9s %6s %7s %7s %10s %10s %10s %10s %10s %11s %6s\n", "run", "kappa", "step", "CE", "KL", "valid",
               "agree fix", "agree ind", "late>=32", "noise fix", "noise ind", "TV");
   for (const Figure4Row& r : rows) {
     const Figure4Numbers& f = r.numbers;
-    std::printf("%-16s %-9s %6d %7.3f %7.3f %10s %10s %10s %10s %10s %11s %6s\n", r.run.c_str(),
-                kappa_label(r.kappa_bits).c_str(), r.step, r.ce_prior, r.kl, cell(f.valid).c_str(),
-                cell(f.agree_fixed).c_str(), cell(f.agree_indep).c_str(), cell(f.agree_late).c_str(),
-                cell(f.noise_fixed).c_str(), value(f.noise_indep.mean).c_str(), value(f.start_tv).c_str());
+    std::printf("%-16s %-9s %6d %7.3f %7.3f %s %s %s %s %s %11s %6s\n", r.run.c_str(),
+                kappa_label(r.kappa_bits).c_str(), r.step, r.ce_prior, r.kl, right(cell(f.valid), 10).c_str(),
+                right(cell(f.agree_fixed), 10).c_str(), right(cell(f.agree_indep), 10).c_str(),
+                right(cell(f.agree_late), 10).c_str(), right(cell(f.noise_fixed), 10).c_str(),
+                value(f.noise_indep.mean).c_str(), value(f.start_tv).c_str());
   }
   std::printf(
       "CE: validation cross-entropy with Z from the prior (nats/token); KL: nats/token. The rest: Z from the\n"
