@@ -64,8 +64,8 @@ Status show_groups(const std::string& db, const Figure4Row& row) {
 SweepArgs figure4_recipe(const std::string& db, const std::string& name) {
   SweepArgs s;
   s.train.db = db;
-  s.train.train.dataset_options =
-      default_dataset_options();  // the run row holds every dataset's options, as ftx train's
+  // The run row holds every dataset's options, as ftx train's does.
+  s.train.train.dataset_options = default_dataset_options();
   s.name = name;
   s.kappas = {"1/64:1000", "1/8:2000", "1:4000", "8:1000"};
   s.train.train.eval_every = 250;
@@ -77,7 +77,9 @@ void add_demo_options(CLI::App& app, DemoArgs& a) {
   auto* c = app.add_subcommand("demo", "Figure 4 from the shipped models at four kappas (in seconds)");
   c->add_option("--workspace", a.workspace, "Where the run store (runs.db) is kept")->capture_default_str();
   c->add_option("--models", a.models, "The shipped models (ftx export folders)")->capture_default_str();
-  c->add_flag("--retrain", a.retrain, "Train the four models again with the recipe (about 30 minutes on 2 cores)");
+  c->add_flag("--retrain", a.retrain,
+              "Train the four models again with the recipe as runs retrained-* (about 30 minutes on 2 cores; "
+              "an interrupted call resumes, finished runs are kept)");
 }
 
 int run_demo(const DemoArgs& a) {
