@@ -51,7 +51,7 @@ Status show_groups(const std::string& db, const Figure4Row& row) {
   SampleConfig sc;
   sc.max_new_tokens = 64;
   auto groups = figure4_groups(*lm->model, *prompt, 8, 2, 8, 1, sc, *lm->tokenizer);
-  std::printf("\n%s\n", style("==== kappa = " + kappa_label(row.kappa_bits) + "  (run " + row.run + ", step " +
+  std::printf("\n%s\n", style("==== kappa = " + kappa_bits_text(row.kappa_bits) + "  (run " + row.run + ", step " +
                                   std::to_string(row.step) + ")",
                               "1;35")
                             .c_str());

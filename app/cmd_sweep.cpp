@@ -56,7 +56,7 @@ Result<SweepEntry> parse_entry(const std::string& text) {
 
 // The run name of an entry: "fig4-1_8bit", "fig4-1bit", "fig4-0.3bit".
 std::string run_name(const std::string& name, double bits) {
-  std::string label = kappa_label(bits);
+  std::string label = kappa_bits_text(bits);
   std::string out;
   for (char c : label)
     if (c != ' ') out += c == '/' ? '_' : c;

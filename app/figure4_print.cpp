@@ -89,19 +89,6 @@ void print_by_start(const std::vector<GroupResult>& groups, const Tokenizer& tok
         independent.size() < 1000 ? " (under 1,000 sequences the histogram's own noise dominates)" : "");
 }
 
-std::string kappa_label(double bits) {
-  // Kappas go through float nats in a run's config: compare with a relative tolerance.
-  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-5 * std::abs(y); };
-  char buf[32];
-  if (bits > 0 && bits < 1 && near(1 / bits, std::round(1 / bits)))
-    std::snprintf(buf, sizeof buf, "1/%ld bit", std::lround(1 / bits));
-  else if (bits >= 1 && near(bits, std::round(bits)))
-    std::snprintf(buf, sizeof buf, "%ld bit%s", std::lround(bits), std::lround(bits) > 1 ? "s" : "");
-  else
-    std::snprintf(buf, sizeof buf, "%.3g bits", bits);
-  return buf;
-}
-
 namespace {
 
 double last_value(RunStore& store, int64_t run, const char* key) {
@@ -173,7 +160,7 @@ void print_figure4_table(const std::vector<Figure4Row>& rows) {
   for (const Figure4Row& r : rows) {
     const Figure4Numbers& f = r.numbers;
     std::printf("%-16s %-9s %6d %7.3f %7.3f %s %s %s %s %s %11s %6s\n", r.run.c_str(),
-                kappa_label(r.kappa_bits).c_str(), r.step, r.ce_prior, r.kl, right(cell(f.valid), 10).c_str(),
+                kappa_bits_text(r.kappa_bits).c_str(), r.step, r.ce_prior, r.kl, right(cell(f.valid), 10).c_str(),
                 right(cell(f.agree_fixed), 10).c_str(), right(cell(f.agree_indep), 10).c_str(),
                 right(cell(f.agree_late), 10).c_str(), right(cell(f.noise_fixed), 10).c_str(),
                 value(f.noise_indep.mean).c_str(), value(f.start_tv).c_str());

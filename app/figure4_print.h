@@ -29,8 +29,6 @@ struct Figure4Row {
 // The run's numbers at its latest checkpoint: read from the store ("fig4/..." metrics at that
 // step) when measured before, else measured now with `protocol` and stored (db is then written).
 Result<Figure4Row> figure4_row(const std::string& db, const std::string& run, const Figure4Protocol& protocol);
-// "1/8 bit", "1 bit", "8 bits", "0.3 bit".
-std::string kappa_label(double bits);
 void print_figure4_table(const std::vector<Figure4Row>& rows);
 
 }  // namespace ftx::app

@@ -45,6 +45,16 @@ Status status_of(const Result<T>& r) {
 
 std::string dashed(const Field& f) { return std::string("--") + f.key; }
 
+TEST(KappaBitsText, FractionsIntegersAndTheRest) {
+  EXPECT_EQ(kappa_bits_text(1.0 / 64), "1/64 bit");
+  EXPECT_EQ(kappa_bits_text(nats_to_bits(static_cast<float>(bits_to_nats(0.125)))), "1/8 bit") << "through float nats";
+  EXPECT_EQ(kappa_bits_text(nats_to_bits(static_cast<float>(bits_to_nats(1)))), "1 bit");
+  EXPECT_EQ(kappa_bits_text(8), "8 bits");
+  EXPECT_EQ(kappa_bits_text(0.3), "0.3 bits");
+  EXPECT_EQ(kappa_bits_text(1.5), "1.5 bits");
+  EXPECT_EQ(kappa_bits_text(0), "0 bits");
+}
+
 TEST(ShapeModelConfig, EveryPresetAloneIsThePresetSizedForTheData) {
   ASSERT_EQ(model_preset_names(), (std::vector<std::string>{"tiny", "small", "ft-1.5b", "ft-8b"}));
   for (const std::string& name : model_preset_names()) {

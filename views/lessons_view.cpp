@@ -16,6 +16,7 @@
 #include <QValueAxis>
 #include <cmath>
 
+#include "core/train/train_config.h"
 #include "views/sequence_grid.h"
 
 namespace {
@@ -49,14 +50,6 @@ const char* const kKappaText = QT_TRANSLATE_NOOP(
     "<b>independent</b> group draws a new Z for every row; each <b>fixed</b> group shares one Z. When Z "
     "carries something, the rows of a fixed group look aligned. Under each column: the run's numbers measured "
     "over many groups (docs/figure4.md). Hover a row for its seeds and codes.</p>");
-
-QString kappa_text(double bits) {
-  if (bits > 0 && bits < 1) {
-    const double inverse = 1.0 / bits;
-    if (std::abs(inverse - std::round(inverse)) < 1e-6) return QStringLiteral("1/%1 bit").arg(std::lround(inverse));
-  }
-  return std::abs(bits - 1) < 1e-5 ? QStringLiteral("1 bit") : QStringLiteral("%1 bits").arg(bits, 0, 'g', 3);
-}
 
 // What the paper leads us to expect at a kappa (docs/figure4.md), by the same thresholds as its
 // four runs: 1/64 bit, 1/8 bit, 1 bit, 8 bits.
@@ -286,7 +279,7 @@ void LessonsView::show_kappa_lesson(GroupColumns columns, std::vector<double> ka
     auto* v = new QVBoxLayout(column);
     v->setContentsMargins(0, 0, 0, 0);
     QString title = QStringLiteral("<b>%1</b>").arg(columns[i].first.toHtmlEscaped());
-    if (known) title += tr(" · κ = %1").arg(kappa_text(kappa_bits[i]));
+    if (known) title += tr(" · κ = %1").arg(QString::fromStdString(ftx::kappa_bits_text(kappa_bits[i])));
     v->addWidget(wrapped_label(title));
     auto* grid = new SequenceGrid;
     grid->set_cell_point_size(kLessonCellPoints);

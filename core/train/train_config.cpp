@@ -1,6 +1,7 @@
 #include "core/train/train_config.h"
 
 #include <cmath>
+#include <cstdio>
 
 namespace ftx {
 
@@ -48,6 +49,18 @@ Result<TrainConfig> train_config_from_json(const nlohmann::json& j, const std::s
     if (!fields.contains(key)) t.dataset_options[key] = value;
   if (auto v = t.validate(); !v) return make_error(where + ": training config: " + v.error().message);
   return t;
+}
+
+std::string kappa_bits_text(double bits) {
+  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-5 * std::abs(y); };
+  char buf[32];
+  if (bits > 0 && bits < 1 && near(1 / bits, std::round(1 / bits)))
+    std::snprintf(buf, sizeof buf, "1/%ld bit", std::lround(1 / bits));
+  else if (bits >= 1 && near(bits, std::round(bits)))
+    std::snprintf(buf, sizeof buf, "%ld bit%s", std::lround(bits), std::lround(bits) > 1 ? "s" : "");
+  else
+    std::snprintf(buf, sizeof buf, "%.3g bits", bits);
+  return buf;
 }
 
 }  // namespace ftx

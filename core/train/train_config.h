@@ -126,5 +126,8 @@ Result<TrainConfig> train_config_from_json(const nlohmann::json& j, const std::s
 
 inline double bits_to_nats(double bits) { return bits * std::log(2.0); }
 inline double nats_to_bits(double nats) { return nats / std::log(2.0); }
+// A kappa in bits as people write it: "1/8 bit", "1 bit", "8 bits", "0.3 bits". Kappas go through
+// float nats in a run's config, so fractions and integers are recognised within 1e-5.
+std::string kappa_bits_text(double bits);
 
 }  // namespace ftx
