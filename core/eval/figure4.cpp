@@ -9,20 +9,6 @@ namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
-Estimate estimate(const std::vector<double>& values) {
-  Estimate e{kNaN, kNaN, 0};
-  double sum = 0;
-  for (double v : values)
-    if (!std::isnan(v)) sum += v, ++e.n;
-  if (e.n == 0) return e;
-  e.mean = sum / e.n;
-  double ss = 0;
-  for (double v : values)
-    if (!std::isnan(v)) ss += (v - e.mean) * (v - e.mean);
-  e.se = e.n > 1 ? std::sqrt(ss / (e.n - 1) / e.n) : 0.0;
-  return e;
-}
-
 // The per-sequence shares of a group (agreement_at) as plain values.
 void append_shares(const GroupResult& g, std::vector<double>* out) {
   for (const AgreementAt& a : g.agreement_at) out->push_back(a.second);

@@ -26,13 +26,6 @@ struct Figure4Protocol {
   uint64_t seed = 7;
 };
 
-// A mean with its standard error over n values (NaN when undefined). Sequences of one group
-// are not independent, so a standard error over sequences is a lower bound.
-struct Estimate {
-  double mean = 0, se = 0;
-  int n = 0;
-};
-
 struct Figure4Numbers {
   Estimate valid;                  // over every generated sequence (binomial standard error)
   Estimate agree_fixed;            // over the fixed-Z groups: each group's pair agreement

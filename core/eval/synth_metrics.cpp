@@ -119,19 +119,29 @@ double mean_defined(const std::vector<double>& values) {
   return n > 0 ? sum / n : kNaN;
 }
 
+Estimate estimate(const std::vector<double>& values) {
+  Estimate e{kNaN, kNaN, 0};
+  double sum = 0;
+  for (double v : values)
+    if (!std::isnan(v)) sum += v, ++e.n;
+  if (e.n == 0) return e;
+  e.mean = sum / e.n;
+  double ss = 0;
+  for (double v : values)
+    if (!std::isnan(v)) ss += (v - e.mean) * (v - e.mean);
+  e.se = e.n > 1 ? std::sqrt(ss / (e.n - 1) / e.n) : 0.0;
+  return e;
+}
+
 namespace {
-// Mean and standard error (sample standard deviation / sqrt n) of the generations `in` admits.
+// The bin [lo, hi] of the generations `in` admits.
 template <class In>
 StartBin bin_of(const std::vector<AgreementAt>& entries, int lo, int hi, In in) {
-  StartBin b{.lo = lo, .hi = hi};
-  double sum = 0, sq = 0;
+  std::vector<double> values;
   for (const auto& [start, a] : entries)
-    if (in(start)) sum += a, sq += a * a, ++b.generations;
-  if (b.generations == 0) return b.agreement = b.stderr_ = kNaN, b;
-  b.agreement = sum / b.generations;
-  const double var = b.generations > 1 ? std::max(0.0, (sq - sum * b.agreement) / (b.generations - 1)) : 0.0;
-  b.stderr_ = std::sqrt(var / b.generations);
-  return b;
+    if (in(start)) values.push_back(a);
+  const Estimate e = estimate(values);
+  return StartBin{.lo = lo, .hi = hi, .generations = e.n, .agreement = e.mean, .stderr_ = e.se};
 }
 }  // namespace
 

@@ -61,6 +61,15 @@ double mean_defined(const std::vector<double>& values);
 // (the last one ends at 56), each with the entries (the agreement_at of any number of groups)
 // whose start falls in it, their mean and its standard error (NaN for none; 0 for one). The
 // generations of one group are not independent, so the standard error is a lower bound.
+// A mean with its standard error (sample standard deviation / sqrt n) over the n values that are
+// not NaN: mean and se NaN when there are none, se 0 for one. Values that are not independent
+// (the sequences of one group) make the standard error a lower bound.
+struct Estimate {
+  double mean = 0, se = 0;
+  int n = 0;
+};
+Estimate estimate(const std::vector<double>& values);
+
 struct StartBin {
   int lo = 0, hi = 0;
   int generations = 0;
