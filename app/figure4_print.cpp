@@ -65,9 +65,8 @@ void print_by_start(const std::vector<GroupResult>& groups, const Tokenizer& tok
       fixed.insert(fixed.end(), g.agreement_at.begin(), g.agreement_at.end());
       continue;
     }
-    for (const auto& gen : g.gens)
-      if (auto t = split_generation(tokenizer.decode(gen.tokens)))
-        independent.push_back(analyze_body(t->body, t->letter));
+    const std::vector<SynthAnalysis> bodies = analyze_generations(g, tokenizer);
+    independent.insert(independent.end(), bodies.begin(), bodies.end());
   }
   if (!fixed.empty()) {
     std::printf("\n%s\n", style("agreement within the fixed-Z groups by target start (per sequence)", "1;36").c_str());

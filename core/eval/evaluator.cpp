@@ -58,6 +58,13 @@ void score_group(GroupResult& g, const Tokenizer& tokenizer) {
   g.agreement_at = std::move(m.agreement_at);
 }
 
+std::vector<SynthAnalysis> analyze_generations(const GroupResult& g, const Tokenizer& tokenizer) {
+  std::vector<SynthAnalysis> out;
+  for (const Generation& gen : g.gens)
+    if (auto t = split_generation(tokenizer.decode(gen.tokens))) out.push_back(analyze_body(t->body, t->letter));
+  return out;
+}
+
 std::vector<SequenceSpec> figure4_specs(int independent, int fixed_groups, int group_size, uint64_t latent_seed,
                                         uint64_t sample_seed, int n_in, int H, std::vector<uint64_t>* latent_seeds,
                                         std::vector<int>* group_of) {

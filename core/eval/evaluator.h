@@ -44,6 +44,8 @@ struct GroupResult {
 // Fills g.valid / agreement / noise_agreement / start from its generations (NaN when the prompt is not a
 // synthetic-task prompt). The metrics read the generations as text decoded by `tokenizer`.
 void score_group(GroupResult& g, const Tokenizer& tokenizer);
+// Each generation of g read as a synthetic-task text (those that are: "<letter>>" then a body).
+std::vector<SynthAnalysis> analyze_generations(const GroupResult& g, const Tokenizer& tokenizer);
 // The sequences of Figure 4's groups: `independent` sequences with a Z each (group 0), then
 // `fixed_groups` groups of `group_size` sharing one Z; n_in input positions, H latent bits. The
 // Z seeds derive from latent_seed, the token-sampling seeds from sample_seed (the synthetic task

@@ -45,9 +45,8 @@ Result<Figure4Numbers> measure_figure4(Model& model, const Tokenizer& tokenizer,
       }
       append_shares(g, &agree_indep);
       noise_indep.push_back(g.noise_agreement);
-      for (const Generation& gen : g.gens)
-        if (auto t = split_generation(tokenizer.decode(gen.tokens)))
-          independent.push_back(analyze_body(t->body, t->letter));
+      const std::vector<SynthAnalysis> bodies = analyze_generations(g, tokenizer);
+      independent.insert(independent.end(), bodies.begin(), bodies.end());
     }
   }
   Figure4Numbers f;
