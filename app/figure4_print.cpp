@@ -95,15 +95,6 @@ double last_value(RunStore& store, int64_t run, const char* key) {
   return rows && !rows->empty() ? rows->back().value : std::nan("");
 }
 
-// The "fig4/..." metrics recorded at `step` (empty when the checkpoint was never measured).
-std::vector<std::pair<std::string, double>> stored_figure4(RunStore& store, int64_t run, int step) {
-  std::vector<std::pair<std::string, double>> out;
-  if (auto rows = store.metrics(run, ""))
-    for (const MetricRow& r : *rows)
-      if (r.step == step && r.key.rfind("fig4/", 0) == 0) out.emplace_back(r.key, r.value);
-  return out;
-}
-
 }  // namespace
 
 Result<Figure4Row> figure4_row(const std::string& db, const std::string& run, const Figure4Protocol& protocol) {
@@ -125,8 +116,10 @@ Result<Figure4Row> figure4_row(const std::string& db, const std::string& run, co
                  last_value(*store, info->id, "val/ce_prior"),
                  last_value(*store, info->id, "val/kl"),
                  {}};
-  if (auto stored = stored_figure4(*store, info->id, ref->step); !stored.empty()) {
-    row.numbers = figure4_from_metrics(stored);
+  auto rows = store->metrics(info->id, "");
+  if (!rows) return rows.error();
+  if (auto stored = stored_figure4(*rows, ref->step)) {
+    row.numbers = *stored;
     return row;
   }
   auto lm = load_run_model(db, run, ref->step, "cpu", "");

@@ -78,6 +78,19 @@ TEST(Figure4Numbers, StoreKeysRoundTripAndMissingKeysStayNaN) {
   EXPECT_TRUE(std::isnan(none.start_tv));
 }
 
+TEST(Figure4Numbers, StoredNumbersAreThoseOfTheCheckpointAsked) {
+  Figure4Numbers at500, at1000;
+  at500.agree_fixed = {0.1, 0.01, 64};
+  at1000.agree_fixed = {0.4, 0.02, 64};
+  std::vector<MetricRow> rows = {{.step = 500, .key = "val/kl", .value = 0.08}};
+  for (const auto& [key, value] : figure4_metrics(at500)) rows.push_back({.step = 500, .key = key, .value = value});
+  for (const auto& [key, value] : figure4_metrics(at1000)) rows.push_back({.step = 1000, .key = key, .value = value});
+  EXPECT_EQ(stored_figure4(rows, 500)->agree_fixed.mean, 0.1);
+  EXPECT_EQ(stored_figure4(rows, 1000)->agree_fixed.mean, 0.4);
+  EXPECT_FALSE(stored_figure4(rows, 750)) << "a checkpoint that was never measured";
+  EXPECT_FALSE(stored_figure4({rows.front()}, 500)) << "other metrics are not Figure 4 numbers";
+}
+
 TEST(Figure4Numbers, TrainingDataStartsAreUniformUpToNoise) {
   // Noise can hide a target's end, so a few bodies have two or three possible starts: the
   // distribution stays within a few percent of uniform, and sums to 1.

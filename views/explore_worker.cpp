@@ -183,19 +183,13 @@ void ExploreWorker::coinflip(quint64 seed) {
   emit busy_changed(false);
 }
 
-QString ExploreWorker::measured_line(const std::string& run) {
+QString ExploreWorker::measured_line(const std::string& run, int step) {
   auto store = ftx::RunStore::open_readonly(db_path_.toStdString(), 1000);
   auto info = store ? store->find_run(run) : ftx::Result<ftx::RunInfo>(store.error());
   auto rows = info ? store->metrics(info->id, "") : ftx::Result<std::vector<ftx::MetricRow>>(info.error());
-  if (!rows) return QString();
-  int64_t step = -1;  // the latest measured step
-  for (const ftx::MetricRow& r : *rows)
-    if (r.key.rfind("fig4/", 0) == 0) step = std::max(step, r.step);
-  if (step < 0) return QString();
-  std::vector<std::pair<std::string, double>> at_step;
-  for (const ftx::MetricRow& r : *rows)
-    if (r.step == step && r.key.rfind("fig4/", 0) == 0) at_step.emplace_back(r.key, r.value);
-  const ftx::Figure4Numbers f = ftx::figure4_from_metrics(at_step);
+  const auto stored = rows ? ftx::stored_figure4(*rows, step) : std::nullopt;
+  if (!stored) return QString();
+  const ftx::Figure4Numbers& f = *stored;
   auto pm = [](const ftx::Estimate& e) { return QStringLiteral("%1±%2").arg(e.mean, 0, 'f', 2).arg(e.se, 0, 'f', 2); };
   return QStringLiteral(
              "Measured at step %1 over %2 sequences: valid %3 · agree fixed %4, independent %5 · targets at ≥ %6: "
@@ -241,7 +235,7 @@ void ExploreWorker::kappa_lesson(quint64 seed) {
     }
     columns.emplace_back(qs(name), std::move(*groups));
     kappas.push_back(bits);
-    measured << measured_line(name);
+    measured << measured_line(name, (*m)->step);
   }
   emit kappa_lesson_ready(std::move(columns), std::move(kappas), measured);
   emit busy_changed(false);

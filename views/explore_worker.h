@@ -45,8 +45,8 @@ class ExploreWorker : public QObject {
   void latent_ready(ftx::LatentInspection inspection, QString run, int step);
   void edited_ready(QString text);
   void coinflip_ready(ftx::CoinflipLesson lesson, double eps, QString baseline_run, QString free_run);
-  // measured: per column, the run's stored Figure 4 numbers (ftx sweep / the shipped models) as
-  // one line, empty when it was never measured.
+  // measured: per column, the stored Figure 4 numbers (ftx sweep / the shipped models) of the
+  // checkpoint shown, as one line; empty when that checkpoint was never measured.
   void kappa_lesson_ready(GroupColumns columns, std::vector<double> kappa_bits, QStringList measured);
   void failed(QString view, QString message);  // view: "generations", "latent", "lessons"
   void busy_changed(bool busy);
@@ -57,7 +57,8 @@ class ExploreWorker : public QObject {
  private:
   ftx::Result<ftx::ExplorerModel*> model(const std::string& run, int step);
   ftx::Result<std::vector<std::pair<std::string, double>>> lesson_runs(const std::string& dataset, bool free);
-  QString measured_line(const std::string& run);  // kappa_lesson_ready's `measured` of one run
+  // kappa_lesson_ready's `measured` for a run's checkpoint at `step` (empty when never measured)
+  QString measured_line(const std::string& run, int step);
 
   QString db_path_;
   ftx::DatasetFactory datasets_;

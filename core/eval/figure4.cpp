@@ -108,4 +108,12 @@ Figure4Numbers figure4_from_metrics(const std::vector<std::pair<std::string, dou
   return f;
 }
 
+std::optional<Figure4Numbers> stored_figure4(const std::vector<MetricRow>& rows, int64_t step) {
+  std::vector<std::pair<std::string, double>> at_step;
+  for (const MetricRow& r : rows)
+    if (r.step == step && r.key.rfind("fig4/", 0) == 0) at_step.emplace_back(r.key, r.value);
+  if (at_step.empty()) return std::nullopt;
+  return figure4_from_metrics(at_step);
+}
+
 }  // namespace ftx

@@ -4,15 +4,17 @@
 // uniform prior, temperature 1, every seed derived from Figure4Protocol::seed.
 //
 // Deliberately not here: the training data's start distribution (datasets/synthetic.h gives it,
-// the caller passes it), printing and storing.
+// the caller passes it), printing, and opening the run store (callers read and write the rows).
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "core/eval/evaluator.h"
 #include "core/eval/synth_metrics.h"
 #include "core/model/model.h"
+#include "core/store/run_store.h"
 #include "core/text/tokenizer.h"
 #include "kernels/result.h"
 
@@ -48,5 +50,8 @@ Result<Figure4Numbers> measure_figure4(Model& model, const Tokenizer& tokenizer,
 // (missing keys stay NaN): what ftx sweep stores at the measured step and the demo and studio read.
 std::vector<std::pair<std::string, double>> figure4_metrics(const Figure4Numbers& f);
 Figure4Numbers figure4_from_metrics(const std::vector<std::pair<std::string, double>>& metrics);
+// The numbers recorded among a run's metric rows at `step` (a checkpoint's); nullopt when that
+// checkpoint was never measured.
+std::optional<Figure4Numbers> stored_figure4(const std::vector<MetricRow>& rows, int64_t step);
 
 }  // namespace ftx
