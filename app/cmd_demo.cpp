@@ -83,10 +83,8 @@ void add_demo_options(CLI::App& app, DemoArgs& a) {
 }
 
 int run_demo(const DemoArgs& a) {
-  std::error_code ec;
-  std::filesystem::create_directories(a.workspace, ec);
-  if (ec) return fail(a.workspace + ": cannot create the workspace: " + ec.message());
   const std::string db = (std::filesystem::path(a.workspace) / "runs.db").string();
+  if (Status s = make_store_folder(db); !s) return fail(s.error());
   std::printf("%s\n", style("Free Transformer Studio: the paper's Figure 4 on the synthetic task", "1").c_str());
   std::printf(
       "Each sequence is a prompt such as 'K>' then 64 characters: underscores, one 8-letter target at a\n"

@@ -118,8 +118,7 @@ Status import_run(const std::string& db, const std::string& dir, bool* imported)
   const std::string target = checkpoint_dir(db, record->name, record->step);
   auto undo = [&](const Error& e) -> Status {
     (void)store->delete_run(*id);
-    std::error_code ec;
-    std::filesystem::remove_all(std::filesystem::path(target).parent_path(), ec);
+    (void)remove_tree(std::filesystem::path(target).parent_path().string());
     return e;
   };
   ck->weights_dtype = SafetensorsDType::F32;
