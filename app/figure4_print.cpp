@@ -10,6 +10,7 @@
 #include "core/store/run_store.h"
 #include "core/train/train_config.h"
 #include "core/train/trainer.h"
+#include "datasets/registry.h"
 #include "datasets/synthetic.h"
 
 namespace ftx::app {
@@ -118,18 +119,33 @@ Result<Figure4Row> figure4_row(const std::string& db, const std::string& run, co
                  {}};
   auto rows = store->metrics(info->id, "");
   if (!rows) return rows.error();
-  if (auto stored = stored_figure4(*rows, ref->step)) {
+  const std::optional<Figure4Numbers> stored = stored_figure4(*rows, ref->step);
+  if (stored && !stored->kl.at.empty()) {
     row.numbers = *stored;
     return row;
   }
+  // Measured now; a run measured before the KL profile existed keeps its numbers and gets the profile.
   auto lm = load_run_model(db, run, ref->step, "cpu", "");
   if (!lm) return lm.error();
   if (!lm->tokenizer) return make_error(lm->dir + ": config.json has no tokenizer (Figure 4 needs its text)");
-  auto f = measure_figure4(*lm->model, *lm->tokenizer, SyntheticDataset::kSeqLen,
-                           SyntheticDataset::start_distribution(), protocol);
-  if (!f) return make_error("run '" + run + "': " + f.error().message);
-  row.numbers = *f;
-  for (const auto& [key, value] : figure4_metrics(*f)) store->add_metric(info->id, ref->step, key, value);
+  Figure4Numbers f;
+  if (stored) {
+    f = *stored;
+  } else {
+    auto measured = measure_figure4(*lm->model, *lm->tokenizer, SyntheticDataset::kSeqLen,
+                                    SyntheticDataset::start_distribution(), protocol);
+    if (!measured) return make_error("run '" + run + "': " + measured.error().message);
+    f = std::move(*measured);
+  }
+  auto data = open_dataset(*train);
+  if (!data) return make_error("run '" + run + "': " + data.error().message);
+  auto kl = kl_profile(*lm->model, **data, kFigure4KlSequences);
+  if (!kl) return make_error("run '" + run + "': " + kl.error().message);
+  f.kl = std::move(*kl);
+  row.numbers = f;
+  for (const auto& [key, value] : figure4_metrics(f))
+    if (!stored || key.rfind("fig4/kl", 0) == 0 || key.rfind("fig4/bits", 0) == 0)
+      store->add_metric(info->id, ref->step, key, value);
   FTX_TRY(store->flush());
   return row;
 }
@@ -163,6 +179,43 @@ void print_figure4_table(const std::vector<Figure4Row>& rows) {
       "target starts at %d or later, noise agreement, and TV of the independent targets' starts from the data's\n"
       "(docs/figure4.md). ± one standard error.\n",
       kLateStart);
+  print_kl_profiles(rows);
+}
+
+void print_kl_profiles(const std::vector<Figure4Row>& rows) {
+  bool any = false;
+  for (const Figure4Row& r : rows) any = any || !r.numbers.kl.at.empty();
+  if (!any) return;
+  // Body positions in bins of 8 (input positions s + 1), the position code's cost beside them.
+  const int width = 8, bins = (kSynthBodyLen + width - 1) / width;
+  auto bin_mean = [&](const std::vector<double>& at, int k, bool budget) {
+    double s = 0;
+    int n = 0;
+    for (int body = k * width; body < std::min((k + 1) * width, kSynthBodyLen); ++body, ++n)
+      s += budget ? start_code_cost(body + 1) : (size_t(body + 1) < at.size() ? at[size_t(body + 1)] : std::nan(""));
+    return s / n;
+  };
+  std::printf("\nKL per position (nats, held-out data, Z from the encoder), by body position:\n%-16s", "run");
+  for (int k = 0; k < bins; ++k) std::printf(" %2d-%-3d", k * width, std::min((k + 1) * width, kSynthBodyLen) - 1);
+  std::printf(" | at start-1/0/+1    else | bits start/else\n");
+  std::printf("%-16s", "position code");
+  for (int k = 0; k < bins; ++k) std::printf(" %6.3f", bin_mean({}, k, true));
+  std::printf(" | P(not started) h(1/(57-s))\n");
+  for (const Figure4Row& r : rows) {
+    const KlProfile& p = r.numbers.kl;
+    if (p.at.empty()) continue;
+    std::printf("%-16s", r.run.c_str());
+    for (int k = 0; k < bins; ++k) std::printf(" %6.3f", bin_mean(p.at, k, false));
+    if (p.around_start.size() == size_t(2 * kStartWindow + 1))
+      std::printf(" | %5.3f %5.3f %5.3f %6.3f | %4.1f / %4.1f", p.around_start[kStartWindow - 1],
+                  p.around_start[kStartWindow], p.around_start[kStartWindow + 1], p.elsewhere, p.bits_at_start,
+                  p.bits_elsewhere);
+    std::printf("\n");
+  }
+  std::printf(
+      "Position code: what telling at each body position whether the target starts there costs on average\n"
+      "(the batch-mean budget it needs). At start: KL at the input whose next token is the target's first\n"
+      "letter, one before and after; bits: latent bits decided (p < 0.1 or > 0.9) there and elsewhere.\n");
 }
 
 }  // namespace ftx::app

@@ -29,6 +29,11 @@ struct Figure4Row {
 // The run's numbers at its latest checkpoint: read from the store ("fig4/..." metrics at that
 // step) when measured before, else measured now with `protocol` and stored (db is then written).
 Result<Figure4Row> figure4_row(const std::string& db, const std::string& run, const Figure4Protocol& protocol);
+// The table, then print_kl_profiles.
 void print_figure4_table(const std::vector<Figure4Row>& rows);
+// Where each run spends KL (fig4 KL profile) against what the position code costs.
+void print_kl_profiles(const std::vector<Figure4Row>& rows);
+// Held-out sequences of the KL profile.
+inline constexpr int kFigure4KlSequences = 512;
 
 }  // namespace ftx::app

@@ -161,9 +161,15 @@ class Backend {
   virtual void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H) = 0;
   // KL_n = sum_h (log 2 - Hb(p[n,h])) in nats (closed form of KL(Q(Z_n) || uniform)).
   virtual void kl_forward(float* kl, const float* p, int N, int H) = 0;
-  // Token-wise free bits: loss += scale * sum_n max(0, KL_n - kappa); for rows with KL_n > kappa,
-  // dlogits[n,h] += scale * dKL/dlogit = scale * p(1-p) * log(p/(1-p)).
-  virtual void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale) = 0;
+  // KL averaged over the batch at each position: mean_kl[t] = (1/B) sum_b kl[b*T + t], in double
+  // (the batch-mean free bits' gate; core/model/model.h, FreeBitsForm).
+  virtual void kl_batch_mean(float* mean_kl, const float* kl, int B, int T) = 0;
+  // Free bits' gradient. Row n is penalised when its gate value gate[n % period] exceeds kappa; then
+  // dlogits[n,h] += scale * dKL_n/dlogit = scale * p(1-p) * log(p/(1-p)). Rows at or under kappa add
+  // nothing. Per pair: gate = kl, period = N (loss += scale sum_n max(0, KL_n - kappa)). Batch mean:
+  // gate = kl_batch_mean (T), period = T (loss += scale B sum_t max(0, mean_b KL[b,t] - kappa)).
+  virtual void kl_backward(float* dlogits, const float* p, const float* gate, int period, int N, int H, float kappa,
+                           float scale) = 0;
 
   // ---- optimizer -----------------------------------------------------------------------------
   // Gradient clipping without a host round trip: *norm (one float in backend memory) = ||g||_2

@@ -886,7 +886,7 @@ TEST_F(BackendOps, KlForwardBackwardFreeBits) {
     auto [c, g] = on_both(gpu(), [&](Backend& be) {
       DevBuf<float> pp(be, p), klo(be, size_t(N), kNaN), kli(be, kl), dl(be, dl0);
       be.kl_forward(klo.get(), pp.get(), N, H);
-      be.kl_backward(dl.get(), pp.get(), kli.get(), N, H, kappa, scale);  // accumulates
+      be.kl_backward(dl.get(), pp.get(), kli.get(), N, N, H, kappa, scale);  // accumulates
       return Outs{{"kl", take(klo, "kl")}, {"dlogits", take(dl, "dlogits")}};
     });
     expect_close(c, g, "kl", kReduction);
@@ -897,6 +897,41 @@ TEST_F(BackendOps, KlForwardBackwardFreeBits) {
       for (int h = 0; h < H; ++h) {
         const size_t i = size_t(n) * H + h;
         EXPECT_EQ(g["dlogits"][i], dl0[i]) << "row " << n << " is below kappa but its gradient changed";
+      }
+    }
+  }
+}
+
+// The batch-mean form: the column mean over the batch per position on the device, then the gate on
+// it (period T). kappa at the median of the CPU's means; both backends get the CPU's means for the
+// backward, so they gate the same positions, and the device's own means are compared separately.
+TEST_F(BackendOps, KlBatchMeanAndItsFreeBits) {
+  const std::pair<int, int> shapes[] = {{64, 65}, {1, 7}, {3, 1}, {256, 130}};  // (B, T)
+  const int H = 8;
+  for (auto [B, T] : shapes) {
+    SCOPED_TRACE("B = " + std::to_string(B) + ", T = " + std::to_string(T));
+    const int N = B * T;
+    const std::vector<float> p = rnd(size_t(N) * H, 210, 0.0, 1.0), dl0 = rnd(p.size(), 211);
+    DevBuf<float> pc(cpu(), p), klc(cpu(), size_t(N), kNaN), mc(cpu(), size_t(T), kNaN);
+    cpu().kl_forward(klc.get(), pc.get(), N, H);
+    cpu().kl_batch_mean(mc.get(), klc.get(), B, T);
+    const std::vector<float> kl = klc.to_host(), mean = mc.to_host();
+    std::vector<float> sorted = mean;
+    std::sort(sorted.begin(), sorted.end());
+    const float kappa = T > 1 ? 0.5f * (sorted[T / 2 - 1] + sorted[T / 2]) : sorted[0] - 0.1f;
+    auto [c, g] = on_both(gpu(), [&](Backend& be) {
+      DevBuf<float> kli(be, kl), mo(be, size_t(T), kNaN), mi(be, mean), pp(be, p), dl(be, dl0);
+      be.kl_batch_mean(mo.get(), kli.get(), B, T);
+      be.kl_backward(dl.get(), pp.get(), mi.get(), T, N, H, kappa, 1.0f / N);  // accumulates
+      return Outs{{"mean", take(mo, "mean")}, {"dlogits", take(dl, "dlogits")}};
+    });
+    expect_close(c, g, "mean", kReduction);
+    expect_close(c, g, "dlogits", kReduction);
+    for (int n = 0; n < N; ++n) {
+      if (mean[n % T] > kappa) continue;
+      for (int h = 0; h < H; ++h) {
+        const size_t i = size_t(n) * H + h;
+        EXPECT_EQ(g["dlogits"][i], dl0[i]) << "row " << n << " is at a position below kappa but its gradient changed";
       }
     }
   }
@@ -1157,7 +1192,7 @@ TEST_F(BackendOps, StepGraphReplaysWithNewScalars) {
       be.begin_graph();
       be.binary_mapper_forward(codes.get(), p.get(), logits.get(), N, H, 11, 100 + step);
       be.kl_forward(kl.get(), p.get(), N, H);
-      be.kl_backward(dl.get(), p.get(), kl.get(), N, H, kappa, 1.0f / N);
+      be.kl_backward(dl.get(), p.get(), kl.get(), N, N, H, kappa, 1.0f / N);
       be.adamw_update(param.get(), gr.get(), m.get(), v.get(), segs, 2,
                       AdamWStep{1e-2f / float(step), 0.9f, 0.95f, 1e-8f, step});
       if (step == 4) be.scale(extra.get(), 3.0f, n);  // a different step: recorded again

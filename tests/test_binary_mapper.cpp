@@ -267,7 +267,7 @@ TEST(BinaryMapper, KlBackwardAppliesFreeBitsPerRow) {
   ASSERT_GT(sorted[4] - sorted[3], 1e-3);              // far from the kink at FD scale
   const Vec init = random_vec(logits.size(), 601);
   Vec dlogits = init;
-  cpu::kl_backward(dlogits.data(), p.data(), kl.data(), N, H, kappa, scale);
+  cpu::kl_backward(dlogits.data(), p.data(), kl.data(), N, N, H, kappa, scale);
   for (size_t i = 0; i < logits.size(); ++i) {
     if (kl[i / H] <= kappa) {
       EXPECT_EQ(dlogits[i], init[i]) << "row under kappa must be untouched, element " << i;
@@ -278,12 +278,57 @@ TEST(BinaryMapper, KlBackwardAppliesFreeBitsPerRow) {
   }
 }
 
+// The batch-mean form in float64: loss = scale * B * sum_t max(0, mean_b KL[b,t] - kappa) (the
+// model's (1/T) sum_t with scale = 1/(B T)), its gradient by central differences over every logit.
+double batch_mean_free_bits_loss(const Vec& logits, int B, int T, int H, double kappa, double scale) {
+  const Vec p = sigmoid_all(logits);
+  Vec kl(size_t(B) * T), mean(T);
+  cpu::kl_forward(kl.data(), p.data(), B * T, H);
+  cpu::kl_batch_mean(mean.data(), kl.data(), B, T);
+  double loss = 0.0;
+  for (double m : mean) loss += scale * B * std::max(0.0, m - kappa);
+  return loss;
+}
+
+TEST(BinaryMapper, KlBackwardBatchMeanMatchesFiniteDifferences) {
+  const int B = 4, T = 6, H = 3, N = B * T;
+  const double scale = 1.0 / N;
+  Vec logits = random_vec(size_t(N) * H, 610, -4.0, 4.0);
+  const Vec p = sigmoid_all(logits);
+  Vec kl(N), mean(T);
+  cpu::kl_forward(kl.data(), p.data(), N, H);
+  cpu::kl_batch_mean(mean.data(), kl.data(), B, T);
+  for (int t = 0; t < T; ++t) {  // the batch mean by hand
+    double s = 0;
+    for (int b = 0; b < B; ++b) s += kl[size_t(b) * T + t];
+    EXPECT_NEAR(mean[t], s / B, 1e-15) << "t " << t;
+  }
+  Vec sorted = mean;
+  std::sort(sorted.begin(), sorted.end());
+  const double kappa = 0.5 * (sorted[2] + sorted[3]);  // 3 positions on each side
+  ASSERT_GT(sorted[3] - sorted[2], 1e-3);              // far from the kink at FD scale
+  int rows_differ = 0;  // rows whose own KL is on the other side of kappa than their position's mean
+  for (int n = 0; n < N; ++n) rows_differ += (kl[n] > kappa) != (mean[n % T] > kappa);
+  ASSERT_GT(rows_differ, 0) << "the per-pair gate would give the same rows";
+  const Vec init = random_vec(logits.size(), 611);
+  Vec dlogits = init;
+  cpu::kl_backward(dlogits.data(), p.data(), mean.data(), T, N, H, kappa, scale);
+  for (size_t i = 0; i < logits.size(); ++i) {
+    if (mean[(i / H) % T] <= kappa) {
+      EXPECT_EQ(dlogits[i], init[i]) << "position under kappa must be untouched, element " << i;
+    }
+    const double fd = test::central_difference(
+        logits[i], kStep, [&] { return batch_mean_free_bits_loss(logits, B, T, H, kappa, scale); });
+    EXPECT_NEAR(dlogits[i] - init[i], fd, kGradTol) << "element " << i;
+  }
+}
+
 TEST(BinaryMapper, KlBackwardIsFiniteAtCertainBits) {
   const std::vector<float> p = {0.0f, 1.0f, 0.25f};  // (1, 3)
   std::vector<float> kl(1), dlogits(3, 0.0f);
   auto be = make_cpu_backend();
   be->kl_forward(kl.data(), p.data(), 1, 3);
-  be->kl_backward(dlogits.data(), p.data(), kl.data(), 1, 3, 0.0f, 1.0f);
+  be->kl_backward(dlogits.data(), p.data(), kl.data(), 1, 1, 3, 0.0f, 1.0f);
   EXPECT_EQ(dlogits[0], 0.0f);
   EXPECT_EQ(dlogits[1], 0.0f);
   EXPECT_NEAR(dlogits[2], 0.25 * 0.75 * std::log(0.25 / 0.75), 1e-7);

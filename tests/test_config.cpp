@@ -136,13 +136,35 @@ TEST(TrainConfigJson, TodaysRunRowsLoadAndWriteBackUnchanged) {
   EXPECT_FALSE(t->init.post_sampler_bitlinear);
   EXPECT_EQ(t->init.post_sampler_std, 0.04f);
   EXPECT_EQ(t->dataset_options, (json{{"coinflip_eps", 0.25}, {"coinflip_len", 32}}));
-  // Written back: every stored key with its value; fields added since only add keys at defaults.
+  EXPECT_EQ(t->free_bits, "per-pair");  // trained before the batch-mean form existed
+  // Written back: every stored key with its value; fields added since only add keys at defaults,
+  // except the free-bits form, which says how the old run was trained.
   const json back = train_config_to_json(*t);
   for (const auto& [k, v] : stored.items()) EXPECT_EQ(back.value(k, json()), v) << k;
   for (const auto& [k, v] : back.items())
-    if (!stored.contains(k)) {
+    if (!stored.contains(k) && k != "free_bits") {
       EXPECT_EQ(v, train_config_to_json(TrainConfig{})[k]) << k;
     }
+  EXPECT_EQ(back["free_bits"], "per-pair");
+}
+
+TEST(TrainConfigJson, FreeBitsFormIsStoredAndOldRunsKeepPerPair) {
+  EXPECT_EQ(TrainConfig{}.free_bits, "batch-mean");  // new runs: the form that reproduces Figure 4
+  EXPECT_EQ(TrainConfig{}.free_bits_form(), FreeBitsForm::BatchMean);
+  for (const char* form : {"batch-mean", "per-pair"}) {
+    TrainConfig c;
+    c.free_bits = form;
+    auto back = train_config_from_json(train_config_to_json(c), "x");
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back->free_bits, form);
+  }
+  auto old = train_config_from_json(json{{"kappa_nats", 0.5}}, "x");
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  EXPECT_EQ(old->free_bits_form(), FreeBitsForm::PerPair);
+  expect_error(status_of(train_config_from_json(json{{"free_bits", "kingma"}}, "ck/trainer.json")),
+               {"ck/trainer.json", "free_bits \"kingma\"", "batch-mean or per-pair"});
+  expect_error(status_of(parse_free_bits("per pair")), {"\"per pair\"", "batch-mean or per-pair"});
+  EXPECT_STREQ(free_bits_name(*parse_free_bits("per-pair")), "per-pair");
 }
 
 TEST(TrainConfigJson, TheKeysWrittenAreThoseOfEveryRunSoFar) {
@@ -156,7 +178,9 @@ TEST(TrainConfigJson, TheKeysWrittenAreThoseOfEveryRunSoFar) {
                                       "init_zeta_std", "init_post_sampler_bitlinear",
                                       // added with text training and benchmarks (issue 13)
                                       "keep_checkpoints", "val_sequences", "init_from", "bench_tasks", "bench_every",
-                                      "bench_data", "bench_max_new_tokens"};
+                                      "bench_data", "bench_max_new_tokens",
+                                      // added with the batch-mean free bits (issue 22)
+                                      "free_bits"};
   EXPECT_EQ(keys, want);
   // Missing keys keep the defaults (rows older than a field).
   auto t = train_config_from_json(json{{"steps", 5}}, "x");
@@ -165,6 +189,7 @@ TEST(TrainConfigJson, TheKeysWrittenAreThoseOfEveryRunSoFar) {
   EXPECT_EQ(train_config_to_json(*t).dump(), [] {
     TrainConfig d;
     d.steps = 5;
+    d.free_bits = "per-pair";  // a row without the key was trained per pair
     return train_config_to_json(d).dump();
   }());
 }

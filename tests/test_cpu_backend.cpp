@@ -7,6 +7,7 @@
 //
 // Not here: gradient correctness (test_ops_grad.cpp, test_binary_mapper.cpp check the double
 // templates by finite differences, so agreeing with them here means correct in float too).
+#include <algorithm>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -409,13 +410,32 @@ TEST_F(CpuBackendTest, KlMatchesDouble) {
   const double kappa = 2.0, scale = 0.3;
   const Vec dl0 = random_vec(p.size(), 141);
   Vec dl = dl0;
-  cpu::kl_backward(dl.data(), p.data(), kl.data(), N, H, kappa, scale);
+  cpu::kl_backward(dl.data(), p.data(), kl.data(), N, N, H, kappa, scale);
   const auto pf = to_float(p);
   Out klf(N, kNaN), dlf(dl0);
   be_->kl_forward(klf.data(), pf.data(), N, H);
-  be_->kl_backward(dlf.data(), pf.data(), klf.data(), N, H, static_cast<float>(kappa), static_cast<float>(scale));
+  be_->kl_backward(dlf.data(), pf.data(), klf.data(), N, N, H, static_cast<float>(kappa), static_cast<float>(scale));
   EXPECT_CLOSE(klf, kl, kNmseElementwise);
   EXPECT_CLOSE(dlf, dl, kNmseElementwise);
+
+  // The batch-mean form: B = 20 sequences of T = 25 positions, gated on the column means.
+  const int B = 20, T = 25;
+  Vec mean(T);
+  cpu::kl_batch_mean(mean.data(), kl.data(), B, T);
+  Vec sorted = mean;
+  std::sort(sorted.begin(), sorted.end());
+  const double kappa_mean = sorted[T / 2];  // the median: positions on both sides
+  Vec dlm = dl0;
+  cpu::kl_backward(dlm.data(), p.data(), mean.data(), T, N, H, kappa_mean, scale);
+  Out meanf(T, kNaN), dlmf(dl0);
+  be_->kl_batch_mean(meanf.data(), klf.data(), B, T);
+  be_->kl_backward(dlmf.data(), pf.data(), meanf.data(), T, N, H, static_cast<float>(kappa_mean),
+                   static_cast<float>(scale));
+  EXPECT_CLOSE(meanf, mean, kNmseElementwise);
+  EXPECT_CLOSE(dlmf, dlm, kNmseElementwise);
+  const auto above = std::count_if(mean.begin(), mean.end(), [&](double x) { return x > kappa_mean; });
+  EXPECT_GT(above, 0);
+  EXPECT_LT(above, T);
 }
 
 // ---- optimizer ---------------------------------------------------------------------------------

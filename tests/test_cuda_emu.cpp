@@ -25,6 +25,7 @@
 //
 // Not here: speed, anything only a GPU shows (races between threads that interleave between
 // barriers, shared-memory bank conflicts, cuBLAS's own numerics).
+#include <algorithm>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -320,7 +321,7 @@ TEST(CudaEmu, KlWithFreeBitsAndPostSampler) {
 
   const float kappa = 1.2f, scale = 0.5f, kappa_in_memory = kappa;
   std::vector<float> dl(size_t(N) * H, 0.25f);
-  cuda::kl_backward(dl.data(), p.data(), klv.data(), N, H, cuda::Dyn<float>{&kappa_in_memory, 0.0f}, scale, nullptr);
+  cuda::kl_backward(dl.data(), p.data(), klv.data(), N, N, H, cuda::Dyn<float>{&kappa_in_memory, 0.0f}, scale, nullptr);
   Vec dl_ref(dl.size(), 0.25);
   int above = 0;
   for (int n = 0; n < N; ++n) {
@@ -334,6 +335,34 @@ TEST(CudaEmu, KlWithFreeBitsAndPostSampler) {
   EXPECT_GT(above, 0);
   EXPECT_LT(above, N) << "kappa should split the rows";
   EXPECT_LE(rel_error(dl, dl_ref), 1e-6);
+
+  // The batch-mean form: N = 260 rows as B = 20 sequences of T = 13 positions.
+  const int B = 20, T = 13;
+  Out mean(T);
+  cuda::kl_batch_mean(mean.data(), klv.data(), B, T, nullptr);
+  EXPECT_TRUE(mean.guards_intact());
+  const std::vector<float> mv = mean.values();
+  Vec mean_ref(T);
+  for (int t = 0; t < T; ++t) {
+    for (int b = 0; b < B; ++b) mean_ref[t] += klv[size_t(b) * T + t];
+    mean_ref[t] /= B;
+  }
+  EXPECT_LE(rel_error(mv, mean_ref), 1e-6);
+  std::vector<float> sorted = mv;
+  std::sort(sorted.begin(), sorted.end());
+  const float kappa_m = 0.5f * (sorted[T / 2 - 1] + sorted[T / 2]), kappa_m_in_memory = kappa_m;
+  std::vector<float> dlm(size_t(N) * H, 0.25f);
+  cuda::kl_backward(dlm.data(), p.data(), mv.data(), T, N, H, cuda::Dyn<float>{&kappa_m_in_memory, 0.0f}, scale,
+                    nullptr);
+  Vec dlm_ref(dlm.size(), 0.25);
+  for (int n = 0; n < N; ++n) {
+    if (!(mv[n % T] > kappa_m)) continue;
+    for (int h = 0; h < H; ++h) {
+      const double x = p[size_t(n) * H + h];
+      if (x > 0 && x < 1) dlm_ref[size_t(n) * H + h] += scale * x * (1 - x) * std::log(x / (1 - x));
+    }
+  }
+  EXPECT_LE(rel_error(dlm, dlm_ref), 1e-6);
 
   const int NR = 24;  // the post-sampler runs a block per row: few rows keep the emulation quick
   std::vector<uint32_t> codes(NR);

@@ -76,6 +76,36 @@ TEST(Figure4Numbers, StoreKeysRoundTripAndMissingKeysStayNaN) {
   EXPECT_TRUE(std::isnan(none.valid.se));
   EXPECT_TRUE(std::isnan(none.agree_fixed.mean));
   EXPECT_TRUE(std::isnan(none.start_tv));
+  EXPECT_TRUE(none.kl.at.empty());  // measured before the KL profile existed
+  EXPECT_TRUE(none.kl.around_start.empty());
+
+  // The KL profile: one key per position and offset, and the code's summary.
+  f.kl.at = {0.01, 0.2, 0.03};
+  f.kl.around_start = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  f.kl.elsewhere = 0.04, f.kl.bits_at_start = 5.5, f.kl.bits_elsewhere = 0.25;
+  const auto with_kl = figure4_metrics(f);
+  EXPECT_EQ(with_kl.size(), 6u * 3 + 1 + 3 + 9 + 3);
+  const Figure4Numbers kl_back = figure4_from_metrics(with_kl);
+  EXPECT_EQ(kl_back.kl.at, f.kl.at);
+  EXPECT_EQ(kl_back.kl.around_start, f.kl.around_start);
+  EXPECT_EQ(kl_back.kl.elsewhere, 0.04);
+  EXPECT_EQ(kl_back.kl.bits_at_start, 5.5);
+  EXPECT_EQ(kl_back.kl.bits_elsewhere, 0.25);
+}
+
+// The position code's cost sums, by the chain rule of entropy, to the entropy of the uniform
+// start, log 57; at the first body position it is h(1/57), the 0.088 nats.
+TEST(Figure4Numbers, PositionCodeCostsAddUpToTheStartsEntropy) {
+  double sum = 0;
+  for (int i = 0; i < 66; ++i) sum += start_code_cost(i);
+  EXPECT_NEAR(sum, std::log(57.0), 1e-12);
+  const double q = 1.0 / 57;
+  EXPECT_NEAR(start_code_cost(1), -(q * std::log(q) + (1 - q) * std::log(1 - q)), 1e-15);
+  EXPECT_NEAR(start_code_cost(1), 0.0880, 1e-4);
+  EXPECT_NEAR(start_code_cost(51), 0.0503, 1e-4);  // s = 50
+  EXPECT_EQ(start_code_cost(0), 0.0);               // the prompt's letter: no body character next
+  EXPECT_EQ(start_code_cost(57), 0.0);              // s = 56, the last start: it is certain by then
+  EXPECT_EQ(start_code_cost(58), 0.0);
 }
 
 TEST(Figure4Numbers, StoredNumbersAreThoseOfTheCheckpointAsked) {
@@ -119,6 +149,29 @@ TEST_F(Figure4Test, MeasurementCountsEverySequenceAndRefusesBadProtocols) {
   auto again = measure_figure4(*m->model, *m->tokenizer, m->seq_len, starts, p);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(again->valid.mean, f->valid.mean);  // deterministic seeds
+
+  // The KL profile over held-out sequences: the mean of the model's own KL at every position.
+  auto data = make_dataset(m->train);
+  auto prof = kl_profile(*m->model, *data, 70);  // a batch of 64 and one of 6
+  ASSERT_TRUE(prof.ok()) << prof.error().message;
+  EXPECT_EQ(prof->sequences, 70);
+  EXPECT_GT(prof->with_start, 20);  // most bodies have one possible start
+  ASSERT_EQ(prof->at.size(), 65u);
+  std::vector<int32_t> tok(size_t(70) * 66), in(size_t(70) * 65), tg(size_t(70) * 65);
+  data->validation(tok.data(), 0, 70);
+  split_inputs_targets(tok.data(), 70, 66, in.data(), tg.data());
+  auto st = m->model->make_state(70, 65);
+  (void)m->model->forward(*st, in.data(), tg.data(), nullptr, 0, 0, 0.0f);
+  std::vector<float> kl(size_t(70) * 65);
+  m->model->read_kl(*st, kl.data());
+  for (int t : {0, 1, 30, 64}) {
+    double s = 0;
+    for (int b = 0; b < 70; ++b) s += kl[size_t(b) * 65 + t];
+    EXPECT_NEAR(prof->at[size_t(t)], s / 70, 1e-6) << "t " << t;
+  }
+  ASSERT_EQ(prof->around_start.size(), size_t(2 * kStartWindow + 1));
+  EXPECT_GE(prof->bits_at_start, 0.0);
+  EXPECT_LE(prof->bits_at_start, 8.0);
 
   for (const auto& [prompts, group_size, needle] :
        {std::tuple{std::vector<std::string>{"k>"}, 4, "not a synthetic-task prompt"},

@@ -180,13 +180,14 @@ class FdHarness {
     codes = random_codes(size_t(B) * T, std::max(c.latent_bits, 1), seed + 3);
   }
 
-  // Loss at params; counts in side_flips the evaluations where some KL_t lies on the other side
-  // of kappa than at the unperturbed point (max(0, KL - kappa) has a kink there).
+  // Loss at params; counts in side_flips the evaluations where some gate value (KL_t per pair, or
+  // its batch mean at t) lies on the other side of kappa than at the unperturbed point
+  // (max(0, x - kappa) has a kink there).
   LossParts eval(const std::vector<float>& params) {
     model.load_params(params.data());
-    StepStats st = model.forward(*state, inputs.data(), targets.data(), codes.data(), 5, 9, kappa);
+    StepStats st = model.forward(*state, inputs.data(), targets.data(), codes.data(), 5, 9, kappa, form);
     if (!side.empty()) {
-      model.read_kl(*state, kl_buf.data());
+      kl_buf = gate_values();
       for (size_t i = 0; i < side.size(); ++i)
         if ((kl_buf[i] > kappa) != side[i]) {
           ++side_flips;
@@ -199,23 +200,36 @@ class FdHarness {
   std::vector<float> analytic(const std::vector<float>& params) {
     model.load_params(params.data());
     model.zero_grad();
-    (void)model.forward(*state, inputs.data(), targets.data(), codes.data(), 5, 9, kappa);
+    (void)model.forward(*state, inputs.data(), targets.data(), codes.data(), 5, 9, kappa, form);
     model.backward(*state);
     std::vector<float> g(model.num_params());
     cpu().download(g.data(), model.grads(), g.size() * sizeof(float));
     return g;
   }
 
-  std::vector<float> kl_per_position(const std::vector<float>& params) {
-    model.load_params(params.data());
-    (void)model.forward(*state, inputs.data(), targets.data(), codes.data(), 5, 9, kappa);
+  // What the form compares with kappa after the last forward: KL (B, T) per pair, or its mean
+  // over the batch (T), computed here in double from KL (not read from the model's own gate).
+  std::vector<float> gate_values() {
     std::vector<float> kl(size_t(B) * T);
     model.read_kl(*state, kl.data());
-    return kl;
+    if (form == FreeBitsForm::PerPair) return kl;
+    std::vector<float> mean(T);
+    for (int t = 0; t < T; ++t) {
+      double s = 0;
+      for (int b = 0; b < B; ++b) s += kl[size_t(b) * T + t];
+      mean[t] = float(s / B);
+    }
+    return mean;
   }
 
-  // Sets kappa in the middle of the widest gap between sorted KL_t, with at least two positions
-  // on each side; returns the distance of the closest KL_t to kappa.
+  std::vector<float> kl_per_position(const std::vector<float>& params) {
+    model.load_params(params.data());
+    (void)model.forward(*state, inputs.data(), targets.data(), codes.data(), 5, 9, kappa, form);
+    return gate_values();
+  }
+
+  // Sets kappa in the middle of the widest gap between the sorted gate values, with at least two
+  // on each side; returns the distance of the closest one to kappa.
   double place_kappa(const std::vector<float>& params) {
     std::vector<float> kl = kl_per_position(params);
     std::sort(kl.begin(), kl.end());
@@ -260,7 +274,8 @@ class FdHarness {
   std::vector<int32_t> inputs, targets;
   std::vector<uint32_t> codes;
   float kappa = 0;
-  std::vector<bool> side;  // KL_t > kappa at the unperturbed point
+  FreeBitsForm form = FreeBitsForm::PerPair;
+  std::vector<bool> side;  // gate value > kappa at the unperturbed point
   std::vector<float> kl_buf;
   int side_flips = 0;
 };
@@ -338,6 +353,45 @@ TEST(ModelBackward, MatchesFiniteDifferencesForEveryTensor) {
   // gradient) would fail above, not hide in the tolerance.
   for (const char* name : {"model.embed_tokens.weight", "model.layers.0.self_attn.k_proj.weight",
                            "free.encoder.self_attn.v_proj.weight", "free.zeta"}) {
+    const ParamSpec* s = find_param(h.model.specs(), name);
+    EXPECT_GT(norm2(fd_kl, s->offset, s->numel), 5 * kGradRelTol * norm2(fd, s->offset, s->numel)) << name;
+  }
+}
+
+// The batch-mean form (Kingma et al.'s free bits): every tensor against finite differences of
+// CE + (1/T) sum_t max(0, mean_b KL[b,t] - kappa), with kappa between positions' batch means.
+// Per pair, the same kappa would penalise another set of rows (checked), so a backward that gated
+// on the rows' own KL would fail here.
+TEST(ModelBackward, BatchMeanFreeBitsMatchFiniteDifferences) {
+  FdHarness h(fd_config(3, false), 3, 6, 300);
+  h.form = FreeBitsForm::BatchMean;
+  std::vector<float> params = random_params(h.model, 301, 0.4f, 0.8f);
+  const ParamSpec* post = find_param(h.model.specs(), "free.post_sampler.weight");
+  const int D = 1 << 3;
+  for (int64_t c = 0; c < post->shape[0]; ++c)  // equal columns: no pass-through term (above)
+    for (int d = 1; d < D; ++d) params[post->offset + c * D + d] = params[post->offset + c * D];
+  ASSERT_NO_FATAL_FAILURE(place_kappa_between_positions(h, params));
+
+  // The forms differ at this kappa: some row's own KL is on the other side of kappa than its mean.
+  (void)h.kl_per_position(params);
+  std::vector<float> kl(size_t(h.B) * h.T);
+  h.model.read_kl(*h.state, kl.data());
+  const std::vector<float> mean = h.gate_values();
+  int differ = 0;
+  for (size_t i = 0; i < kl.size(); ++i) differ += (kl[i] > h.kappa) != (mean[i % h.T] > h.kappa);
+  ASSERT_GT(differ, 0) << "kappa must separate the forms for this test to tell them apart";
+  const StepStats batch_mean = h.model.forward(*h.state, h.inputs.data(), h.targets.data(), h.codes.data(), 5, 9,
+                                               h.kappa, FreeBitsForm::BatchMean);
+  const StepStats per_pair = h.model.forward(*h.state, h.inputs.data(), h.targets.data(), h.codes.data(), 5, 9,
+                                             h.kappa, FreeBitsForm::PerPair);
+  EXPECT_EQ(batch_mean.kl, per_pair.kl);  // the mean KL does not depend on the form
+  EXPECT_LT(batch_mean.kl_excess, per_pair.kl_excess);  // Jensen: max(0, mean - k) <= mean of max(0, . - k)
+
+  const std::vector<float> analytic = h.analytic(params);
+  std::vector<double> fd, fd_kl;
+  ASSERT_NO_FATAL_FAILURE(fd_on_one_side(h, params, &fd, &fd_kl));
+  expect_tensor_grads_match(h.model, analytic, fd, all_names(h.model));
+  for (const char* name : {"free.encoder.self_attn.v_proj.weight", "free.zeta"}) {
     const ParamSpec* s = find_param(h.model.specs(), name);
     EXPECT_GT(norm2(fd_kl, s->offset, s->numel), 5 * kGradRelTol * norm2(fd, s->offset, s->numel)) << name;
   }

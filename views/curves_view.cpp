@@ -94,7 +94,10 @@ std::vector<ChartSpec> chart_specs() {
         {"val/kl", Qt::DotLine, true, "val"},
         {"kappa", Qt::DashLine, false, "κ"}},
        true},
-      {"Loss", "nats per token", {{"train/loss", Qt::SolidLine, true}}},
+      {"Loss",
+       "nats per token",
+       {{"train/loss", Qt::SolidLine, true, "loss"},
+        {"train/kl_excess", Qt::DotLine, true, "free-bits term (the KL penalised)"}}},
       {"Learning rate", "lr", {{"lr", Qt::SolidLine, false}}},
       {"Tokens/s", "tokens per second", {{"perf/tokens_per_s", Qt::SolidLine, true}}},
       {"Synthetic task",
@@ -142,7 +145,9 @@ QPen make_pen(const QColor& color, double width, Qt::PenStyle style) {
   return pen;
 }
 
-bool is_nats_key(const std::string& key) { return key == "train/kl" || key == "val/kl" || key == "kappa"; }
+bool is_nats_key(const std::string& key) {
+  return key == "train/kl" || key == "val/kl" || key == "kappa" || key == "train/kl_excess";
+}
 
 QString csv_field(const QString& s) {
   if (!s.contains(',') && !s.contains('"') && !s.contains('\n')) return s;
@@ -810,8 +815,11 @@ void CurvesView::update_run_legend() {
   QStringList parts;
   const size_t shown = std::min(runs_.size(), static_cast<size_t>(kLegendRunsMax));
   for (size_t i = 0; i < shown; ++i) {
-    parts << QString("<span style=\"color:%1; font-size:large\">&#9632;</span>&nbsp;%2")
-                 .arg(runs_[i].color.name(), runs_[i].name.toHtmlEscaped());
+    parts << QString("<span style=\"color:%1; font-size:large\">&#9632;</span>&nbsp;%2%3")
+                 .arg(runs_[i].color.name(), runs_[i].name.toHtmlEscaped(),
+                      runs_[i].note.isEmpty() ? QString()
+                                              : " <span style=\"color:gray\">(" + runs_[i].note.toHtmlEscaped() +
+                                                    ")</span>");
   }
   if (runs_.size() > shown) parts << QString("and %1 more").arg(runs_.size() - shown);
   run_legend_->setText(parts.join("&nbsp;&nbsp;&nbsp; "));

@@ -30,6 +30,7 @@ struct CurveRun {
   int64_t id = 0;
   QString name;
   QColor color;
+  QString note = {};  // after the name in the run legend: kappa and the free-bits form of a Free Transformer
 };
 
 class CurvesView : public QWidget {

@@ -11,6 +11,8 @@
 namespace {
 
 constexpr size_t kMaxCachedModels = 6;
+// Held-out sequences behind the Latent view's mean KL per position (a few hundred ms on the CPU).
+constexpr int kLatentBatchSequences = 256;
 
 QString qs(const std::string& s) { return QString::fromStdString(s); }
 
@@ -89,8 +91,19 @@ void ExploreWorker::inspect(QString run, int step, QString text, quint64 seed) {
     data->validation(tok.data(), static_cast<int64_t>(seed % 100000), 1);
     seq = data->tokenizer().decode(tok);
   }
-  const int prompt_len = (*m)->train.dataset == "synthetic" ? 2 : 1;
+  const bool synthetic = (*m)->train.dataset == "synthetic";
+  const int prompt_len = synthetic ? 2 : 1;
   auto li = ftx::inspect_latent(**m, seq, prompt_len, seed);
+  if (li) {  // where the run's KL goes over a batch of its held-out data
+    auto data = datasets_((*m)->train);
+    auto profile = data ? ftx::kl_profile(*(*m)->model, *data, kLatentBatchSequences)
+                        : ftx::Result<ftx::KlProfile>(ftx::make_error("no dataset"));
+    if (profile) {
+      li->batch_kl = profile->at, li->batch_sequences = profile->sequences;
+      if (synthetic)
+        for (size_t t = 0; t < li->batch_kl.size(); ++t) li->position_budget.push_back(ftx::start_code_cost(int(t)));
+    }
+  }
   if (li) {
     inspection_ = *li, inspection_run_ = run.toStdString(), inspection_step_ = (*m)->step;
     emit latent_ready(std::move(*li), run, (*m)->step);

@@ -24,6 +24,8 @@ constexpr ImU32 kFlipAccent = IM_COL32(255, 106, 61, 255);
 constexpr ImU32 kKlUnder = IM_COL32(86, 120, 160, 255);
 constexpr ImU32 kKlOver = IM_COL32(232, 178, 64, 255);
 constexpr ImU32 kKappaLine = IM_COL32(225, 225, 225, 220);
+constexpr ImU32 kBatchKlLine = IM_COL32(120, 210, 140, 255);  // mean KL over a held-out batch
+constexpr ImU32 kBudgetLine = IM_COL32(220, 120, 200, 255);   // what the position code costs
 constexpr ImU32 kGutterText = IM_COL32(150, 156, 166, 255);
 constexpr ImU32 kCodeText = IM_COL32(190, 196, 206, 255);
 constexpr ImU32 kTargetLetter = IM_COL32(110, 205, 255, 255);
@@ -148,7 +150,8 @@ void draw_title(const LatentPanelData& d) {
   if (!model_file) {
     std::snprintf(buf, sizeof buf, "%d", d.step);
     key_value("step", buf);
-    std::snprintf(buf, sizeof buf, "%.4g bit = %.4g nats per token", li.kappa_nats / kLn2, li.kappa_nats);
+    std::snprintf(buf, sizeof buf, "%.4g bit = %.4g nats per token%s%s", li.kappa_nats / kLn2, li.kappa_nats,
+                  li.free_bits.empty() ? "" : ", ", li.free_bits.c_str());
     key_value(kappa_symbol(f), buf);
   }
   std::snprintf(buf, sizeof buf, "%d", li.T);
@@ -259,6 +262,8 @@ Grid make_grid(const LatentPanelData& d) {
   g.total_h = g.regen ? g.y_edit + g.row_h + 4 : g.y_code + g.code_h + 4;
   double m = li.kappa_nats;
   for (float k : li.kl) m = std::max(m, double(k));
+  for (const auto* v : {&li.batch_kl, &li.position_budget})
+    for (size_t t = 0; t < std::min(v->size(), size_t(g.T)); ++t) m = std::max(m, (*v)[t]);
   g.kl_max = nice_ceiling(m * 1.08);
   return g;
 }
@@ -363,6 +368,16 @@ void draw_kl_bars(ImDrawList* dl, const Grid& g, const LatentPanelData& d) {
   const float ky = std::floor(kl_y(g, li.kappa_nats)) + 0.5f;
   for (float x = g.origin.x; x < right; x += 9)
     dl->AddLine(ImVec2(x, ky), ImVec2(std::min(x + 5, right), ky), kKappaLine, 1.5f);
+  // Over the batch: the mean KL as a line through the cells' centres, the position code's cost as
+  // dots at each centre.
+  const size_t n = std::min(li.batch_kl.size(), size_t(g.T));
+  for (size_t t = 1; t < n; ++t)
+    dl->AddLine(ImVec2(g.origin.x + (float(t) - 0.5f) * g.cell_w, kl_y(g, li.batch_kl[t - 1])),
+                ImVec2(g.origin.x + (float(t) + 0.5f) * g.cell_w, kl_y(g, li.batch_kl[t])), kBatchKlLine, 2.0f);
+  for (size_t t = 0; t < std::min(li.position_budget.size(), size_t(g.T)); ++t)
+    if (li.position_budget[t] > 0)
+      dl->AddCircleFilled(ImVec2(g.origin.x + (float(t) + 0.5f) * g.cell_w, kl_y(g, li.position_budget[t])),
+                          std::max(1.5f, g.cell_w * 0.12f), kBudgetLine, 8);
 }
 
 void draw_codes(ImDrawList* dl, const Grid& g, const LatentPanelData& d) {
@@ -476,6 +491,11 @@ void column_lines(const LatentPanelData& d, int t) {
   ImGui::TextColored(ImColor(k > li.kappa_nats ? kKlOver : kGutterText),
                      "KL_t = %.4f nats = %.4f bits   (%s = %.4f nats)", k, k / kLn2, kappa_symbol(ImGui::GetFont()),
                      li.kappa_nats);
+  if (size_t(t) < li.batch_kl.size())
+    ImGui::TextColored(ImColor(kBatchKlLine), "mean KL here over %d held-out sequences: %.4f nats", li.batch_sequences,
+                       li.batch_kl[size_t(t)]);
+  if (size_t(t) < li.position_budget.size() && li.position_budget[size_t(t)] > 0)
+    ImGui::TextColored(ImColor(kBudgetLine), "the position code's cost here: %.4f nats", li.position_budget[size_t(t)]);
   code_lines(d, t);
 }
 
@@ -635,6 +655,18 @@ void draw_summary(const LatentPanelData& d) {
   if (!d.flips.empty() && !d.regenerating && edited)
     ImGui::Text("%zu bit%s flipped: the edited generation differs from the original at %d of %zu %s", d.flips.size(),
                 d.flips.size() == 1 ? "" : "s", differ, n, tokens ? "tokens" : "positions");
+  const ftx::LatentInspection& li = *d.inspection;
+  if (!li.batch_kl.empty()) {
+    ImGui::TextColored(ImColor(kBatchKlLine), "line: mean KL per position over %d held-out sequences",
+                       li.batch_sequences);
+    if (!li.position_budget.empty()) {
+      ImGui::SameLine(0, 18);
+      ImGui::TextColored(ImColor(kBudgetLine), "dots: what telling the target's start at each position costs");
+    }
+    ImGui::SameLine(0, 18);
+    ImGui::TextDisabled("dashes: %s (%s free bits)", kappa_symbol(ImGui::GetFont()),
+                        li.free_bits == "per-pair" ? "per pair: each token alone" : "batch mean: the line counts");
+  }
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   if (a.empty())
     ImGui::TextWrapped(

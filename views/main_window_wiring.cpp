@@ -14,6 +14,7 @@
 #include <set>
 
 #include "core/store/run_store.h"
+#include "core/train/train_config.h"
 #include "views/benchmarks_view.h"
 #include "views/curves_view.h"
 #include "views/explore_worker.h"
@@ -170,7 +171,11 @@ void MainWindow::update_overlay() {
   std::vector<ftx::CurveRun> runs;
   for (int64_t id : runs_model_->overlaid_ids())
     for (const RunSummary& r : runs_model_->runs())
-      if (r.info.id == id) runs.push_back({id, QString::fromStdString(r.info.name), runs_model_->colour(id)});
+      if (r.info.id == id)
+        runs.push_back({id, QString::fromStdString(r.info.name), runs_model_->colour(id),
+                        r.latent_bits > 0 ? QString::fromStdString("κ " + ftx::kappa_bits_text(r.kappa_bits)) + ", " +
+                                                r.free_bits_label
+                                          : QString()});
   curves_->set_runs(runs);
   curves_->refresh();
   benchmarks_->set_runs(runs);

@@ -120,6 +120,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
       return r->latent_bits;
     case kKappa:
       return r->latent_bits > 0 ? QVariant(QString::number(r->kappa_bits, 'g', 3)) : QVariant("–");
+    case kFreeBits:
+      return r->latent_bits > 0 ? QVariant(r->free_bits_label) : QVariant("–");
     case kSteps:
       return QString("%1 / %2").arg(done_steps).arg(r->steps);
     case kCe:
@@ -133,8 +135,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
 
 QVariant RunListModel::headerData(int section, Qt::Orientation o, int role) const {
   if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* kNames[kColumns] = {"",  "",        "Run",   "Status", "Dataset",  "Preset",
-                                         "H", "κ (bit)", "Steps", "CE",     "KL (nats)"};
+  static const char* kNames[kColumns] = {"",          "",      "Run", "Status",   "Dataset", "Preset", "H", "κ (bit)",
+                                         "Free bits", "Steps", "CE",  "KL (nats)"};
   return kNames[section];
 }
 

@@ -26,6 +26,8 @@ RunSummary summarize_run(const ftx::RunInfo& info) {
     r.preset = QString::fromStdString(get(t, "preset", std::string("?")));
     r.steps = get(t, "steps", 0);
     r.kappa_bits = ftx::nats_to_bits(get(t, "kappa_nats", 0.0));
+    if (auto f = ftx::parse_free_bits(get(t, "free_bits", std::string("per-pair"))))
+      r.free_bits_label = ftx::free_bits_label(*f);
     r.latent_bits = get(m.value("free_transformer", nlohmann::json::object()), "latent_bits", 0);
   } catch (const nlohmann::json::exception&) {
     // A hand-edited config with wrong types: list the run with what could be read.

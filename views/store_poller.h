@@ -15,6 +15,7 @@
 #include <optional>
 #include <vector>
 
+#include "core/model/free_bits.h"
 #include "core/store/run_store.h"
 
 // One run as the Runs dock lists it.
@@ -23,6 +24,7 @@ struct RunSummary {
   QString dataset, preset;
   int latent_bits = 0, steps = 0;
   double kappa_bits = 0;
+  QString free_bits_label = ftx::free_bits_label(ftx::FreeBitsForm::PerPair);  // a row without the key: per pair
   std::vector<int> checkpoint_steps;
 };
 

@@ -144,6 +144,16 @@ QWidget* TrainView::build_form() {
   kappa_row->addWidget(kappa_);
   kappa_row->addWidget(kappa_nats_);
   const ftx::TrainConfig d;
+  free_bits_ = new QComboBox;
+  free_bits_->setObjectName("free_bits");
+  for (ftx::FreeBitsForm f : {ftx::FreeBitsForm::BatchMean, ftx::FreeBitsForm::PerPair})
+    free_bits_->addItem(ftx::free_bits_label(f), ftx::free_bits_name(f));
+  free_bits_->setCurrentIndex(free_bits_->findData(QString::fromStdString(d.free_bits)));
+  free_bits_->setToolTip(
+      "How kappa meets the KL. Batch mean (Kingma et al., the paper's citation; reproduces Figure 4): the KL at "
+      "each position is averaged over the batch before the threshold. Per pair: each sequence's position alone "
+      "(runs trained before this option).");
+  kappa_row->addWidget(free_bits_);
   steps_ = spin(1, 10000000, d.steps), batch_ = spin(1, 4096, d.batch), seed_ = spin(0, 1 << 30, 1);
   lr_ = new QLineEdit(QString::number(d.lr));
   device_ = new QComboBox;
@@ -284,6 +294,7 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   r.train.init_from = init_->text().trimmed().toStdString();
   r.train.preset = preset.toStdString();
   r.train.kappa_nats = static_cast<float>(ftx::bits_to_nats(*bits));
+  r.train.free_bits = free_bits_->currentData().toString().toStdString();
   r.train.steps = steps_->value(), r.train.batch = batch_->value();
   r.train.lr = static_cast<float>(lr), r.train.seed = static_cast<uint64_t>(seed_->value());
   r.train.eval_every = std::min(r.train.eval_every, std::max(1, r.train.steps / 4));

@@ -59,7 +59,7 @@ class TrainView : public QWidget {
   QWidget* build_controls();
 
   QString db_path_;
-  QComboBox *dataset_, *preset_, *device_;
+  QComboBox *dataset_, *preset_, *device_, *free_bits_;
   QSpinBox *layers_, *dim_, *heads_, *bits_, *steps_, *batch_, *seed_;
   QSpinBox* seq_len_;
   QLineEdit *kappa_, *lr_, *name_, *sweep_, *text_data_, *init_;

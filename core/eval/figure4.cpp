@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <limits>
+
+#include "kernels/philox.h"
 
 namespace ftx {
 namespace {
@@ -15,6 +18,65 @@ void append_shares(const GroupResult& g, std::vector<double>* out) {
 }
 
 }  // namespace
+
+Result<KlProfile> kl_profile(Model& model, const BatchSource& data, int n_seq) {
+  const int H = model.config().latent_bits;
+  if (H == 0) return make_error("KL profile: the model has no latent (H = 0)");
+  if (n_seq < 1) return make_error("KL profile: needs at least one sequence");
+  const int S = data.seq_len(), T = S - 1, B = std::min(n_seq, 64);
+  auto state = model.make_state(B, T);
+  std::vector<int32_t> tok(size_t(B) * S), in(size_t(B) * T), tg(size_t(B) * T);
+  std::vector<float> kl(size_t(B) * T), p(size_t(B) * T * H);
+  const int W = 2 * kStartWindow + 1;
+  std::vector<double> at(T, 0.0), around(W, 0.0);
+  double elsewhere = 0, bits_start = 0, bits_else = 0;
+  int64_t n_else = 0;
+  KlProfile out;
+  auto decided = [&](size_t row) {
+    int k = 0;
+    for (int h = 0; h < H; ++h) k += p[row * H + h] < 0.1f || p[row * H + h] > 0.9f;
+    return k;
+  };
+  for (int first = 0; first < n_seq; first += B) {
+    const int n = std::min(B, n_seq - first);
+    data.validation(tok.data(), first, B);
+    split_inputs_targets(tok.data(), B, S, in.data(), tg.data());
+    (void)model.forward(*state, in.data(), tg.data(), nullptr, 0, kStreamEval, 0.0f);
+    model.read_kl(*state, kl.data());
+    model.read_bit_probs(*state, p.data());
+    for (int b = 0; b < n; ++b) {
+      const size_t row0 = size_t(b) * T;
+      for (int t = 0; t < T; ++t) at[t] += kl[row0 + t];
+      ++out.sequences;
+      auto text = split_generation(data.tokenizer().decode(std::vector<int32_t>(tok.begin() + size_t(b) * S,
+                                                                                tok.begin() + size_t(b + 1) * S)));
+      if (!text) continue;
+      const SynthAnalysis a = analyze_body(text->body, text->letter);
+      if (!a.valid || a.starts.size() != 1) continue;
+      ++out.with_start;
+      const int anchor = a.starts[0] + 1;  // the input position whose next token is the first letter
+      for (int t = 0; t < T; ++t) {
+        const int d = t - anchor;
+        if (d >= -kStartWindow && d <= kStartWindow) {
+          around[d + kStartWindow] += kl[row0 + t];
+        } else {
+          elsewhere += kl[row0 + t], bits_else += decided(row0 + t), ++n_else;
+        }
+      }
+      bits_start += decided(row0 + anchor);
+    }
+  }
+  for (double& x : at) x /= out.sequences;
+  out.at = std::move(at);
+  if (out.with_start > 0) {
+    for (double& x : around) x /= out.with_start;
+    out.around_start = std::move(around);
+    out.elsewhere = elsewhere / double(n_else);
+    out.bits_at_start = bits_start / out.with_start;
+    out.bits_elsewhere = bits_else / double(n_else);
+  }
+  return out;
+}
 
 Result<Figure4Numbers> measure_figure4(Model& model, const Tokenizer& tokenizer, int seq_len,
                                        const std::vector<double>& data_starts, const Figure4Protocol& p) {
@@ -88,6 +150,14 @@ std::vector<std::pair<std::string, double>> figure4_metrics(const Figure4Numbers
     out.emplace_back(std::string("fig4/") + k.key + "_n", e.n);
   }
   out.emplace_back("fig4/start_tv", f.start_tv);
+  for (size_t t = 0; t < f.kl.at.size(); ++t) out.emplace_back("fig4/kl_at/" + std::to_string(t), f.kl.at[t]);
+  for (size_t i = 0; i < f.kl.around_start.size(); ++i)
+    out.emplace_back("fig4/kl_start/" + std::to_string(int(i) - kStartWindow), f.kl.around_start[i]);
+  if (!f.kl.around_start.empty()) {
+    out.emplace_back("fig4/kl_elsewhere", f.kl.elsewhere);
+    out.emplace_back("fig4/bits_start", f.kl.bits_at_start);
+    out.emplace_back("fig4/bits_elsewhere", f.kl.bits_elsewhere);
+  }
   return out;
 }
 
@@ -95,8 +165,22 @@ Figure4Numbers figure4_from_metrics(const std::vector<std::pair<std::string, dou
   Figure4Numbers f;
   for (const Fig4Field& k : kFields) f.*k.member = Estimate{kNaN, kNaN, 0};
   f.start_tv = kNaN;
+  // A numbered key "<prefix><i>" sets v[i + shift], growing v.
+  auto numbered = [](const std::string& key, const std::string& prefix, int shift, double value,
+                     std::vector<double>* v) {
+    if (key.rfind(prefix, 0) != 0) return;
+    const int i = std::atoi(key.c_str() + prefix.size()) + shift;
+    if (i < 0 || i > 4096) return;
+    if (v->size() <= size_t(i)) v->resize(size_t(i) + 1, kNaN);
+    (*v)[size_t(i)] = value;
+  };
   for (const auto& [key, value] : metrics) {
     if (key == "fig4/start_tv") f.start_tv = value;
+    if (key == "fig4/kl_elsewhere") f.kl.elsewhere = value;
+    if (key == "fig4/bits_start") f.kl.bits_at_start = value;
+    if (key == "fig4/bits_elsewhere") f.kl.bits_elsewhere = value;
+    numbered(key, "fig4/kl_at/", 0, value, &f.kl.at);
+    numbered(key, "fig4/kl_start/", kStartWindow, value, &f.kl.around_start);
     for (const Fig4Field& k : kFields) {
       const std::string base = std::string("fig4/") + k.key;
       Estimate& e = f.*k.member;

@@ -50,6 +50,15 @@ bool intersects(const std::vector<int>& a, const std::vector<int>& b) {  // both
 
 }  // namespace
 
+double start_code_cost(int input_pos) {
+  const int s = input_pos - 1;
+  if (s < 0 || s >= kSynthNumStarts) return 0.0;
+  const double left = kSynthNumStarts - s;  // starts still possible
+  const double q = 1.0 / left;
+  const double h = q >= 1.0 ? 0.0 : -(q * std::log(q) + (1 - q) * std::log(1 - q));
+  return left / kSynthNumStarts * h;
+}
+
 SynthAnalysis analyze_body(const std::string& body, char letter) {
   SynthAnalysis a;
   int first = -1, last = -1;

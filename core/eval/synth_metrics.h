@@ -32,6 +32,13 @@ struct SynthAnalysis {
 
 SynthAnalysis analyze_body(const std::string& body, char letter);
 
+// What telling the target's start costs at each position, on average over the data (docs/figure4.md,
+// "Two forms of free bits"): at input position i the model predicts body character s = i - 1; a
+// code that says at each s whether the target starts there costs P(not started before s) times
+// h(1 / (57 - s)) nats, h the binary entropy (0.088 at s = 0, 0.05 by s = 50); 0 outside 0..56.
+// Under the batch-mean free bits this is the KL per position a fully pinned start needs.
+double start_code_cost(int input_pos);
+
 // A valid body's target start: the middle of its possible starts (one interval, a few wide at
 // most: '!' at a target end hides where it was); -1 when the body is not valid.
 int target_start(const SynthAnalysis& a);

@@ -161,8 +161,10 @@ Result<LatentInspection> inspect_latent(ExplorerModel& m, const std::string& tex
   LatentInspection li;
   li.text = text, li.T = n - 1, li.H = cfg.latent_bits;
   li.kappa_nats = m.train.kappa_at(m.step);
+  li.free_bits = m.train.free_bits;
   auto state = m.model->make_state(1, li.T);
-  (void)m.model->forward(*state, tokens->data(), tokens->data() + 1, nullptr, seed, kStreamEval, float(li.kappa_nats));
+  (void)m.model->forward(*state, tokens->data(), tokens->data() + 1, nullptr, seed, kStreamEval, float(li.kappa_nats),
+                         m.train.free_bits_form());
   li.bit_probs.resize(size_t(li.T) * li.H), li.kl.resize(li.T), li.codes.resize(li.T);
   m.model->read_bit_probs(*state, li.bit_probs.data());
   m.model->read_kl(*state, li.kl.data());

@@ -81,6 +81,12 @@ struct LatentInspection {
   std::vector<float> kl;                        // (T) nats
   std::vector<uint32_t> codes;                  // (T) sampled from the encoder (seed)
   double kappa_nats = 0;                        // the run's free bits
+  std::string free_bits;                        // their form (core/model/free_bits.h): "batch-mean", "per-pair"
+  // Over a batch of the run's held-out sequences (filled by the caller that has the data, the
+  // studio's explore worker; empty otherwise): the mean KL at each position, and on the synthetic
+  // task what the position code costs there (start_code_cost), the budget it needs.
+  std::vector<double> batch_kl, position_budget;
+  int batch_sequences = 0;
   std::string regenerated;                      // generated from the prompt with these codes (sample seed)
   std::vector<std::string> regenerated_tokens;  // its tokens' bytes, when `tokens` is set (else empty)
   uint64_t sample_seed = 0;

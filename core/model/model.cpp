@@ -7,7 +7,7 @@
 //   encoder: y = enc_block(q = zeta, kv = x_k, non-causal); bits = readout(rmsnorm(y))
 //   p = sigmoid(bits); codes ~ Bernoulli(p) (or given); R = W_post[:, codes]
 //   x_{k+1} = block_k(q = x_k, kv = x_k + R); x_{l+1} = block_l(x_l) for l > k
-//   logits = lm_head(rmsnorm(x_L)); loss = CE + mean_t max(0, KL_t - kappa)
+//   logits = lm_head(rmsnorm(x_L)); loss = CE + free bits (core/model/free_bits.h)
 #include "core/model/model.h"
 
 #include <algorithm>
@@ -300,6 +300,7 @@ static size_t carve_state(ModelState& s, const ModelConfig& m, float* base, cons
     s.bit_logits = c.take(N * H);
     s.p = c.take(N * H);
     s.kl = c.take(N);
+    s.kl_mean = c.take(T);
     s.R = c.take(N * C);
     s.d_enc_q = c.take(N * C);
     s.d_enc_kv = c.take(N * C);
@@ -473,9 +474,9 @@ void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, cons
 // Whole model
 
 StepStats Model::forward(ModelState& s, const int32_t* inputs, const int32_t* targets, const uint32_t* codes,
-                         uint64_t seed, uint64_t stream, float kappa) {
+                         uint64_t seed, uint64_t stream, float kappa, FreeBitsForm form) {
   upload_batch(s, inputs, targets);
-  forward_ops(s, codes, seed, stream, kappa);
+  forward_ops(s, codes, seed, stream, kappa, form);
   return read_stats(s);
 }
 
@@ -486,11 +487,13 @@ void Model::upload_batch(ModelState& s, const int32_t* inputs, const int32_t* ta
   if (targets) be_.upload(s.tokens + N, targets, N * sizeof(int32_t));
 }
 
-void Model::forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uint64_t stream, float kappa) {
+void Model::forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uint64_t stream, float kappa,
+                        FreeBitsForm form) {
   const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
   const int k = cfg_.inject_after, H = cfg_.latent_bits;
   const float eps = cfg_.rms_norm_eps;
   s.kappa = kappa;
+  s.free_bits_form = form;
 
   be_.embedding_forward(s.xs[0], s.tokens, w_.embed, N, C);
   for (int l = 0; l < L; ++l) {
@@ -510,6 +513,7 @@ void Model::forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uin
       be_.binary_mapper_forward(s.codes, s.p, s.bit_logits, N, H, seed, stream);
       if (codes) be_.upload(s.codes, codes, size_t(N) * sizeof(uint32_t));
       be_.kl_forward(s.kl, s.p, N, H);
+      be_.kl_batch_mean(s.kl_mean, s.kl, B, T);
       be_.post_sampler_forward(s.R, s.codes, w_.post_sampler, N, C, H);
       be_.add(s.kv_inj, s.xs[k], s.R, size_t(N) * C);
       kv = s.kv_inj;
@@ -533,10 +537,9 @@ StepStats Model::read_stats(const ModelState& s) const {
   }
   if (s.free) {
     read_kl(s, host.data());
-    double sum = 0, excess = 0;
-    for (float x : host) sum += x, excess += x > s.kappa ? x - s.kappa : 0.0;
-    st.kl = sum / N;
-    st.kl_excess = excess / N;
+    const KlSummary k = summarize_kl(host.data(), s.B, s.T, s.kappa, s.free_bits_form);
+    st.kl = k.kl;
+    st.kl_excess = k.excess;
   }
   st.loss = st.ce + st.kl_excess;
   return st;
@@ -548,7 +551,8 @@ void Model::backward(ModelState& s) {
   const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
   const int k = cfg_.inject_after, H = cfg_.latent_bits;
   const size_t NC = size_t(N) * C;
-  // loss = mean CE + mean max(0, KL - kappa): both means over N = B*T positions.
+  // loss = mean CE over N = B*T positions + free bits; either form's gradient is 1/N dKL on the
+  // rows it penalises (core/model/free_bits.h).
   const float inv_n = 1.0f / N;
   be_.crossentropy_backward(s.logits, s.logits, s.tokens + N, N, V, inv_n);         // in place: dlogits
   be_.matmul_backward(s.d_ln, g_.head, s.logits, s.ln_f, w_.head, N, C, V, false);  // tied: head is embed
@@ -568,7 +572,10 @@ void Model::backward(ModelState& s) {
     be_.post_sampler_backward(g_.post_sampler, s.d_enc_kv, s.codes, N, C, H);
     be_.fill(s.d_bits, 0.0f, size_t(N) * H);
     be_.binary_mapper_backward(s.d_bits, s.d_enc_kv, w_.post_sampler, s.p, N, C, H);
-    be_.kl_backward(s.d_bits, s.p, s.kl, N, H, s.kappa, inv_n);  // free bits, token-wise
+    if (s.free_bits_form == FreeBitsForm::BatchMean)
+      be_.kl_backward(s.d_bits, s.p, s.kl_mean, T, N, H, s.kappa, inv_n);
+    else
+      be_.kl_backward(s.d_bits, s.p, s.kl, N, N, H, s.kappa, inv_n);
     if (cfg_.readout_bias) be_.sum_rows(g_.readout_bias, s.d_bits, N, H);
     be_.matmul_backward(s.d_enc_out, g_.readout, s.d_bits, s.enc_ln, w_.readout, N, C, H, false);
     float* d_y = s.d_ln_kv;  // free at this point: reuse as d(encoder block output)
@@ -590,6 +597,9 @@ void Model::read_bit_probs(const ModelState& s, float* host) const {
 }
 void Model::read_kl(const ModelState& s, float* host) const {
   be_.download(host, s.kl, size_t(s.B) * s.T * sizeof(float));
+}
+void Model::read_kl_batch_mean(const ModelState& s, float* host) const {
+  be_.download(host, s.kl_mean, size_t(s.T) * sizeof(float));
 }
 void Model::read_token_losses(const ModelState& s, float* host) const {
   be_.download(host, s.losses, size_t(s.B) * s.T * sizeof(float));

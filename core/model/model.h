@@ -34,7 +34,7 @@ struct InitConfig {
 struct StepStats {
   double ce = 0;         // mean cross-entropy over B*T predictions (nats)
   double kl = 0;         // mean KL_t over B*T positions (nats)
-  double kl_excess = 0;  // mean max(0, KL_t - kappa): the free-bits term of the loss
+  double kl_excess = 0;  // the free-bits term of the loss under the forward's form (core/model/free_bits.h)
   double loss = 0;       // ce + kl_excess
 };
 
@@ -83,12 +83,15 @@ class Model {
   // Latent: when codes (B, T) (host) are given they are used as Z (prior, fixed or edited codes);
   // otherwise Z is sampled from the encoder with Philox (seed, stream). The encoder always runs
   // for a Free Transformer, so KL and the pass-through gradient exist in both cases.
+  // kappa_nats and form make the free-bits term (core/model/free_bits.h); with kappa 0 both forms
+  // are the mean KL.
   StepStats forward(ModelState& s, const int32_t* inputs, const int32_t* targets, const uint32_t* codes, uint64_t seed,
-                    uint64_t stream, float kappa_nats);
+                    uint64_t stream, float kappa_nats, FreeBitsForm form = FreeBitsForm::BatchMean);
   // forward() in its three parts, for a caller that wraps the device work in a step graph
   // (Backend::begin_graph): forward_ops neither uploads nor downloads unless codes are given.
   void upload_batch(ModelState& s, const int32_t* inputs, const int32_t* targets);
-  void forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uint64_t stream, float kappa_nats);
+  void forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uint64_t stream, float kappa_nats,
+                   FreeBitsForm form = FreeBitsForm::BatchMean);
   StepStats read_stats(const ModelState& s) const;  // mean CE and KL of the last forward_ops
   // Accumulates d(loss)/d(params) into grads() for the last forward of s (which needs targets).
   void backward(ModelState& s);
@@ -97,6 +100,7 @@ class Model {
   void read_codes(const ModelState& s, uint32_t* host) const;      // (B, T)
   void read_bit_probs(const ModelState& s, float* host) const;     // (B, T, H)
   void read_kl(const ModelState& s, float* host) const;            // (B, T) nats
+  void read_kl_batch_mean(const ModelState& s, float* host) const;  // (T) nats: mean over the batch
   void read_token_losses(const ModelState& s, float* host) const;  // (B, T) -log p(target)
   void read_logits(const ModelState& s, float* host) const;        // (B, T, V)
 

@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <vector>
 
+#include "core/model/free_bits.h"
 #include "kernels/backend.h"
+
 
 namespace ftx {
 
@@ -46,12 +48,17 @@ class ModelState {
   std::vector<BlockActs> blocks;  // L decoder blocks
   BlockActs enc{};                // encoder block
   float *zeta_b, *kv_inj, *enc_out, *enc_ln, *enc_rstd, *bit_logits, *p, *kl, *R;
+  // (T) the mean of kl over the batch at each position: the batch-mean free bits' gate. A caller
+  // that splits one batch (gradient accumulation, several processes) must put the whole batch's
+  // means here between forward and backward.
+  float* kl_mean;
   float *ln_f, *rstd_f, *logits, *losses;
   // backward scratch
   float *dx, *dx2, *d_a, *d_ln, *d_ln_kv, *d_atty, *dq, *dk, *dv, *d_gate, *d_up, *d_hmid;
   float *d_enc_q, *d_enc_kv, *d_enc_out, *d_bits;
   bool has_targets = false;
   float kappa = 0;
+  FreeBitsForm free_bits_form = FreeBitsForm::BatchMean;
   bool free = false;
 };
 

@@ -9,9 +9,17 @@ Status TrainConfig::validate(FieldName name) const {
   FTX_TRY(check_fields(*this, name));
   if (dataset.empty())
     return make_error(name(find_field<TrainConfig>("dataset")) + ": empty (a dataset must be named)");
+  if (auto f = parse_free_bits(free_bits); !f)
+    return make_error(name(find_field<TrainConfig>("free_bits")) + " \"" + free_bits + "\": must be batch-mean or per-pair");
   if (!dataset_options.is_object())
     return make_error(std::string("dataset options must be a JSON object, got ") + dataset_options.type_name());
   return {};
+}
+
+FreeBitsForm TrainConfig::free_bits_form() const {
+  auto f = parse_free_bits(free_bits);
+  FT_ASSERT(f.ok(), "free_bits \"%s\" was not validated", free_bits.c_str());
+  return *f;
 }
 
 float TrainConfig::kappa_at(int step) const {
@@ -42,6 +50,7 @@ nlohmann::json train_config_to_json(const TrainConfig& t) {
 // Reads what train_config_to_json wrote; missing keys keep their defaults (older runs).
 Result<TrainConfig> train_config_from_json(const nlohmann::json& j, const std::string& where) {
   TrainConfig t;
+  if (j.is_object() && !j.contains("free_bits")) t.free_bits = free_bits_name(FreeBitsForm::PerPair);  // older runs
   FTX_TRY(fields_from_json(j, t, where + ": training config"));
   nlohmann::json fields;
   fields_to_json(TrainConfig{}, fields);

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/model/free_bits.h"
 #include "core/model/model.h"
 #include "core/util/fields.h"
 #include "kernels/result.h"
@@ -33,6 +34,9 @@ struct TrainConfig {
   float kappa_nats = 0.08664340f;  // free bits per token (1/8 bit)
   float kappa_start_nats = -1;     // < 0: constant kappa; else linear from this to kappa_nats
   int kappa_anneal_steps = 0;      //   over this many steps
+  // How kappa meets the KL (core/model/free_bits.h): "batch-mean" or "per-pair". A stored run
+  // without the key was trained per pair and reads as "per-pair" (train_config_from_json).
+  std::string free_bits = "batch-mean";
   uint64_t seed = 1;
   int eval_every = 500;
   int checkpoint_every = 500;
@@ -75,6 +79,9 @@ struct TrainConfig {
     v(t.kappa_start_nats, Field{.key = "kappa_start_nats", .note = "(< 0: constant kappa)"});
     v(t.kappa_anneal_steps,
       Field{.key = "kappa_anneal_steps", .help = "Steps of the kappa anneal", .bounds = kNonNegative});
+    v(t.free_bits, Field{.key = "free_bits",
+                         .help = "Free-bits form: batch-mean (the KL averaged over the batch at each position before "
+                                 "kappa, Kingma et al.) or per-pair (each sequence's position alone)"});
     v(t.seed, Field{.key = "seed", .help = "Seed of data, init and latents"});
     v(t.eval_every,
       Field{.key = "eval_every", .help = "Evaluate every N steps (0 = only at the end)", .bounds = kNonNegative});
@@ -114,6 +121,7 @@ struct TrainConfig {
 
   Status validate(FieldName name = field_key) const;  // messages name the fields through `name`
   float kappa_at(int step) const;                     // the schedule
+  FreeBitsForm free_bits_form() const;                // free_bits, which validate() has checked
   float lr_at(int step) const;                        // warm-up then cosine
 };
 

@@ -240,7 +240,8 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   model_->upload_batch(*state_, inputs_.data(), targets_.data());
   be_.begin_graph();
   model_->zero_grad();
-  model_->forward_ops(*state_, nullptr, tcfg_.seed, kStreamLatent + static_cast<uint64_t>(step_), kappa);
+  model_->forward_ops(*state_, nullptr, tcfg_.seed, kStreamLatent + static_cast<uint64_t>(step_), kappa,
+                      tcfg_.free_bits_form());
   model_->backward(*state_);
   be_.clip_grad_norm(model_->grads(), model_->num_params(), tcfg_.grad_clip, grad_norm_);
   be_.adamw_update(model_->params(), model_->grads(), adam_m_, adam_v_, adam_segments_.data(),
@@ -443,6 +444,7 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
     store_.add_metric(run_id_, s, "train/ce", rep.stats.ce);
     store_.add_metric(run_id_, s, "train/kl", rep.stats.kl);
     store_.add_metric(run_id_, s, "train/loss", rep.stats.loss);
+    store_.add_metric(run_id_, s, "train/kl_excess", rep.stats.kl_excess);
     store_.add_metric(run_id_, s, "train/grad_norm", rep.grad_norm);
     store_.add_metric(run_id_, s, "lr", rep.lr);
     store_.add_metric(run_id_, s, "kappa", rep.kappa);

@@ -171,8 +171,10 @@ class CpuBackend final : public Backend {
     cpu::post_sampler_backward(dW, dR, codes, N, C, H);
   }
   void kl_forward(float* kl, const float* p, int N, int H) override { cpu::kl_forward(kl, p, N, H); }
-  void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale) override {
-    cpu::kl_backward(dlogits, p, kl, N, H, kappa, scale);
+  void kl_batch_mean(float* mean_kl, const float* kl, int B, int T) override { cpu::kl_batch_mean(mean_kl, kl, B, T); }
+  void kl_backward(float* dlogits, const float* p, const float* gate, int period, int N, int H, float kappa,
+                   float scale) override {
+    cpu::kl_backward(dlogits, p, gate, period, N, H, kappa, scale);
   }
 
   // ---- optimizer ----

@@ -199,14 +199,25 @@ void kl_forward(T* kl, const T* p, int N, int H) {
   }
 }
 
-// Free bits: rows with kl[n] > kappa get dlogits[n,h] += scale * p(1-p) log(p/(1-p)) (the
-// derivative of KL_n through p = sigmoid(logit)); other rows are untouched. At p = 0 or 1 the
-// derivative's limit, 0, is used.
+// mean_kl (T) = the mean of kl (B, T) over the batch at each position, summed in double.
 template <class T>
-void kl_backward(T* dlogits, const T* p, const T* kl, int N, int H, T kappa, T scale) {
+void kl_batch_mean(T* mean_kl, const T* kl, int B, int T_) {
+  for (int t = 0; t < T_; ++t) {
+    double s = 0.0;
+    for (int b = 0; b < B; ++b) s += static_cast<double>(kl[size_t(b) * T_ + t]);
+    mean_kl[t] = static_cast<T>(B > 0 ? s / B : 0.0);
+  }
+}
+
+// Free bits: rows n with gate[n % period] > kappa get dlogits[n,h] += scale * p(1-p) log(p/(1-p))
+// (the derivative of KL_n through p = sigmoid(logit)); other rows are untouched. At p = 0 or 1 the
+// derivative's limit, 0, is used. gate = kl with period N is the per-pair form; the batch means
+// (kl_batch_mean) with period T the batch-mean form (kernels/backend.h).
+template <class T>
+void kl_backward(T* dlogits, const T* p, const T* gate, int period, int N, int H, T kappa, T scale) {
 #pragma omp parallel for schedule(static) if (go_parallel(size_t(N) * H * 32))
   for (int n = 0; n < N; ++n) {
-    if (!(kl[n] > kappa)) continue;
+    if (!(gate[n % period] > kappa)) continue;
     for (int h = 0; h < H; ++h) {
       const size_t i = size_t(n) * H + h;
       const double ph = static_cast<double>(p[i]);

@@ -315,8 +315,12 @@ class CudaBackend final : public Backend {
     op("post_sampler_backward", cuda::post_sampler_backward, dW, dR, codes, N, C, H);
   }
   void kl_forward(float* kl, const float* p, int N, int H) override { op("kl_forward", cuda::kl_forward, kl, p, N, H); }
-  void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, float kappa, float scale) override {
-    op("kl_backward", cuda::kl_backward, dlogits, p, kl, N, H, graph_->scalar(kappa), scale);
+  void kl_batch_mean(float* mean_kl, const float* kl, int B, int T) override {
+    op("kl_batch_mean", cuda::kl_batch_mean, mean_kl, kl, B, T);
+  }
+  void kl_backward(float* dlogits, const float* p, const float* gate, int period, int N, int H, float kappa,
+                   float scale) override {
+    op("kl_backward", cuda::kl_backward, dlogits, p, gate, period, N, H, graph_->scalar(kappa), scale);
   }
 
   // ---- optimizer ----

@@ -80,7 +80,8 @@ void binary_mapper_backward(float* dlogits, const float* dR, const float* W, con
 void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H, cudaStream_t st);
 void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H, cudaStream_t st);
 void kl_forward(float* kl, const float* p, int N, int H, cudaStream_t st);
-void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa, float scale,
-                 cudaStream_t st);
+void kl_batch_mean(float* mean_kl, const float* kl, int B, int T, cudaStream_t st);
+void kl_backward(float* dlogits, const float* p, const float* gate, int period, int N, int H, Dyn<float> kappa,
+                 float scale, cudaStream_t st);
 
 }  // namespace ftx::cuda

@@ -166,13 +166,23 @@ __global__ void kl_forward_kernel(float* kl, const float* p, int N, int H) {
   kl[n] = static_cast<float>(s);
 }
 
-// One thread per element; rows at or under kappa, and p = 0 or 1 (derivative's limit 0), add
-// nothing.
-__global__ void kl_backward_kernel(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa,
-                                   float scale) {
+// One thread per position t: the column mean over the batch, summed in double in the CPU's order
+// (rows b = 0, 1, ...), so both backends gate the same positions.
+__global__ void kl_batch_mean_kernel(float* mean_kl, const float* kl, int B, int T) {
+  const int t = blockIdx.x * blockDim.x + threadIdx.x;
+  if (t >= T) return;
+  double s = 0.0;
+  for (int b = 0; b < B; ++b) s += static_cast<double>(kl[size_t(b) * T + t]);
+  mean_kl[t] = static_cast<float>(B > 0 ? s / B : 0.0);
+}
+
+// One thread per element; rows whose gate value is at or under kappa, and p = 0 or 1 (derivative's
+// limit 0), add nothing.
+__global__ void kl_backward_kernel(float* dlogits, const float* p, const float* gate, int period, int N, int H,
+                                   Dyn<float> kappa, float scale) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(N) * H) return;
-  if (!(kl[i / H] > kappa.get())) return;
+  if (!(gate[(i / H) % size_t(period)] > kappa.get())) return;
   const double ph = static_cast<double>(p[i]);
   if (!(ph > 0.0 && ph < 1.0)) return;
   const double g = ph * (1.0 - ph) * log(ph / (1.0 - ph));
@@ -242,11 +252,18 @@ void kl_forward(float* kl, const float* p, int N, int H, cudaStream_t st) {
   FTX_CUDA_LAUNCHED();
 }
 
-void kl_backward(float* dlogits, const float* p, const float* kl, int N, int H, Dyn<float> kappa, float scale,
-                 cudaStream_t st) {
+void kl_batch_mean(float* mean_kl, const float* kl, int B, int T, cudaStream_t st) {
+  if (T == 0) return;
+  FTX_LAUNCH(kl_batch_mean_kernel, blocks_for(T, kThreads), kThreads, 0, st, mean_kl, kl, B, T);
+  FTX_CUDA_LAUNCHED();
+}
+
+void kl_backward(float* dlogits, const float* p, const float* gate, int period, int N, int H, Dyn<float> kappa,
+                 float scale, cudaStream_t st) {
   if (N == 0 || H == 0) return;
-  FTX_LAUNCH(kl_backward_kernel, blocks_for(size_t(N) * H, kThreads), kThreads, 0, st, dlogits, p, kl, N, H, kappa,
-             scale);
+  FT_ASSERT(period >= 1, "kl_backward: period %d", period);
+  FTX_LAUNCH(kl_backward_kernel, blocks_for(size_t(N) * H, kThreads), kThreads, 0, st, dlogits, p, gate, period, N, H,
+             kappa, scale);
   FTX_CUDA_LAUNCHED();
 }
 
