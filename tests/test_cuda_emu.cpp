@@ -947,8 +947,11 @@ TEST(CudaEmu, ModelFilesOnTheDeviceFollowTheCpu) {
         tok = {int32_t(20 + k), int32_t(30 + k)};
       }
     }
-    // bf16 inputs to the device's GEMMs (1e-2 as for every bf16 comparison here).
-    EXPECT_LE(rel_error(fe, Vec(fc.begin(), fc.end())), 1e-2);
+    // bf16 inputs to the device's GEMMs. The error depends on the CPU the reference runs on: on an
+    // AVX2-only EPYC (2026-11-27) gqa_llama3 measured 0.006-0.012 at every prompt position and
+    // decode step alike (bf16 rounding through three layers, not one wrong row: that gives 0.1-1),
+    // the other two 0.001-0.007. 2e-2 keeps that margin on every machine.
+    EXPECT_LE(rel_error(fe, Vec(fc.begin(), fc.end())), 2e-2);
   }
 }
 

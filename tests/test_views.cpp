@@ -313,6 +313,8 @@ TEST(RunListModel, ShowsKappaForFreeRunsAndFinalValuesFromTheCache) {
 
   EXPECT_EQ(text(kFree, RunListModel::kKappa), "0.125");
   EXPECT_EQ(text(kBaseline, RunListModel::kKappa), "–") << "a baseline has no kappa";
+  EXPECT_EQ(text(kFree, RunListModel::kFreeBits), "per pair");  // make_run's summary keeps the default
+  EXPECT_EQ(text(kBaseline, RunListModel::kFreeBits), "–");
   EXPECT_EQ(text(kFree, RunListModel::kSteps), QString("%1 / %2").arg(kLastStep).arg(kTotalSteps));
   EXPECT_EQ(text(kBaseline, RunListModel::kSteps), QString("0 / %1").arg(kTotalSteps));
   EXPECT_EQ(text(kFree, RunListModel::kCe), "2.5000");
@@ -471,6 +473,13 @@ TEST(SummarizeRun, ReadsAConfigWrittenByTheTrainer) {
   EXPECT_EQ(r.steps, kSteps);
   EXPECT_EQ(r.latent_bits, kBits);
   EXPECT_NEAR(r.kappa_bits, kKappaBits, kFloatTol);
+  EXPECT_EQ(r.free_bits_label, "batch mean (Kingma)");  // a new run's form
+
+  // A row written before the option has no "free_bits": it was trained per pair.
+  nlohmann::json old = nlohmann::json::parse(info.config_json);
+  old["train"].erase("free_bits");
+  info.config_json = old.dump();
+  EXPECT_EQ(summarize_run(info).free_bits_label, "per pair");
 }
 
 TEST(SummarizeRun, BaselineConfigHasNoLatentBits) {
