@@ -7,8 +7,8 @@
 //
 // Not here: gradient correctness (test_ops_grad.cpp, test_binary_mapper.cpp check the double
 // templates by finite differences, so agreeing with them here means correct in float too).
-#include <algorithm>
 #include <gtest/gtest.h>
+#include <algorithm>
 
 #include <cmath>
 #include <cstdint>

@@ -25,9 +25,9 @@
 //
 // Not here: speed, anything only a GPU shows (races between threads that interleave between
 // barriers, shared-memory bank conflicts, cuBLAS's own numerics).
-#include <algorithm>
 #include <gtest/gtest.h>
 #include <unistd.h>
+#include <algorithm>
 
 #include <cmath>
 #include <cstdint>

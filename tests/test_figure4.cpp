@@ -101,10 +101,10 @@ TEST(Figure4Numbers, PositionCodeCostsAddUpToTheStartsEntropy) {
   EXPECT_NEAR(sum, std::log(57.0), 1e-12);
   const double q = 1.0 / 57;
   EXPECT_NEAR(start_code_cost(1), -(q * std::log(q) + (1 - q) * std::log(1 - q)), 1e-15);
-  EXPECT_NEAR(start_code_cost(1), 0.0880, 1e-4);
+  EXPECT_NEAR(start_code_cost(1), 0.0883, 1e-4);
   EXPECT_NEAR(start_code_cost(51), 0.0503, 1e-4);  // s = 50
-  EXPECT_EQ(start_code_cost(0), 0.0);               // the prompt's letter: no body character next
-  EXPECT_EQ(start_code_cost(57), 0.0);              // s = 56, the last start: it is certain by then
+  EXPECT_EQ(start_code_cost(0), 0.0);              // the prompt's letter: no body character next
+  EXPECT_EQ(start_code_cost(57), 0.0);             // s = 56, the last start: it is certain by then
   EXPECT_EQ(start_code_cost(58), 0.0);
 }
 

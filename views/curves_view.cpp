@@ -817,9 +817,9 @@ void CurvesView::update_run_legend() {
   for (size_t i = 0; i < shown; ++i) {
     parts << QString("<span style=\"color:%1; font-size:large\">&#9632;</span>&nbsp;%2%3")
                  .arg(runs_[i].color.name(), runs_[i].name.toHtmlEscaped(),
-                      runs_[i].note.isEmpty() ? QString()
-                                              : " <span style=\"color:gray\">(" + runs_[i].note.toHtmlEscaped() +
-                                                    ")</span>");
+                      runs_[i].note.isEmpty()
+                          ? QString()
+                          : " <span style=\"color:gray\">(" + runs_[i].note.toHtmlEscaped() + ")</span>");
   }
   if (runs_.size() > shown) parts << QString("and %1 more").arg(runs_.size() - shown);
   run_legend_->setText(parts.join("&nbsp;&nbsp;&nbsp; "));

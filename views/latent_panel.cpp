@@ -663,9 +663,9 @@ void draw_summary(const LatentPanelData& d) {
       ImGui::SameLine(0, 18);
       ImGui::TextColored(ImColor(kBudgetLine), "dots: what telling the target's start at each position costs");
     }
-    ImGui::SameLine(0, 18);
-    ImGui::TextDisabled("dashes: %s (%s free bits)", kappa_symbol(ImGui::GetFont()),
-                        li.free_bits == "per-pair" ? "per pair: each token alone" : "batch mean: the line counts");
+    ImGui::TextDisabled("dashes: %s, the free bits per position (%s)", kappa_symbol(ImGui::GetFont()),
+                        li.free_bits == "per-pair" ? "per pair: each sequence's bar counts alone"
+                                                   : "batch mean: the line counts, not one sequence's bars");
   }
   ImGui::PushStyleColor(ImGuiCol_Text, ImGui::GetStyleColorVec4(ImGuiCol_TextDisabled));
   if (a.empty())

@@ -135,8 +135,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
 
 QVariant RunListModel::headerData(int section, Qt::Orientation o, int role) const {
   if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* kNames[kColumns] = {"",          "",      "Run", "Status",   "Dataset", "Preset", "H", "κ (bit)",
-                                         "Free bits", "Steps", "CE",  "KL (nats)"};
+  static const char* kNames[kColumns] = {"",  "",        "Run",       "Status", "Dataset", "Preset",
+                                         "H", "κ (bit)", "Free bits", "Steps",  "CE",      "KL (nats)"};
   return kNames[section];
 }
 

@@ -20,7 +20,21 @@ class MetricCache;
 class RunListModel : public QAbstractTableModel {
   Q_OBJECT
  public:
-  enum Column { kOverlay, kColour, kName, kStatus, kDataset, kPreset, kBits, kKappa, kFreeBits, kSteps, kCe, kKl, kColumns };
+  enum Column {
+    kOverlay,
+    kColour,
+    kName,
+    kStatus,
+    kDataset,
+    kPreset,
+    kBits,
+    kKappa,
+    kFreeBits,
+    kSteps,
+    kCe,
+    kKl,
+    kColumns
+  };
   static constexpr int kSortRole = Qt::UserRole;  // numbers for numeric columns, text otherwise
 
   explicit RunListModel(const ftx::MetricCache* cache, QObject* parent = nullptr);

@@ -48,8 +48,8 @@ Result<KlProfile> kl_profile(Model& model, const BatchSource& data, int n_seq) {
       const size_t row0 = size_t(b) * T;
       for (int t = 0; t < T; ++t) at[t] += kl[row0 + t];
       ++out.sequences;
-      auto text = split_generation(data.tokenizer().decode(std::vector<int32_t>(tok.begin() + size_t(b) * S,
-                                                                                tok.begin() + size_t(b + 1) * S)));
+      auto text = split_generation(
+          data.tokenizer().decode(std::vector<int32_t>(tok.begin() + size_t(b) * S, tok.begin() + size_t(b + 1) * S)));
       if (!text) continue;
       const SynthAnalysis a = analyze_body(text->body, text->letter);
       if (!a.valid || a.starts.size() != 1) continue;

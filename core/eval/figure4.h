@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "core/eval/evaluator.h"
 #include "core/data/batch_source.h"
+#include "core/eval/evaluator.h"
 #include "core/eval/synth_metrics.h"
 #include "core/model/model.h"
 #include "core/store/run_store.h"

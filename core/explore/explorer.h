@@ -74,14 +74,14 @@ Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::strin
 
 // ---- Latent ----
 struct LatentInspection {
-  std::string text;                             // the inspected sequence (prompt + body)
-  std::vector<std::string> tokens;              // (T + 1) each token's bytes; empty: one character per token
-  int T = 0, H = 0;                             // positions (tokens - 1), latent bits
-  std::vector<float> bit_probs;                 // (T, H) encoder's P(bit h of Z_t = 1)
-  std::vector<float> kl;                        // (T) nats
-  std::vector<uint32_t> codes;                  // (T) sampled from the encoder (seed)
-  double kappa_nats = 0;                        // the run's free bits
-  std::string free_bits;                        // their form (core/model/free_bits.h): "batch-mean", "per-pair"
+  std::string text;                 // the inspected sequence (prompt + body)
+  std::vector<std::string> tokens;  // (T + 1) each token's bytes; empty: one character per token
+  int T = 0, H = 0;                 // positions (tokens - 1), latent bits
+  std::vector<float> bit_probs;     // (T, H) encoder's P(bit h of Z_t = 1)
+  std::vector<float> kl;            // (T) nats
+  std::vector<uint32_t> codes;      // (T) sampled from the encoder (seed)
+  double kappa_nats = 0;            // the run's free bits
+  std::string free_bits;            // their form (core/model/free_bits.h): "batch-mean", "per-pair"
   // Over a batch of the run's held-out sequences (filled by the caller that has the data, the
   // studio's explore worker; empty otherwise): the mean KL at each position, and on the synthetic
   // task what the position code costs there (start_code_cost), the budget it needs.

@@ -97,12 +97,12 @@ class Model {
   void backward(ModelState& s);
 
   // Host copies of the last forward's results.
-  void read_codes(const ModelState& s, uint32_t* host) const;      // (B, T)
-  void read_bit_probs(const ModelState& s, float* host) const;     // (B, T, H)
-  void read_kl(const ModelState& s, float* host) const;            // (B, T) nats
+  void read_codes(const ModelState& s, uint32_t* host) const;       // (B, T)
+  void read_bit_probs(const ModelState& s, float* host) const;      // (B, T, H)
+  void read_kl(const ModelState& s, float* host) const;             // (B, T) nats
   void read_kl_batch_mean(const ModelState& s, float* host) const;  // (T) nats: mean over the batch
-  void read_token_losses(const ModelState& s, float* host) const;  // (B, T) -log p(target)
-  void read_logits(const ModelState& s, float* host) const;        // (B, T, V)
+  void read_token_losses(const ModelState& s, float* host) const;   // (B, T) -log p(target)
+  void read_logits(const ModelState& s, float* host) const;         // (B, T, V)
 
   // Generation with a KV cache (docs/design.md section 7). A DecodeState holds B sequences of up to
   // max_len positions; each sequence is at its own length, so prompts of different lengths share

@@ -7,7 +7,6 @@
 #include "core/model/free_bits.h"
 #include "kernels/backend.h"
 
-
 namespace ftx {
 
 // Activations of one block for one (B, T), kept for backward.
