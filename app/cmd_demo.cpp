@@ -67,7 +67,7 @@ SweepArgs figure4_recipe(const std::string& db, const std::string& name) {
   // The run row holds every dataset's options, as ftx train's does.
   s.train.train.dataset_options = default_dataset_options();
   s.name = name;
-  s.kappas = {"1/64:1000", "1/8:2000", "1:4000", "8:1000"};
+  s.kappas = {"1/64:1000", "1/8:2000", "1:3000", "8:1000"};
   s.train.train.eval_every = 250;
   s.train.train.checkpoint_every = 250;
   return s;

@@ -93,6 +93,10 @@ TEST_F(CliTrainArgs, NegativeKappa) {
   expect_refused({"--kappa-nats", "-0.5"}, {"kappa", "-0.5"});
 }
 
+TEST_F(CliTrainArgs, UnknownFreeBitsForm) {
+  expect_refused({"--free-bits", "kingma"}, {"--free-bits \"kingma\"", "batch-mean or per-pair"});
+}
+
 TEST_F(CliTrainArgs, LatentBitsOutsideZeroToTwenty) {
   expect_refused({"--latent-bits", "21"}, {"H", "0..20", "21"});
   expect_refused({"--latent-bits", "-1"}, {"H", "0..20", "-1"});

@@ -18,7 +18,7 @@ namespace ftx {
 enum class FreeBitsForm { BatchMean, PerPair };
 
 const char* free_bits_name(FreeBitsForm form);  // "batch-mean", "per-pair": the config's and the CLI's words
-// A form by its name; the error lists both names.
+// A form by its name; the error ("\"x\": must be batch-mean or per-pair") lists both names.
 Result<FreeBitsForm> parse_free_bits(std::string_view name);
 // One line for people: "batch mean (Kingma)" or "per pair".
 const char* free_bits_label(FreeBitsForm form);

@@ -10,8 +10,7 @@ Status TrainConfig::validate(FieldName name) const {
   if (dataset.empty())
     return make_error(name(find_field<TrainConfig>("dataset")) + ": empty (a dataset must be named)");
   if (auto f = parse_free_bits(free_bits); !f)
-    return make_error(name(find_field<TrainConfig>("free_bits")) + " \"" + free_bits +
-                      "\": must be batch-mean or per-pair");
+    return make_error(name(find_field<TrainConfig>("free_bits")) + " " + f.error().message);
   if (!dataset_options.is_object())
     return make_error(std::string("dataset options must be a JSON object, got ") + dataset_options.type_name());
   return {};
