@@ -13,7 +13,9 @@ const char* free_bits_label(FreeBitsForm form) {
 Result<FreeBitsForm> parse_free_bits(std::string_view name) {
   for (FreeBitsForm f : {FreeBitsForm::BatchMean, FreeBitsForm::PerPair})
     if (name == free_bits_name(f)) return f;
-  return make_error("\"" + std::string(name) + "\": must be batch-mean or per-pair");
+  std::string message = "\"";  // appended piece by piece: GCC 12 warns (-Wrestrict) on "x" + string
+  message.append(name).append("\": must be batch-mean or per-pair");
+  return make_error(message);
 }
 
 KlSummary summarize_kl(const float* kl, int B, int T, float kappa_nats, FreeBitsForm form) {
