@@ -11,8 +11,10 @@
 namespace {
 
 constexpr size_t kMaxCachedModels = 6;
-// Held-out sequences behind the Latent view's mean KL per position (a few hundred ms on the CPU).
-constexpr int kLatentBatchSequences = 256;
+// Held-out sequences behind the Latent view's mean KL per position: 256 for a small model (a few
+// hundred ms on the CPU), 8 for one of more than 20M parameters (an upcycled Llama: seconds).
+constexpr int kLatentBatchSequences = 256, kLatentBatchSequencesLarge = 8;
+constexpr int64_t kLargeModelParams = 20'000'000;
 
 QString qs(const std::string& s) { return QString::fromStdString(s); }
 
@@ -96,8 +98,9 @@ void ExploreWorker::inspect(QString run, int step, QString text, quint64 seed) {
   auto li = ftx::inspect_latent(**m, seq, prompt_len, seed);
   if (li) {  // where the run's KL goes over a batch of its held-out data
     auto data = datasets_((*m)->train);
-    auto profile = data ? ftx::kl_profile(*(*m)->model, *data, kLatentBatchSequences)
-                        : ftx::Result<ftx::KlProfile>(ftx::make_error("no dataset"));
+    const int n = (*m)->model->num_params() > kLargeModelParams ? kLatentBatchSequencesLarge : kLatentBatchSequences;
+    auto profile =
+        data ? ftx::kl_profile(*(*m)->model, *data, n) : ftx::Result<ftx::KlProfile>(ftx::make_error("no dataset"));
     if (profile) {
       li->batch_kl = profile->at, li->batch_sequences = profile->sequences;
       if (synthetic)
