@@ -410,30 +410,40 @@ TEST_F(ShippedModels, MeetTheFigure4ThresholdsTheyReach) {
                        k8bits = measure("fig4-8bit");
   for (const Figure4Numbers* f : {&k64, &k8, &k1, &k8bits})  // 32 fixed-Z groups of 8 per prompt
     EXPECT_EQ(f->valid.n, 2 * (1000 + 32 * 8));
+  // The shipped models are trained with the batch-mean free bits (docs/figure4.md, "Results").
+  for (const char* run : {"fig4-1_64bit", "fig4-1_8bit", "fig4-1bit", "fig4-8bit"}) {
+    auto m = load_explorer_model(*be_, make_dataset, db(), run, std::nullopt);
+    ASSERT_TRUE(m.ok()) << m.error().message;
+    EXPECT_EQ(m->train.free_bits_form(), FreeBitsForm::BatchMean) << run;
+  }
   // 1/64 bit: Z ignored.
-  EXPECT_LE(k64.agree_fixed.mean - 2 * k64.agree_fixed.se, 0.3);
+  EXPECT_LE(k64.agree_fixed.mean - 2 * k64.agree_fixed.se, 0.1);
   // 1/8 bit: valid, noise not pinned, starts spread like the data's ...
   EXPECT_GE(k8.valid.mean + 2 * k8.valid.se, 0.9);
   EXPECT_LE(k8.noise_fixed.mean - 2 * k8.noise_fixed.se, k8.noise_indep.mean + 0.1);
-  EXPECT_LE(k8.start_tv, 0.3);
-  // ... but the position is barely pinned (docs/figure4.md: 0.05 against 0.02 independent).
-  EXPECT_GT(k8.agree_fixed.mean, k8.agree_indep.mean);
-  // 1 bit: the noise pattern is pinned; the position in part (0.46 against 0.07 independent).
+  EXPECT_LE(k8.start_tv, 0.2);
+  // ... and the position pinned in part (0.21 against 0.02 independent; the target 0.8 is not met:
+  // docs/figure4.md, "What a product-of-bits encoder can afford at 1/8 bit").
+  EXPECT_GE(k8.agree_fixed.mean - 2 * k8.agree_fixed.se, 0.15);
+  EXPECT_GE(k8.agree_fixed.mean, 5 * k8.agree_indep.mean);
+  // 1 bit: valid, the noise pattern pinned (0.49 ± 0.03), the position in part (0.51 against 0.22
+  // independent; starts pile up late, TV 0.61).
   EXPECT_GE(k1.valid.mean, 0.9);
   EXPECT_GE(k1.noise_fixed.mean + 2 * k1.noise_fixed.se, 0.5);
-  EXPECT_GE(k1.agree_fixed.mean - 2 * k1.agree_fixed.se, k1.agree_indep.mean + 0.2);
+  EXPECT_GE(k1.noise_fixed.mean - 2 * k1.noise_fixed.se, k1.noise_indep.mean);
+  EXPECT_GE(k1.agree_fixed.mean - 2 * k1.agree_fixed.se, k1.agree_indep.mean + 0.15);
   // 8 bits: generations from the prior go wrong.
-  EXPECT_LE(k8bits.valid.mean + 2 * k8bits.valid.se, k1.valid.mean - 0.2);
+  EXPECT_LE(k8bits.valid.mean + 2 * k8bits.valid.se, k1.valid.mean - 0.3);
   // The numbers shipped with the models are these (measured on the same BF16 weights).
   for (const auto& [run, f] : {std::pair{"fig4-1_64bit", &k64}, std::pair{"fig4-1_8bit", &k8},
                                std::pair{"fig4-1bit", &k1}, std::pair{"fig4-8bit", &k8bits}}) {
     auto store = RunStore::open_readonly(db());
     auto info = store->find_run(run);
     ASSERT_TRUE(info.ok());
-    auto rows = store->metrics(info->id, "fig4/agree_fixed");
+    auto rows = store->metrics(info->id, "fig4/valid");  // defined for every panel (8 bits: no agreement)
     ASSERT_TRUE(rows.ok());
     ASSERT_EQ(rows->size(), 1u) << run;
-    EXPECT_NEAR(rows->front().value, f->agree_fixed.mean, 2 * f->agree_fixed.se + 1e-9) << run;
+    EXPECT_NEAR(rows->front().value, f->valid.mean, 2 * f->valid.se + 1e-9) << run;
   }
 }
 

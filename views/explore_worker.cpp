@@ -1,6 +1,7 @@
 #include "views/explore_worker.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/eval/figure4.h"
 #include "core/store/run_store.h"
@@ -206,7 +207,11 @@ QString ExploreWorker::measured_line(const std::string& run, int step) {
   const auto stored = rows ? ftx::stored_figure4(*rows, step) : std::nullopt;
   if (!stored) return QString();
   const ftx::Figure4Numbers& f = *stored;
-  auto pm = [](const ftx::Estimate& e) { return QStringLiteral("%1±%2").arg(e.mean, 0, 'f', 2).arg(e.se, 0, 'f', 2); };
+  // "–" where nothing was measured (at 8 bits no fixed-Z group has two valid sequences).
+  auto pm = [](const ftx::Estimate& e) {
+    return std::isnan(e.mean) ? QStringLiteral("–")
+                              : QStringLiteral("%1±%2").arg(e.mean, 0, 'f', 2).arg(e.se, 0, 'f', 2);
+  };
   return QStringLiteral(
              "Measured at step %1 over %2 sequences: valid %3 · agree fixed %4, independent %5 · targets at ≥ %6: "
              "%7 · noise agree fixed %8, independent %9 · starts TV %10")

@@ -61,10 +61,9 @@ QString kappa_note(double bits) {
   if (bits <= 0.5)
     return LessonsView::tr(
         "Moderate budget: Z carries the target position. Rows of the fixed group put the target "
-        "in the same place, while the noise '!' stays random. Why 1/8 bit: with the KL averaged over "
-        "the batch at each position, saying \"the target starts here or not\" costs about "
-        "h(1/57) = 0.088 nats at the first position and less later, and 1/8 bit is 0.087 nats: "
-        "the position fits the free budget, the noise (0.23 nats a character) does not.");
+        "in the same place, while the noise '!' stays random. Why 1/8 bit: averaged over the batch, "
+        "saying at each position whether the target starts there costs at most 0.088 nats, and 1/8 bit "
+        "is 0.087: the position fits the free budget, the noise (0.23 nats a character) does not.");
   if (bits <= 2)
     return LessonsView::tr(
         "Ample budget: Z carries the target position and the noise pattern too, so fixed-Z rows "
