@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/eval/figure4.h"
 #include "core/explore/explorer.h"
 #include "views/meta_types.h"
 
@@ -65,6 +66,7 @@ class ExploreWorker : public QObject {
   std::unique_ptr<ftx::Backend> be_;
   std::map<std::string, ftx::ExplorerModel> models_;  // by checkpoint directory
   std::optional<ftx::LatentInspection> inspection_;
+  std::map<std::pair<std::string, int>, ftx::KlProfile> kl_profiles_;  // (run, step): the Latent view's batch KL
   std::string inspection_run_;
   int inspection_step_ = 0;
   std::mutex edit_mu_;
