@@ -210,7 +210,10 @@ TEST_P(GemmBf16Path, EmptySumsAndNaN) {
 }
 
 // The threads split the output rows, and every output is computed by one thread in a fixed order:
-// one thread, two threads and a call from inside a parallel region give the same bits.
+// one thread, two threads and a call from inside a parallel region give the same bits. The sgemm
+// engine hands the product to OpenBLAS, whose split depends on the CPU: on an AVX2-only EPYC
+// (2026-11-27) one and two threads differed in the last bits at N = 7 and 100, so there it must
+// agree to float rounding (1e-6 relative), not bit for bit.
 TEST_P(GemmBf16Path, SameBitsWhateverTheThreads) {
   const int threads = omp_get_max_threads();
   for (const int N : {1, 7, 100}) {
@@ -228,6 +231,16 @@ TEST_P(GemmBf16Path, SameBitsWhateverTheThreads) {
         nested = run(isa(), p, false, engine);
       }
       omp_set_num_threads(threads);
+      if (engine == Engine::Sgemm) {
+        for (const std::vector<float>* other : {&one, static_cast<const std::vector<float>*>(&nested)}) {
+          ASSERT_EQ(other->size(), two.size());
+          double diff = 0, norm = 0;
+          for (size_t i = 0; i < two.size(); ++i)
+            diff += std::pow(double((*other)[i]) - two[i], 2), norm += std::pow(double(two[i]), 2);
+          EXPECT_LE(std::sqrt(diff), 1e-6 * std::sqrt(norm));
+        }
+        continue;
+      }
       EXPECT_EQ(one, two);
       EXPECT_EQ(nested, two);
     }
