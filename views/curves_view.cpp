@@ -765,19 +765,26 @@ void CurvesView::build_charts(QVBoxLayout* layout) {
   for (size_t i = 0; i < specs.size(); ++i) {
     auto panel = std::make_unique<CurvePanel>(specs[i], cache_);
     CurvePanel* p = panel.get();
-    p->on_needs_refresh = [this] { schedule_refresh(); };
+    p->on_needs_refresh = [this, i] { schedule_refresh(i); };
     p->view()->on_hover = [this, p](QPoint pos) {
       const DisplayOptions opt{smooth_box_->isChecked(), alpha_slider_->value() / 100.0, log_box_->isChecked()};
       hover_label_->setText(p->hover_text(pos, opt));
     };
     p->view()->on_leave = [this] { hover_label_->clear(); };
-    p->view()->on_reset = [this, p] {
+    p->view()->on_reset = [this, p, i] {
       p->reset_zoom();
-      schedule_refresh();
+      schedule_refresh(i);
     };
     grid->addWidget(p->view(), static_cast<int>(i) / kGridColumns, static_cast<int>(i) % kGridColumns);
     panels_.push_back(std::move(panel));
   }
+  stale_.assign(panels_.size(), 1);
+  // A timer, not a queued call: queued calls posted while Qt sends posted events run in the same
+  // pass, so the six charts (and their layout and paint events) would again form one stretch.
+  refresh_timer_ = new QTimer(this);
+  refresh_timer_->setSingleShot(true);
+  refresh_timer_->setInterval(0);
+  connect(refresh_timer_, &QTimer::timeout, this, &CurvesView::refresh_next_stale);
   layout->addWidget(charts_box_, 1);
 }
 
@@ -794,15 +801,42 @@ void CurvesView::set_events(int64_t run_id, const std::vector<std::pair<int64_t,
 }
 
 void CurvesView::refresh() {
-  refresh_pending_ = false;
   const DisplayOptions opt{smooth_box_->isChecked(), alpha_slider_->value() / 100.0, log_box_->isChecked()};
   for (auto& panel : panels_) panel->refresh(opt);
+  stale_.assign(panels_.size(), 0);
 }
 
 void CurvesView::schedule_refresh() {
-  if (refresh_pending_) return;
-  refresh_pending_ = true;
-  QTimer::singleShot(0, this, [this] { refresh(); });
+  stale_.assign(panels_.size(), 1);
+  post_refresh();
+}
+
+void CurvesView::schedule_refresh(size_t panel) {
+  stale_[panel] = 1;
+  post_refresh();
+}
+
+void CurvesView::post_refresh() {
+  if (!refresh_timer_->isActive()) refresh_timer_->start();
+}
+
+// Round robin from the chart after the last one redrawn: a chart whose refresh asks for another
+// (its axes moved) or a run that keeps adding rows cannot starve the charts behind it.
+void CurvesView::refresh_next_stale() {
+  for (size_t k = 0; k < stale_.size(); ++k) {
+    const size_t i = (next_panel_ + k) % stale_.size();
+    if (!stale_[i]) continue;
+    stale_[i] = 0;
+    next_panel_ = (i + 1) % stale_.size();
+    panels_[i]->refresh({smooth_box_->isChecked(), alpha_slider_->value() / 100.0, log_box_->isChecked()});
+    if (std::find(stale_.begin(), stale_.end(), 1) != stale_.end()) post_refresh();
+    return;
+  }
+}
+
+void CurvesView::showEvent(QShowEvent* e) {
+  QWidget::showEvent(e);
+  schedule_refresh();
 }
 
 void CurvesView::update_run_legend() {

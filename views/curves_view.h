@@ -19,6 +19,7 @@
 class QCheckBox;
 class QLabel;
 class QSlider;
+class QTimer;
 class QVBoxLayout;
 
 namespace ftx {
@@ -49,13 +50,20 @@ class CurvesView : public QWidget {
   // Re-reads the cache. Cheap when nothing changed; a chart at auto range follows new data, a
   // zoomed chart keeps its range and re-downsamples only series whose data changed.
   void refresh();
+  // The same, one chart per turn of the event loop: Qt Charts lays out and paints each chart in
+  // its own events, so six charts redrawn at once would hold the UI thread for one long stretch
+  // (60 ms measured with a live run on two cores). What a live run and user actions call.
+  void schedule_refresh();
   bool save_png(const QString& path);  // the charts and the run legend, as shown
   bool save_csv(const QString& path);  // run,key,step,value: every cached series of the shown runs
 
  private:
   void build_toolbar(QVBoxLayout* layout);
   void build_charts(QVBoxLayout* layout);
-  void schedule_refresh();
+  void showEvent(QShowEvent* e) override;  // a hidden view is not refreshed: it catches up here
+  void schedule_refresh(size_t panel);     // one chart (its zoom or size changed)
+  void post_refresh();
+  void refresh_next_stale();
   void update_run_legend();
   void update_alpha_label();
   void choose_and_save_png();
@@ -71,7 +79,9 @@ class CurvesView : public QWidget {
   QWidget* charts_box_ = nullptr;
   QLabel* run_legend_ = nullptr;
   QLabel* hover_label_ = nullptr;
-  bool refresh_pending_ = false;
+  std::vector<char> stale_;  // per panel: new data or options since it was last refreshed
+  size_t next_panel_ = 0;    // where the round robin of refresh_next_stale() goes on
+  QTimer* refresh_timer_ = nullptr;
 };
 
 }  // namespace ftx

@@ -157,7 +157,7 @@ void MainWindow::on_metrics(const MetricBatch& rows) {
   for (const auto& [run, list] : by_run) cache_.append(run, list);
   if (cache_.revision() == cache_revision_) return;
   cache_revision_ = cache_.revision();
-  if (curves_->isVisible()) curves_->refresh();  // a hidden chart catches up when shown
+  if (curves_->isVisible()) curves_->schedule_refresh();  // a hidden view catches up when shown
   runs_model_->refresh_values();
 }
 
@@ -176,8 +176,7 @@ void MainWindow::update_overlay() {
                         r.latent_bits > 0 ? QString::fromStdString("κ " + ftx::kappa_bits_text(r.kappa_bits)) + ", " +
                                                 r.free_bits_label
                                           : QString()});
-  curves_->set_runs(runs);
-  curves_->refresh();
+  curves_->set_runs(runs);  // redrawn chart by chart
   benchmarks_->set_runs(runs);
 }
 
