@@ -8,6 +8,7 @@
 #include "app/commands.h"
 #include "app/common.h"
 #include "app/figure4_print.h"
+#include "core/model/kappa.h"
 #include "core/store/run_store.h"
 
 namespace ftx::app {
@@ -18,13 +19,12 @@ struct SweepEntry {
   std::optional<int> steps;
 };
 
-// "1/8", "0.125", "8" (bits), optionally ":STEPS".
+// A --kappas entry: a kappa in bits (core/model/kappa.h), optionally ":STEPS".
 Result<SweepEntry> parse_entry(const std::string& text) {
   auto bad = [&] { return make_error("--kappas '" + text + "': expected BITS[:STEPS], e.g. 1/8:2000 or 0.5"); };
   SweepEntry e;
-  std::string bits = text;
-  if (const auto colon = text.find(':'); colon != std::string::npos) {
-    bits = text.substr(0, colon);
+  const size_t colon = text.find(':');
+  if (colon != std::string::npos) {
     try {
       size_t used = 0;
       const int steps = std::stoi(text.substr(colon + 1), &used);
@@ -34,41 +34,17 @@ Result<SweepEntry> parse_entry(const std::string& text) {
       return bad();
     }
   }
-  try {
-    size_t used = 0;
-    const auto slash = bits.find('/');
-    if (slash == std::string::npos) {
-      e.bits = std::stod(bits, &used);
-      if (used != bits.size()) return bad();
-    } else {
-      const double num = std::stod(bits.substr(0, slash), &used);
-      if (used != slash) return bad();
-      const double den = std::stod(bits.substr(slash + 1), &used);
-      if (used != bits.size() - slash - 1 || den <= 0) return bad();
-      e.bits = num / den;
-    }
-  } catch (const std::exception&) {
-    return bad();
-  }
-  if (!(e.bits >= 0) || !std::isfinite(e.bits)) return bad();
+  auto bits = parse_kappa_bits(std::string_view(text).substr(0, colon));
+  if (!bits) return bad();
+  e.bits = *bits;
   return e;
-}
-
-// The run name of an entry: "fig4-1_8bit", "fig4-1bit", "fig4-0.3bit".
-std::string run_name(const std::string& name, double bits) {
-  std::string label = kappa_bits_text(bits);
-  std::string out;
-  for (char c : label)
-    if (c != ' ') out += c == '/' ? '_' : c;
-  if (out.size() > 4 && out.compare(out.size() - 4, 4, "bits") == 0) out.pop_back();
-  return name + "-" + out;
 }
 
 }  // namespace
 
 std::string sweep_run_name(const std::string& name, const std::string& kappa) {
   auto e = parse_entry(kappa);
-  return e ? run_name(name, e->bits) : name + "-" + kappa;
+  return e ? name + "-" + kappa_run_suffix(e->bits) : name + "-" + kappa;
 }
 
 void add_sweep_options(CLI::App& app, SweepArgs& a) {
@@ -101,7 +77,7 @@ int run_sweep(SweepArgs& a) {
     auto e = parse_entry(k);
     if (!e) return fail(e.error());
     entries.push_back(*e);
-    names.push_back(run_name(a.name, e->bits));
+    names.push_back(a.name + "-" + kappa_run_suffix(e->bits));
   }
   if (a.train.train.dataset != "synthetic") return fail("--dataset: a Figure 4 sweep trains on the synthetic task");
   Figure4Protocol protocol;
@@ -113,7 +89,7 @@ int run_sweep(SweepArgs& a) {
   if (!a.measure_only) {
     for (const SweepEntry& e : entries) {  // empty with --runs
       TrainArgs t = a.train;
-      t.run = run_name(a.name, e.bits);
+      t.run = a.name + "-" + kappa_run_suffix(e.bits);
       t.kappa_bits = e.bits;
       if (e.steps) t.train.steps = *e.steps, t.steps_given = true;
       if (auto store = RunStore::open_readonly(t.db); store) {

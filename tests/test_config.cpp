@@ -7,6 +7,7 @@
 //   are strict and errors name the file and the key; validate() names fields by key, never by a
 //   command-line flag, unless a namer says otherwise.
 // - SampleConfig: its bounds come from its field list.
+// - Kappa (core/model/kappa.h): parsing '1/8' or '0.125 bits', its text and run-name suffix.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -53,6 +54,61 @@ TEST(KappaBitsText, FractionsIntegersAndTheRest) {
   EXPECT_EQ(kappa_bits_text(0.3), "0.3 bits");
   EXPECT_EQ(kappa_bits_text(1.5), "1.5 bits");
   EXPECT_EQ(kappa_bits_text(0), "0 bits");
+}
+
+TEST(KappaText, ShortTextAndRunNamesFollowTheSameRule) {
+  EXPECT_EQ(kappa_short_text(0.125), "1/8");
+  EXPECT_EQ(kappa_short_text(8), "8");
+  EXPECT_EQ(kappa_short_text(0.3), "0.3");
+  // The CLI's sweep and the studio's name runs <name>-<suffix>: the names the shipped models have.
+  EXPECT_EQ(kappa_run_suffix(1.0 / 64), "1_64bit");
+  EXPECT_EQ(kappa_run_suffix(nats_to_bits(static_cast<float>(bits_to_nats(0.125)))), "1_8bit");
+  EXPECT_EQ(kappa_run_suffix(1), "1bit");
+  EXPECT_EQ(kappa_run_suffix(8), "8bit");
+  EXPECT_EQ(kappa_run_suffix(0.3), "0.3bit");
+}
+
+TEST(ParseKappaBits, AcceptsFractionsDecimalsAndAUnit) {
+  constexpr double kTol = 1e-12;
+  EXPECT_NEAR(parse_kappa_bits("1/8").value_or(-1), 0.125, kTol);
+  EXPECT_NEAR(parse_kappa_bits(" 1 / 64 ").value_or(-1), 1.0 / 64, kTol);
+  EXPECT_NEAR(parse_kappa_bits("0.125").value_or(-1), 0.125, kTol);
+  EXPECT_NEAR(parse_kappa_bits(" 2 ").value_or(-1), 2.0, kTol);
+  EXPECT_NEAR(parse_kappa_bits("0.125 bits").value_or(-1), 0.125, kTol);
+  EXPECT_NEAR(parse_kappa_bits("1/8 bit").value_or(-1), 0.125, kTol);
+  EXPECT_NEAR(parse_kappa_bits("0").value_or(-1), 0.0, kTol) << "no free bits is a valid kappa";
+  // What kappa_bits_text writes reads back.
+  for (double bits : {1.0 / 64, 0.125, 1.0, 8.0, 0.3})
+    EXPECT_NEAR(parse_kappa_bits(kappa_bits_text(bits)).value_or(-1), bits, 1e-9) << kappa_bits_text(bits);
+}
+
+TEST(ParseKappaBits, RefusesTextNegativesInfinitiesAndZeroDenominators) {
+  for (const char* bad : {"abc", "", "  ", "-1", "1/-8", "1/0", "inf", "nan", "/8", "1/", "1/8/2", "1e999", "0.1x",
+                          "bits", "0x10", "1 bytes"})
+    EXPECT_FALSE(parse_kappa_bits(bad).ok()) << "'" << bad << "'";
+  auto refused = parse_kappa_bits("abc");
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().message, "kappa 'abc' is not a number of bits (e.g. 1/8 or 0.125)");
+}
+
+TEST(ParseKappaList, EveryValueInOrderSkippingEmptyEntries) {
+  for (const char* text : {"1/64, 1/8, 1, 8", "1/64,1/8,1,8,", " 1/64 ,, 1/8, 1 , 8 "}) {
+    const auto list = parse_kappa_list(text);
+    ASSERT_TRUE(list.ok()) << text;
+    EXPECT_EQ(*list, (std::vector<double>{1.0 / 64, 1.0 / 8, 1.0, 8.0})) << text;
+  }
+}
+
+TEST(ParseKappaList, RefusesAnyBadEntryOrNone) {
+  auto bad_entry = parse_kappa_list("1/64, abc, 1");
+  ASSERT_FALSE(bad_entry.ok());
+  EXPECT_EQ(bad_entry.error().message, "kappa 'abc' is not a number of bits (e.g. 1/8 or 0.125)");
+  EXPECT_FALSE(parse_kappa_list("1, -8").ok());
+  for (const char* none : {"", ",,", " , "}) {
+    auto r = parse_kappa_list(none);
+    ASSERT_FALSE(r.ok()) << "'" << none << "'";
+    EXPECT_EQ(r.error().message, "expected kappa values in bits separated by commas");
+  }
 }
 
 TEST(ShapeModelConfig, EveryPresetAloneIsThePresetSizedForTheData) {

@@ -6,7 +6,7 @@
 // - RunsView: the text filter (any column, case-insensitive), the selection mapped through the
 //   filter to the right run, the Generations/Latent buttons, the run count.
 // - summarize_run: a config written by the trainer's own serializers, bad JSON, wrong types.
-// - TrainView: parse_kappa_bits / parse_kappa_list, Start refusing a bad kappa (named in the
+// - TrainView: Start refusing a bad kappa (named in the
 //   message line), a valid Start and a kappa sweep as start_requested, the run controls by state;
 //   a custom size shaped by the session into the model `ftx train` makes with the same flags; the
 //   text dataset and a model to start from (fine-tuning) as request fields.
@@ -311,7 +311,7 @@ TEST(RunListModel, ShowsKappaForFreeRunsAndFinalValuesFromTheCache) {
     return model.data(model.index(row_of(model, id), col), Qt::DisplayRole).toString();
   };
 
-  EXPECT_EQ(text(kFree, RunListModel::kKappa), "0.125");
+  EXPECT_EQ(text(kFree, RunListModel::kKappa), "1/8");
   EXPECT_EQ(text(kBaseline, RunListModel::kKappa), "–") << "a baseline has no kappa";
   EXPECT_EQ(text(kFree, RunListModel::kFreeBits), "per pair");  // make_run's summary keeps the default
   EXPECT_EQ(text(kBaseline, RunListModel::kFreeBits), "–");
@@ -514,54 +514,6 @@ TEST(SummarizeRun, WrongTypesKeepWhatWasRead) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// parse_kappa_bits / parse_kappa_list
-
-TEST(ParseKappaBits, AcceptsFractionsAndDecimals) {
-  EXPECT_NEAR(parse_kappa_bits("1/8").value_or(-1), 0.125, kDoubleTol);
-  EXPECT_NEAR(parse_kappa_bits(" 1 / 64 ").value_or(-1), 1.0 / 64, kDoubleTol);
-  EXPECT_NEAR(parse_kappa_bits("0.125").value_or(-1), 0.125, kDoubleTol);
-  EXPECT_NEAR(parse_kappa_bits(" 2 ").value_or(-1), 2.0, kDoubleTol);
-  EXPECT_NEAR(parse_kappa_bits("0").value_or(-1), 0.0, kDoubleTol) << "no free bits is a valid kappa";
-}
-
-TEST(ParseKappaBits, RefusesTextNegativesInfinitiesAndZeroDenominators) {
-  for (const char* bad : {"abc", "", "  ", "-1", "1/-8", "1/0", "inf", "nan", "/8", "1/", "1/8/2", "1e999", "0.1x"})
-    EXPECT_FALSE(parse_kappa_bits(bad).ok()) << "'" << bad << "'";
-  auto refused = parse_kappa_bits("abc");
-  ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.error().message, "kappa 'abc' is not a number of bits (e.g. 1/8 or 0.125)");
-}
-
-TEST(ParseKappaList, ParsesEveryValueInOrder) {
-  const auto list = parse_kappa_list(kDefaultSweep);
-  ASSERT_TRUE(list.ok()) << list.error().message;
-  ASSERT_EQ(list->size(), 4u);
-  const double expected[] = {1.0 / 64, 1.0 / 8, 1.0, 8.0};
-  for (size_t i = 0; i < 4; ++i) EXPECT_NEAR((*list)[i], expected[i], kDoubleTol) << i;
-}
-
-TEST(ParseKappaList, RefusesAnyBadEntryOrNone) {
-  auto bad_entry = parse_kappa_list("1/64, abc, 1");
-  ASSERT_FALSE(bad_entry.ok());
-  EXPECT_EQ(bad_entry.error().message, "sweep '1/64, abc, 1': kappa 'abc' is not a number of bits (e.g. 1/8 or 0.125)");
-  EXPECT_FALSE(parse_kappa_list("1, -8").ok());
-  for (const char* none : {"", ",,", " , "}) {
-    auto r = parse_kappa_list(none);
-    ASSERT_FALSE(r.ok()) << "'" << none << "'";
-    EXPECT_NE(r.error().message.find("expected kappa values in bits separated by commas"), std::string::npos)
-        << r.error().message;
-  }
-}
-
-TEST(ParseKappaList, TrailingSeparatorsAndSpacesAreIgnored) {
-  for (const QString text : {"1, 8,", "1, 8, ", " 1 ,, 8 "}) {
-    const auto list = parse_kappa_list(text);
-    ASSERT_TRUE(list.ok()) << text.toStdString();
-    EXPECT_EQ(*list, (std::vector<double>{1.0, 8.0})) << text.toStdString();
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
 // TrainView
 
 TEST(TrainView, StartRefusesABadKappaAndNamesIt) {
@@ -676,7 +628,7 @@ TEST(TrainView, TextFromAModelFileRequestsAFineTune) {
   init->setText(QString::fromStdString(model));
   emit init->editingFinished();
   EXPECT_FALSE(preset->isEnabled() || bits->isEnabled()) << "the shape is the file's";
-  EXPECT_NEAR(ftx::bits_to_nats(parse_kappa_bits(kappa->text()).value()), 0.34657359, 1e-6);
+  EXPECT_NEAR(ftx::bits_to_nats(ftx::parse_kappa_bits(kappa->text().toStdString()).value()), 0.34657359, 1e-6);
   button(&h.view, "Start")->click();
   ASSERT_EQ(h.started.size(), 1u);
   const ftx::TrainRequest& r = h.started[0][0];
@@ -729,7 +681,8 @@ TEST(TrainView, SweepRequestsOneRunPerKappaInOrder) {
   ASSERT_EQ(runs.size(), 4u);
   for (size_t i = 0; i < runs.size(); ++i) {
     EXPECT_NEAR(runs[i].train.kappa_nats, ftx::bits_to_nats(expected_bits[i]), kFloatTol) << i;
-    EXPECT_EQ(runs[i].run.rfind("sweep-sweep-k", 0), 0u) << runs[i].run;
+    EXPECT_EQ(runs[i].run, std::string("sweep-") + ftx::kappa_run_suffix(expected_bits[i]))
+        << "as ftx sweep names them";
     for (size_t j = 0; j < i; ++j) EXPECT_NE(runs[i].run, runs[j].run) << "run names must differ";
   }
 }
@@ -1028,8 +981,7 @@ TEST(BenchmarksView, PaperValuesAreLabelledReferenceLinesOfTheMappedMetric) {
   BenchHarness h;
   // humaneval_plus maps to the paper's human_eval_plus pass@1: baseline and four kappas at 1.5B.
   EXPECT_EQ(h.paper_lines("humaneval_plus").size(), 5);
-  EXPECT_EQ(h.labels("humaneval_plus"),
-            (QStringList{"base", "\u03ba 1", "\u03ba 2", "\u03ba \u00bc", "\u03ba \u00bd"}));
+  EXPECT_EQ(h.labels("humaneval_plus"), (QStringList{"base", "\u03ba 1", "\u03ba 1/2", "\u03ba 1/4", "\u03ba 2"}));
   EXPECT_EQ(h.paper_lines("gsm8k").size(), 5);  // our em_strict is the paper's gsm8k em
   EXPECT_TRUE(h.paper_lines("humaneval").isEmpty()) << "plain HumanEval is not in the paper";
   auto* paper = h.view.findChild<QComboBox*>("bench_paper");

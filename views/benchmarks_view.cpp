@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/eval/bench/task.h"
+#include "core/model/kappa.h"
 
 namespace ftx {
 namespace {
@@ -59,12 +60,7 @@ bool paper_row_selected(const ReferenceRow& r, const PaperChoice& c) {
   return r.model_size == c.size && r.train_tokens == c.tokens;
 }
 
-QString kappa_text(double bits) {
-  if (bits == 0.25) return "\u00bc";
-  if (bits == 0.5) return "\u00bd";
-  if (bits == 0.125) return "\u215b";
-  return QString::number(bits, 'g', 3);
-}
+QString kappa_text(double bits) { return QString::fromStdString(ftx::kappa_short_text(bits)); }
 
 QString value_text(double v) {
   if (std::isnan(v)) return "n/a";

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "core/eval/figure4.h"
+#include "core/model/kappa.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
 #include "kernels/philox.h"
@@ -77,7 +78,7 @@ void ExploreWorker::comparison(QStringList runs, ftx::Figure4Request req) {
       continue;
     }
     const double bits = ftx::nats_to_bits((*m)->train.kappa_nats);
-    columns.emplace_back(run + QString("  (kappa %1 bit)").arg(bits, 0, 'g', 3), std::move(*groups));
+    columns.emplace_back(run + QString::fromStdString("  (κ " + ftx::kappa_bits_text(bits) + ")"), std::move(*groups));
   }
   emit comparison_ready(std::move(columns));
   emit busy_changed(false);

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <optional>
 
+#include "core/model/kappa.h"
 #include "views/metric_cache.h"
 
 namespace {
@@ -119,7 +120,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
     case kBits:
       return r->latent_bits;
     case kKappa:
-      return r->latent_bits > 0 ? QVariant(QString::number(r->kappa_bits, 'g', 3)) : QVariant("–");
+      return r->latent_bits > 0 ? QVariant(QString::fromStdString(ftx::kappa_short_text(r->kappa_bits)))
+                                : QVariant("–");
     case kFreeBits:
       return r->latent_bits > 0 ? QVariant(r->free_bits_label) : QVariant("–");
     case kSteps:

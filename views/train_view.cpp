@@ -18,39 +18,12 @@
 #include <cmath>
 
 #include "core/io/model_params.h"
+#include "core/model/kappa.h"
 #include "core/train/train_config.h"
 
-ftx::Result<double> parse_kappa_bits(const QString& text) {
-  const QString t = text.trimmed();
-  bool ok = false;
-  double v = 0;
-  if (const int slash = t.indexOf('/'); slash > 0) {
-    bool ok_num = false, ok_den = false;
-    const double num = t.left(slash).trimmed().toDouble(&ok_num), den = t.mid(slash + 1).trimmed().toDouble(&ok_den);
-    ok = ok_num && ok_den && den != 0;
-    v = ok ? num / den : 0;
-  } else {
-    v = t.toDouble(&ok);
-  }
-  if (!ok || !std::isfinite(v) || v < 0)
-    return ftx::make_error("kappa '" + text.toStdString() + "' is not a number of bits (e.g. 1/8 or 0.125)");
-  return v;
-}
-
-ftx::Result<std::vector<double>> parse_kappa_list(const QString& text) {
-  const std::string what = "sweep '" + text.toStdString() + "': ";
-  std::vector<double> out;
-  for (const QString& part : text.split(',')) {
-    if (part.trimmed().isEmpty()) continue;  // "1, 8, " is "1, 8"
-    auto v = parse_kappa_bits(part.trimmed());
-    if (!v) return ftx::make_error(what + v.error().message);
-    out.push_back(*v);
-  }
-  if (out.empty()) return ftx::make_error(what + "expected kappa values in bits separated by commas");
-  return out;
-}
-
 namespace {
+
+ftx::Result<double> parse_kappa_bits(const QString& text) { return ftx::parse_kappa_bits(text.toStdString()); }
 
 // The Device combo's items: device name as the item's data, GEMM precision ("" = default) here.
 constexpr int kPrecisionRole = Qt::UserRole + 1;
@@ -79,8 +52,6 @@ QPushButton* browse_button(QLineEdit* target, const QString& title, const QStrin
   });
   return b;
 }
-
-QString kappa_label(double bits) { return QString::number(bits, 'g', 4).replace(".", "_"); }
 
 }  // namespace
 
@@ -224,7 +195,8 @@ QWidget* TrainView::build_controls() {
     if (!bits) return show_error(QString::fromStdString(bits.error().message));
     emit kappa_requested(static_cast<float>(ftx::bits_to_nats(*bits)));
   });
-  connect(sweep_, &QLineEdit::textChanged, this, [this] { mark(sweep_, !parse_kappa_list(sweep_->text())); });
+  connect(sweep_, &QLineEdit::textChanged, this,
+          [this] { mark(sweep_, !ftx::parse_kappa_list(sweep_->text().toStdString())); });
   return box;
 }
 
@@ -304,7 +276,8 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
                             ? QString("H%1").arg(r.shape.latent_bits)
                             : QFileInfo(QString::fromStdString(r.train.init_from)).completeBaseName();
   if (r.run.empty())
-    r.run = (QString::fromStdString(r.train.dataset) + "-" + model + QString("-k%1-").arg(kappa_label(*bits)) +
+    r.run = (QString::fromStdString(r.train.dataset) + "-" + model + "-" +
+             QString::fromStdString(ftx::kappa_run_suffix(*bits)) + "-" +
              QDateTime::currentDateTime().toString("MMdd-hhmmss"))
                 .toStdString();
   return r;
@@ -317,15 +290,17 @@ void TrainView::start() {
 }
 
 void TrainView::start_sweep() {
-  auto kappas = parse_kappa_list(sweep_->text());
-  if (!kappas) return show_error(QString::fromStdString(kappas.error().message));
+  auto kappas = ftx::parse_kappa_list(sweep_->text().toStdString());
+  if (!kappas)
+    return show_error(
+        QString::fromStdString("sweep '" + sweep_->text().toStdString() + "': " + kappas.error().message));
   auto base = request();
   if (!base) return show_error(QString::fromStdString(base.error().message));
   std::vector<ftx::TrainRequest> sweep;
   for (double bits : *kappas) {
     ftx::TrainRequest r = *base;
     r.train.kappa_nats = static_cast<float>(ftx::bits_to_nats(bits));
-    r.run = base->run + "-sweep-k" + kappa_label(bits).toStdString();
+    r.run = base->run + "-" + ftx::kappa_run_suffix(bits);  // as ftx sweep names its runs
     sweep.push_back(r);
   }
   emit start_requested(sweep);
@@ -348,13 +323,13 @@ void TrainView::show_snapshot(const ftx::SessionSnapshot& s) {
   if (s.run.empty()) {
     status_->setText("No run in progress. Fill in the form and press Start.");
   } else {
-    status_->setText(QString("<b>%1</b> — %2 · step %3/%4 · CE %5 · KL %6 nats · κ %7 bit · %8 tok/s · ETA %9 s%10")
+    status_->setText(QString("<b>%1</b> — %2 · step %3/%4 · CE %5 · KL %6 nats · κ %7 · %8 tok/s · ETA %9 s%10")
                          .arg(QString::fromStdString(s.run), ftx::session_state_name(s.state))
                          .arg(s.step)
                          .arg(s.total_steps)
                          .arg(s.ce, 0, 'f', 4)
                          .arg(s.kl, 0, 'f', 4)
-                         .arg(ftx::nats_to_bits(s.kappa_nats), 0, 'g', 3)
+                         .arg(QString::fromStdString(ftx::kappa_bits_text(ftx::nats_to_bits(s.kappa_nats))))
                          .arg(s.tokens_per_s, 0, 'f', 0)
                          .arg(s.eta_s, 0, 'f', 0)
                          .arg(s.queued > 0 ? QString(" · %1 queued").arg(s.queued) : QString()));

@@ -21,11 +21,6 @@ class QLabel;
 class QPushButton;
 class QProgressBar;
 
-// "1/8", "0.125", "2" -> bits; an error naming the text for text, negatives, infinities.
-ftx::Result<double> parse_kappa_bits(const QString& text);
-// "1/64, 1/8, 1, 8" -> bits each; an error when any entry is bad or there is none.
-ftx::Result<std::vector<double>> parse_kappa_list(const QString& text);
-
 class TrainView : public QWidget {
   Q_OBJECT
  public:

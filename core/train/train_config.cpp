@@ -60,16 +60,4 @@ Result<TrainConfig> train_config_from_json(const nlohmann::json& j, const std::s
   return t;
 }
 
-std::string kappa_bits_text(double bits) {
-  auto near = [](double x, double y) { return std::abs(x - y) <= 1e-5 * std::abs(y); };
-  char buf[32];
-  if (bits > 0 && bits < 1 && near(1 / bits, std::round(1 / bits)))
-    std::snprintf(buf, sizeof buf, "1/%ld bit", std::lround(1 / bits));
-  else if (bits >= 1 && near(bits, std::round(bits)))
-    std::snprintf(buf, sizeof buf, "%ld bit%s", std::lround(bits), std::lround(bits) > 1 ? "s" : "");
-  else
-    std::snprintf(buf, sizeof buf, "%.3g bits", bits);
-  return buf;
-}
-
 }  // namespace ftx

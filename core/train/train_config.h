@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/model/free_bits.h"
+#include "core/model/kappa.h"  // kappa_nats: bits_to_nats and the text of a kappa
 #include "core/model/model.h"
 #include "core/util/fields.h"
 #include "kernels/result.h"
@@ -131,11 +132,5 @@ struct TrainConfig {
 // "coinflip_eps" and "coinflip_len" of every run so far) go to dataset_options.
 nlohmann::json train_config_to_json(const TrainConfig& t);
 Result<TrainConfig> train_config_from_json(const nlohmann::json& j, const std::string& where);
-
-inline double bits_to_nats(double bits) { return bits * std::log(2.0); }
-inline double nats_to_bits(double nats) { return nats / std::log(2.0); }
-// A kappa in bits as people write it: "1/8 bit", "1 bit", "8 bits", "0.3 bits". Kappas go through
-// float nats in a run's config, so fractions and integers are recognised within 1e-5.
-std::string kappa_bits_text(double bits);
 
 }  // namespace ftx
