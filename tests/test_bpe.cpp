@@ -102,7 +102,8 @@ void expect_corpus_ids(const Tokenizer& t, const std::string& reference,
   EXPECT_GT(compared, 60u);
 }
 
-// REFERENCE.md E4's test vectors (parse_special on, no BOS; checked against tokenizers).
+// SmolLM2's tokenizer test vectors (docs/reference_formats.md, E4): parse_special on, no BOS;
+// checked against tokenizers.
 const std::vector<std::pair<std::string, std::vector<int32_t>>> kSmolLM2Vectors = {
     {"Hello, we can use", {19556, 28, 392, 416, 722}},
     {"The capital of France is", {504, 3575, 282, 4649, 314}},
@@ -633,7 +634,7 @@ TEST(Bpe, PreTypesOfTheGgufReader) {
   v.pre = "gpt2";
   auto gpt2 = std::move(*bpe_from_vocab(v, "m.gguf"));
   EXPECT_EQ(encode_ok(*smollm, "a   1"), (std::vector<int32_t>{81, 333, 33}));
-  EXPECT_EQ(encode_ok(*gpt2, "a   1"), (std::vector<int32_t>{81, 256, 216, 33}));  // REFERENCE.md E4
+  EXPECT_EQ(encode_ok(*gpt2, "a   1"), (std::vector<int32_t>{81, 256, 216, 33}));  // no digit pass
 }
 
 // ---- writing a tokenizer back (BpeTokenizer::to_tokenizer_json) --------------------------------

