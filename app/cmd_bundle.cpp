@@ -11,7 +11,7 @@ namespace ftx::app {
 
 void add_export_options(CLI::App& app, BundleArgs& a) {
   auto* c = app.add_subcommand("export", "Write a run (one checkpoint's model, its config and metrics) as a folder");
-  c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
+  add_db_option(c, a.db);
   c->add_option("--run", a.run, "Run name")->required();
   c->add_option("--step", a.step, "Checkpoint step (default: the latest)");
   c->add_option("--out", a.out, "Folder to write (replaced if it exists)")->required();
@@ -21,7 +21,7 @@ void add_export_options(CLI::App& app, BundleArgs& a) {
 
 void add_import_options(CLI::App& app, BundleArgs& a) {
   auto* c = app.add_subcommand("import", "Add exported runs (ftx export folders) to a run store");
-  c->add_option("--db", a.db, "Run store (SQLite; created if missing)")->capture_default_str();
+  add_db_option(c, a.db, "created if missing");
   c->add_option("dirs", a.dirs, "Folders written by ftx export")->required();
 }
 

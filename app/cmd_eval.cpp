@@ -16,6 +16,7 @@
 #include "core/eval/bench/task.h"
 #include "core/io/config_json.h"
 #include "core/store/run_store.h"
+#include "core/train/run_config.h"
 
 namespace ftx::app {
 namespace {
@@ -65,18 +66,6 @@ json result_json(const bench::TaskResult& r) {
   return {{"task", r.task}, {"metrics", metrics}, {"items", items}};
 }
 
-// Training tokens a run had seen at `step` (its row's batch and sequence length), -1 when the row
-// does not say.
-int64_t run_tokens_at(const std::string& config_json, int step) {
-  const json j = json::parse(config_json, nullptr, false);
-  if (j.is_discarded() || !j.contains("train") || !j["train"].is_object()) return -1;
-  const json& t = j["train"];
-  const int64_t batch = t.value("batch", int64_t{0});
-  int64_t seq = 0;
-  if (t.value("dataset", std::string()) == "text") seq = t.value("text_seq_len", int64_t{0});
-  return batch > 0 && seq > 1 ? int64_t{step} * batch * (seq - 1) : -1;
-}
-
 // The run the results belong to: --run, else one named after the file (created as "done").
 struct Target {
   std::string run;
@@ -86,6 +75,7 @@ struct Target {
 };
 
 Status store_result(const std::string& db, const Target& t, const bench::TaskResult& r) {
+  FTX_TRY(make_store_folder(db));  // as ftx train: a fresh checkout has no workspace/ yet
   auto store = RunStore::open(db);
   if (!store) return store.error();
   auto run = store->find_or_create_run(t.run, t.config.dump(), "done");
@@ -118,7 +108,7 @@ void add_eval_options(CLI::App& app, EvalArgs& a) {
   c->add_option("--seed", a.seed, "Seed of sampling and of Z")->capture_default_str();
   c->add_option("--samples", a.samples_out, "Write every generation as JSONL {task_id, completion}");
   c->add_option("--score-samples", a.score_samples, "Score a samples JSONL without a model");
-  c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
+  add_db_option(c, a.db);
   c->add_option("--run", a.run,
                 "Run for the results (default: named after the model file); without --checkpoint, evaluate that "
                 "run's checkpoint");
@@ -171,7 +161,7 @@ int run_eval(const EvalArgs& a) {
     if (own_run) {
       target.run = a.run;
       if (auto store = RunStore::open_readonly(a.db); store)
-        if (auto row = store->find_run(a.run); row) target.tokens = run_tokens_at(row->config_json, lm->step);
+        if (auto c = read_run_config(*store, a.run); c) target.tokens = c->tokens_at(lm->step);
     } else {
       target.run =
           a.run.empty() ? named_after(a.source.random_init ? "random-" + a.source.preset : a.source.checkpoint) : a.run;

@@ -11,6 +11,7 @@
 #include "core/eval/evaluator.h"
 #include "core/eval/synth_metrics.h"
 #include "core/store/run_store.h"
+#include "core/train/run_config.h"
 #include "datasets/registry.h"
 
 namespace ftx::app {
@@ -50,12 +51,7 @@ void record(const GenerateArgs& a, int step, const std::vector<GroupResult>& gro
 Result<int> training_seq_len(const std::string& db, const std::string& run) {
   auto store = RunStore::open_readonly(db);
   if (!store) return store.error();
-  auto info = store->find_run(run);
-  if (!info) return info.error();
-  auto cfg = nlohmann::json::parse(info->config_json, nullptr, false);
-  if (cfg.is_discarded() || !cfg.is_object())
-    return make_error(db + ": run '" + run + "' has no readable configuration");
-  auto t = train_config_from_json(cfg.value("train", nlohmann::json::object()), db + ": run '" + run + "'");
+  auto t = read_train_config(*store, run);
   if (!t) return t.error();
   auto data = open_dataset(*t);
   if (!data) return make_error(db + ": run '" + run + "': " + data.error().message);
@@ -66,7 +62,7 @@ Result<int> training_seq_len(const std::string& db, const std::string& run) {
 
 void add_generate_options(CLI::App& app, GenerateArgs& a) {
   auto* c = app.add_subcommand("generate", "Figure 4: independent vs fixed-Z groups from one prompt");
-  c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
+  add_db_option(c, a.db);
   c->add_option("--run", a.run, "Run name (a trained run of the store), or give --checkpoint");
   c->add_option("--step", a.step, "Checkpoint step (default: the latest)");
   c->add_option("--prompt", a.prompt, "Prompt, e.g. \"K>\" for the synthetic task, free text for a model file")

@@ -15,7 +15,7 @@
 
 #include "app/commands.h"
 #include "app/common.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx::app {
 namespace {

@@ -9,7 +9,7 @@
 #include "app/common.h"
 #include "core/io/config_json.h"
 #include "core/store/run_store.h"
-#include "core/train/train_config.h"
+#include "core/train/run_config.h"
 
 namespace ftx::app {
 namespace {
@@ -25,12 +25,12 @@ double last_value(RunStore& s, int64_t run, const std::string& key, int64_t* ste
 
 void add_runs_options(CLI::App& app, StoreArgs& a) {
   auto* c = app.add_subcommand("runs", "List the runs of a run store");
-  c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
+  add_db_option(c, a.db);
 }
 
 void add_metrics_options(CLI::App& app, StoreArgs& a) {
   auto* c = app.add_subcommand("metrics", "Print the metrics of a run");
-  c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
+  add_db_option(c, a.db);
   c->add_option("--run", a.run, "Run name")->required();
   c->add_option("--key", a.key, "Only this metric (e.g. train/kl)");
   c->add_flag("--csv", a.csv, "CSV output: step,key,value,wall_time");
@@ -47,14 +47,12 @@ int run_runs(const StoreArgs& a) {
   std::printf("%-24s %-8s %-7s %3s %9s %7s %8s %8s %8s\n", "run", "status", "preset", "H", "kappa_bit", "step",
               "train_ce", "train_kl", "val_ce_pr");
   for (const RunInfo& r : *runs) {
-    auto cfg = nlohmann::json::parse(r.config_json, nullptr, false);
     std::string preset = "?";
     int H = 0;
     double kappa_bits = std::nan("");
-    if (!cfg.is_discarded() && cfg.is_object()) {  // a row we cannot read still gets listed
-      if (auto t = train_config_from_json(cfg.value("train", nlohmann::json::object()), a.db); t)
-        preset = t->preset, kappa_bits = nats_to_bits(t->kappa_nats);
-      if (auto m = config_from_json(cfg.value("model", nlohmann::json::object()), a.db); m) H = m->latent_bits;
+    if (auto c = parse_run_config(r.config_json, a.db); c) {  // a row we cannot read still gets listed
+      if (c->train) preset = c->train->preset, kappa_bits = nats_to_bits(c->train->kappa_nats);
+      if (c->model) H = c->model->latent_bits;
     }
     int64_t step = 0;
     const double ce = last_value(*store, r.id, "train/ce", &step);

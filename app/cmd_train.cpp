@@ -57,7 +57,7 @@ void add_train_flags(CLI::App* c, TrainArgs& a) {
   kb->each([&a](const std::string&) { a.kappa_given = true; });
   c->add_option("--kappa-start-bits", a.kappa_start_bits, "Anneal kappa linearly from this value (bits)");
   add_dataset_options(c, a.train);
-  c->add_option("--db", a.db, "Run store (SQLite)")->capture_default_str();
+  add_db_option(c, a.db);
   add_device_options(c, a.device, a.precision);
   c->add_flag("--quiet", a.quiet, "No progress line");
 }

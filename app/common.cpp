@@ -31,6 +31,11 @@ int fail(const std::string& message) {
   return 1;
 }
 
+void add_db_option(CLI::App* c, std::string& db, const std::string& note) {
+  c->add_option("--db", db, "Run store (SQLite" + (note.empty() ? std::string() : "; " + note) + ")")
+      ->capture_default_str();
+}
+
 void add_device_options(CLI::App* c, std::string& device, std::string& precision) {
   c->add_option("--device", device, "cpu | cuda | cuda:N")->capture_default_str();
   c->add_option("--precision", precision, "GEMM inputs: fp32 | tf32 | bf16 (default: fp32 on cpu, tf32 on cuda)");

@@ -13,7 +13,7 @@
 #include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
 #include "datasets/registry.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace CLI {
 class App;
@@ -30,6 +30,9 @@ int fail(const std::string& message);
 
 // --device and --precision, for every command that computes.
 void add_device_options(CLI::App* c, std::string& device, std::string& precision);
+// --db PATH, the run store every command that reads or writes runs takes (default kDefaultDb);
+// `note` is added to its help ("created if missing").
+void add_db_option(CLI::App* c, std::string& db, const std::string& note = "");
 // The backend named by --device with its GEMMs at --precision ("": the backend's default), or a
 // one-line error naming the option.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const std::string& precision);

@@ -8,7 +8,7 @@
 #include "app/common.h"
 #include "core/eval/synth_metrics.h"
 #include "core/store/run_store.h"
-#include "core/train/train_config.h"
+#include "core/train/run_config.h"
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
 #include "datasets/synthetic.h"
@@ -103,9 +103,7 @@ Result<Figure4Row> figure4_row(const std::string& db, const std::string& run, co
   if (!store) return store.error();
   auto info = store->find_run(run);
   if (!info) return info.error();
-  const auto cfg = nlohmann::json::parse(info->config_json, nullptr, false);
-  auto train = train_config_from_json(cfg.is_object() ? cfg.value("train", nlohmann::json::object()) : nlohmann::json(),
-                                      db + ": run '" + run + "'");
+  auto train = read_train_config(*store, run);
   if (!train) return train.error();
   if (train->dataset != "synthetic")
     return make_error("run '" + run + "': trained on '" + train->dataset + "', Figure 4 needs the synthetic task");

@@ -1,7 +1,7 @@
 // The op interface every compute backend implements (docs/design.md section 10). Forward and backward are
 // separate ops. Pointers are device pointers of the backend that owns them; shapes in PyTorch order
 // (kernels/shapes.h). fp32 throughout for training; the weight of a matmul or an embedding gather
-// may also be bf16 (WeightRef, kernels/dtype.h), for inference on weights as a checkpoint stores
+// may also be bf16 (WeightRef, kernels/base/dtype.h), for inference on weights as a checkpoint stores
 // them. Parameter gradients accumulate (+=); activation gradients overwrite (=) unless the op says
 // otherwise. kernels/ knows nothing of models: the ops
 // are generic layers, the model composes them in core/model.
@@ -14,8 +14,8 @@
 #include <memory>
 #include <string>
 
-#include "kernels/dtype.h"
-#include "kernels/result.h"
+#include "kernels/base/dtype.h"
+#include "kernels/base/result.h"
 #include "kernels/shapes.h"
 
 namespace ftx {

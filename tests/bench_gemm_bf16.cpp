@@ -20,10 +20,10 @@
 #include <string>
 #include <vector>
 
+#include "kernels/base/dtype.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/dtype.h"
 #include "kernels/membw.h"
 
 namespace {

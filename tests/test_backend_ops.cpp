@@ -42,8 +42,8 @@
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
 #include "kernels/backend.h"
+#include "kernels/base/philox.h"
 #include "kernels/cpu/ops_rope.h"
-#include "kernels/philox.h"
 #include "tests/test_util.h"
 
 namespace ftx {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/base/philox.h"
 #include "kernels/cpu/ops_binary_mapper.h"
-#include "kernels/philox.h"
 #include "tests/test_util.h"
 
 namespace {

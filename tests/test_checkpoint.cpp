@@ -26,7 +26,7 @@
 #include "core/text/char_tokenizer.h"
 #include "core/text/unicode_text.h"
 #include "datasets/synthetic.h"
-#include "kernels/dtype.h"
+#include "kernels/base/dtype.h"
 #include "tests/test_util.h"
 
 namespace ftx {

@@ -116,6 +116,15 @@ TEST_F(CliBench, EvalOfAModelFileGoesToARunNamedAfterIt) {
   auto s = RunStore::open_readonly(db());
   ASSERT_TRUE(s.ok());
   EXPECT_TRUE(s->find_run("humaneval_samples").ok());
+
+  // A store whose folder does not exist yet (workspace/ of a fresh checkout) is created, as ftx
+  // train does.
+  const std::string fresh = in_dir("fresh/workspace/runs.db");
+  r = test::run_ftx({"eval", "--db", fresh, "--task", "humaneval", "--data", kFixtures + "/code/humaneval_subset.jsonl",
+                     "--score-samples", kFixtures + "/code/humaneval_samples.jsonl"},
+                    dir_);
+  ASSERT_EQ(r.code, 0) << test::describe(r);
+  EXPECT_TRUE(fs::exists(fresh));
 }
 
 TEST_F(CliBench, BadInputIsOneLineBeforeAnythingIsWritten) {

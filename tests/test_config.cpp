@@ -21,6 +21,7 @@
 #include "core/io/config_json.h"
 #include "core/model/config.h"
 #include "core/sample/sampler.h"
+#include "core/train/run_config.h"
 #include "core/train/train_config.h"
 #include "core/util/fields.h"
 #include "tests/test_util.h"
@@ -311,6 +312,49 @@ TEST(Fields, BoundsReadAsWords) {
   EXPECT_EQ(bounds_text(half_open_range(0, 1), false), "in [0, 1)");
   EXPECT_EQ(bounds_text(kAnyValue, false), "a finite number");
   EXPECT_EQ(find_field<ShapeOverrides>("kv_heads").key, std::string("kv_heads"));
+}
+
+// ---- RunConfig: the run row's config, one writer and one reader ----------------------------
+
+TEST(RunConfig, WhatTheTrainerWritesReadsBack) {
+  ModelConfig m = *model_preset("tiny");
+  m.latent_bits = 6;
+  TrainConfig t;
+  t.dataset = "coinflip", t.preset = "tiny", t.steps = 1234, t.kappa_nats = 0.25f;
+  auto c = parse_run_config(run_config_json(m, nullptr, t), "runs.db: run 'r'");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  ASSERT_TRUE(c->model && c->train);
+  EXPECT_EQ(c->model->latent_bits, 6);
+  EXPECT_EQ(c->model->n_layers, m.n_layers);
+  EXPECT_EQ(train_config_to_json(*c->train), train_config_to_json(t));
+  EXPECT_EQ(c->tokens_at(100), -1) << "no sequence length in a coin-flip row";
+}
+
+TEST(RunConfig, OlderRowsLoadWithTheDocumentedDefaults) {
+  // A row written before "free_bits" existed was trained per pair; one `ftx eval` made for
+  // scores has neither part.
+  auto old = parse_run_config(R"({"train": {"dataset": "synthetic", "steps": 10}})", "w");
+  ASSERT_TRUE(old.ok()) << old.error().message;
+  ASSERT_TRUE(old->train.has_value());
+  EXPECT_FALSE(old->model.has_value());
+  EXPECT_EQ(old->train->free_bits_form(), FreeBitsForm::PerPair);
+  EXPECT_EQ(old->train->batch, TrainConfig{}.batch);
+  auto scores = parse_run_config(R"({"samples": 4})", "w");
+  ASSERT_TRUE(scores.ok());
+  EXPECT_FALSE(scores->train || scores->model);
+}
+
+TEST(RunConfig, TokensSeenByATextRun) {
+  auto c = parse_run_config(R"({"train": {"dataset": "text", "batch": 8, "text_seq_len": 129}})", "w");
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_EQ(c->tokens_at(10), int64_t{10} * 8 * 128);
+}
+
+TEST(RunConfig, WrongTypesAndNonObjectsNameTheRunAndTheKey) {
+  expect_error(status_of(parse_run_config("{not json", "runs.db: run 'r'")), {"runs.db: run 'r'", "not a JSON object"});
+  expect_error(status_of(parse_run_config(R"({"train": 3})", "runs.db: run 'r'")), {"runs.db: run 'r'", "\"train\""});
+  expect_error(status_of(parse_run_config(R"({"train": {"steps": "many"}})", "runs.db: run 'r'")),
+               {"runs.db: run 'r'", "steps"});
 }
 
 }  // namespace

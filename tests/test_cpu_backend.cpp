@@ -3,7 +3,7 @@
 // polynomial exp against std::exp, tiled loops, thread splits) op by op, by normalized MSE. Guard
 // values after every float output catch out-of-bounds writes. Also: AdamW against a hand
 // computation, sum_squares, broadcast_rows / sum_rows, memory, run-to-run determinism, and bf16
-// weights (the conversions of kernels/dtype.h, matmul and embedding against the widened weights).
+// weights (the conversions of kernels/base/dtype.h, matmul and embedding against the widened weights).
 //
 // Not here: gradient correctness (test_ops_grad.cpp, test_binary_mapper.cpp check the double
 // templates by finite differences, so agreeing with them here means correct in float too).

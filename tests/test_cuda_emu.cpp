@@ -47,9 +47,9 @@
 #include "cuda_runtime.h"  // tests/cuda_emu: the emulation's own controls
 #include "datasets/registry.h"
 #include "kernels/backend.h"
+#include "kernels/base/philox.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graph.h"
-#include "kernels/philox.h"
 
 namespace ftx {
 namespace {

@@ -19,7 +19,7 @@
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
 #include "datasets/synthetic.h"
-#include "kernels/dtype.h"
+#include "kernels/base/dtype.h"
 #include "tests/test_util.h"
 
 namespace ftx {

@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "kernels/backend.h"
+#include "kernels/base/dtype.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/isa.h"
-#include "kernels/dtype.h"
 #include "kernels/membw.h"
 
 namespace ftx::cpu {

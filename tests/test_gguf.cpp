@@ -32,7 +32,7 @@
 #include "core/io/gguf.h"
 #include "core/io/gguf_llama.h"
 #include "core/io/safetensors.h"
-#include "kernels/dtype.h"
+#include "kernels/base/dtype.h"
 #include "tests/real_model.h"
 
 namespace ftx {

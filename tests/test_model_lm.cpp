@@ -15,7 +15,7 @@
 #include "core/io/model_file.h"
 #include "core/sample/sampler.h"
 #include "kernels/backend.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 #include "tests/real_model.h"
 
 namespace ftx {

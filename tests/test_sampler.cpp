@@ -16,7 +16,7 @@
 #include "core/model/model.h"
 #include "core/sample/sampler.h"
 #include "kernels/backend.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 namespace {

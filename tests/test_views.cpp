@@ -504,13 +504,23 @@ TEST(SummarizeRun, BadJsonKeepsTheRunWithDefaults) {
   EXPECT_TRUE(r.dataset.isEmpty());
 }
 
-TEST(SummarizeRun, WrongTypesKeepWhatWasRead) {
+TEST(SummarizeRun, WrongTypesListTheRunWithTheReason) {
   ftx::RunInfo info;
+  info.name = "edited";
   info.config_json = R"({"train": {"dataset": "synthetic", "preset": "small", "steps": "many"}})";
   const RunSummary r = summarize_run(info);  // must not throw
-  EXPECT_EQ(r.dataset, "synthetic");
-  EXPECT_EQ(r.preset, "small");
+  EXPECT_EQ(r.info.name, "edited");
   EXPECT_EQ(r.steps, 0);
+  EXPECT_NE(r.config_error.toStdString().find("steps"), std::string::npos) << r.config_error.toStdString();
+}
+
+TEST(SummarizeRun, ARowWithoutTrainingConfigIsNotATrainedRun) {
+  ftx::RunInfo info;
+  info.config_json = R"({"samples": 4})";  // what ftx eval --score-samples records
+  const RunSummary r = summarize_run(info);
+  EXPECT_TRUE(r.config_error.isEmpty()) << r.config_error.toStdString();
+  EXPECT_TRUE(r.dataset.isEmpty());
+  EXPECT_EQ(r.latent_bits, 0);
 }
 
 // ---------------------------------------------------------------------------------------------

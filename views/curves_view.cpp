@@ -51,6 +51,7 @@ constexpr int kMaxBuckets = 1000;                // so at most 4 * 1000 + 2 poin
 constexpr double kYPad = 0.04;                   // auto range: this fraction of the span above and below
 constexpr double kLogYPad = 1.2;                 // the same on a log axis, as a factor
 constexpr double kXDivisions = 5;                // auto x snaps to a 1-2-5 step of about span / 5
+constexpr double kMinTickSpacingPx = 64;         // a narrow chart gets fewer ticks: "12000" fits whole
 constexpr double kWheelStep = 1.25;              // zoom factor per wheel notch
 constexpr double kKeyPan = 0.1;                  // arrow keys pan by this fraction of the plot
 constexpr int kFaintAlpha = 70;                  // the raw curve under its EMA
@@ -79,6 +80,7 @@ struct ChartSpec {
   QString title, y_title;
   std::vector<KeySpec> keys;
   bool kappa_events = false;
+  bool fraction = false;  // values in [0, 1]: the y axis shows at least that range
 };
 
 std::vector<ChartSpec> chart_specs() {
@@ -107,7 +109,9 @@ std::vector<ChartSpec> chart_specs() {
         {"synth/agree_fixed_late", Qt::CustomDashLine, true, "late, Z"},
         {"synth/agree_indep", Qt::DotLine, true, "agree"},
         {"synth/noise_agree_fixed", Qt::DashDotLine, true, "noise, Z"},
-        {"synth/noise_agree_indep", Qt::DashDotDotLine, true, "noise"}}},
+        {"synth/noise_agree_indep", Qt::DashDotDotLine, true, "noise"}},
+       false,
+       true},
   };
 }
 
@@ -118,9 +122,9 @@ double nice_step(double v) {
   return (r <= 1 ? 1 : r <= 2 ? 2 : r <= 5 ? 5 : 10) * mag;
 }
 
-// Steps are integers: their ticks are at least 1 apart.
-double tick_interval(double span, bool steps) {
-  const double step = nice_step(span / kXDivisions);
+// Steps are integers: their ticks are at least 1 apart. `divisions`: about how many intervals.
+double tick_interval(double span, bool steps, double divisions) {
+  const double step = nice_step(span / divisions);
   return steps ? std::max(1.0, step) : step;
 }
 
@@ -342,6 +346,7 @@ class CurvePanel {
   void render_smooth(CurveLine& line, const Series& s, const RenderKey& key);
   void render_events(bool log_y);
   void fit_y();
+  double divisions(const QValueAxis* axis) const;  // about how many tick intervals fit the plot
   void update_title(bool log_y);
 
   ChartSpec spec_;
@@ -500,7 +505,7 @@ void CurvePanel::create_series(CurveLine& line) {
 void CurvePanel::set_range(QAbstractAxis* axis, double lo, double hi) {
   auto* v = qobject_cast<QValueAxis*>(axis);
   if (v != nullptr && hi > lo) {
-    const double interval = tick_interval(hi - lo, v == x_axis_);
+    const double interval = tick_interval(hi - lo, v == x_axis_, divisions(v));
     if (interval > v->tickInterval()) v->setTickInterval(interval);
   }
   axis->setRange(lo, hi);
@@ -509,8 +514,15 @@ void CurvePanel::set_range(QAbstractAxis* axis, double lo, double hi) {
 // Keeps the ticks at 1-2-5 multiples of the visible span.
 void CurvePanel::on_axis_range() {
   for (QValueAxis* v : {x_axis_, qobject_cast<QValueAxis*>(y_axis_)}) {
-    if (v != nullptr && v->max() > v->min()) v->setTickInterval(tick_interval(v->max() - v->min(), v == x_axis_));
+    if (v != nullptr && v->max() > v->min())
+      v->setTickInterval(tick_interval(v->max() - v->min(), v == x_axis_, divisions(v)));
   }
+}
+
+double CurvePanel::divisions(const QValueAxis* axis) const {
+  const QRectF plot = chart_->plotArea();
+  const double room = axis == x_axis_ ? plot.width() / kMinTickSpacingPx : plot.height() / (kMinTickSpacingPx / 2);
+  return std::clamp(room, 2.0, kXDivisions);
 }
 
 void CurvePanel::follow_data_x() {
@@ -523,7 +535,7 @@ void CurvePanel::follow_data_x() {
   }
   if (!(lo <= hi)) return;
   lo = std::min(lo, 0.0);  // every chart starts at step 0, so the grid's x-axes line up
-  const auto [snap_lo, snap_hi] = snap_outward(lo, hi, kXDivisions);
+  const auto [snap_lo, snap_hi] = snap_outward(lo, hi, divisions(x_axis_));
   if (snap_lo != x_axis_->min() || snap_hi != x_axis_->max()) set_range(x_axis_, snap_lo, snap_hi);
 }
 
@@ -613,6 +625,7 @@ void CurvePanel::fit_y() {
     set_range(y_axis_, lo / kLogYPad, hi * kLogYPad);
     return;
   }
+  if (spec_.fraction) lo = std::min(lo, 0.0), hi = std::max(hi, 1.0);  // 0 agreement reads as 0 of 1
   // A flat curve (all synthetic metrics still 0, a constant lr) gets a readable band around it,
   // not an axis of +-1e-12.
   const double pad = hi > lo ? (hi - lo) * kYPad : std::max(std::abs(hi) * kYPad, 0.5);
@@ -658,6 +671,7 @@ void CurvePanel::refresh(const DisplayOptions& opt) {
   render_events(opt.log_y);
   if (auto_ || fit_y_) fit_y();
   fit_y_ = false;
+  on_axis_range();  // the tick count follows the plot's size too
   update_title(opt.log_y);
 }
 

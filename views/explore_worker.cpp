@@ -9,7 +9,7 @@
 #include "core/model/kappa.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 #include "views/store_poller.h"
 
 namespace {

@@ -91,7 +91,9 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
   const int col = index.column();
   if (role == Qt::CheckStateRole && col == kOverlay) return overlay_.contains(id) ? Qt::Checked : Qt::Unchecked;
   if (role == Qt::DecorationRole && col == kColour) return colour(id);
-  if (role == Qt::ToolTipRole) return QString::fromStdString(r->info.created_at + "  " + r->info.notes);
+  if (role == Qt::ToolTipRole)
+    return QString::fromStdString(r->info.created_at + "  " + r->info.notes) +
+           (r->config_error.isEmpty() ? QString() : "\n" + r->config_error);
   const ftx::Series* ce = cache_ ? cache_->series(id, "train/ce") : nullptr;
   const int done_steps = ce && !ce->x.empty() ? static_cast<int>(ce->x.back()) : 0;
   if (role == kSortRole) {  // numbers sort as numbers ("16" after "8"), the rest as text

@@ -2,9 +2,7 @@
 
 #include <filesystem>
 
-#include <nlohmann/json.hpp>
-
-#include "core/train/train_config.h"
+#include "core/train/run_config.h"
 
 namespace {
 
@@ -15,23 +13,19 @@ constexpr int64_t kMetricsPerRound = 200000;  // a large backlog arrives over a 
 RunSummary summarize_run(const ftx::RunInfo& info) {
   RunSummary r;
   r.info = info;
-  nlohmann::json j = nlohmann::json::parse(info.config_json, nullptr, false);
-  if (j.is_discarded() || !j.is_object()) return r;
-  const nlohmann::json m = j.value("model", nlohmann::json::object()), t = j.value("train", nlohmann::json::object());
-  auto get = [](const nlohmann::json& o, const char* k, auto fallback) {
-    return o.contains(k) && !o[k].is_null() ? o[k].get<decltype(fallback)>() : fallback;
-  };
-  try {
-    r.dataset = QString::fromStdString(get(t, "dataset", std::string("?")));
-    r.preset = QString::fromStdString(get(t, "preset", std::string("?")));
-    r.steps = get(t, "steps", 0);
-    r.kappa_bits = ftx::nats_to_bits(get(t, "kappa_nats", 0.0));
-    if (auto f = ftx::parse_free_bits(get(t, "free_bits", std::string("per-pair"))))
-      r.free_bits_label = ftx::free_bits_label(*f);
-    r.latent_bits = get(m.value("free_transformer", nlohmann::json::object()), "latent_bits", 0);
-  } catch (const nlohmann::json::exception&) {
-    // A hand-edited config with wrong types: list the run with what could be read.
+  auto c = ftx::parse_run_config(info.config_json, "run '" + info.name + "'");
+  if (!c) {  // a hand-edited row: the run is still listed, with the reason in its tooltip
+    r.config_error = QString::fromStdString(c.error().message);
+    return r;
   }
+  if (c->train) {
+    r.dataset = QString::fromStdString(c->train->dataset);
+    r.preset = QString::fromStdString(c->train->preset);
+    r.steps = c->train->steps;
+    r.kappa_bits = ftx::nats_to_bits(c->train->kappa_nats);
+    r.free_bits_label = ftx::free_bits_label(c->train->free_bits_form());
+  }
+  if (c->model) r.latent_bits = c->model->latent_bits;
   return r;
 }
 

@@ -17,6 +17,7 @@
 
 #include "core/model/free_bits.h"
 #include "core/store/run_store.h"
+#include "core/train/run_config.h"
 
 // One run as the Runs dock lists it.
 struct RunSummary {
@@ -26,9 +27,10 @@ struct RunSummary {
   double kappa_bits = 0;
   QString free_bits_label = ftx::free_bits_label(ftx::FreeBitsForm::PerPair);  // a row without the key: per pair
   std::vector<int> checkpoint_steps;
+  QString config_error;  // why the row's config did not read (the other fields keep their defaults)
 };
 
-// The summary of a run row (its stored config read tolerantly; unknown fields stay defaults).
+// The summary of a run row: its config read by parse_run_config (core/train/run_config.h).
 RunSummary summarize_run(const ftx::RunInfo& info);
 
 using MetricBatch = std::vector<std::pair<int64_t, ftx::MetricRow>>;    // (run id, row)

@@ -24,10 +24,10 @@
 #include <string>
 #include <vector>
 
-#include "core/io/fs.h"
 #include "core/io/mapped_file.h"
 #include "core/text/tokenizer.h"
-#include "kernels/result.h"
+#include "core/util/fs.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx {
 

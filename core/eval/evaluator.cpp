@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/eval/synth_metrics.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 namespace {

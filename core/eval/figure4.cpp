@@ -5,7 +5,7 @@
 #include <cstdlib>
 #include <limits>
 
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 namespace {

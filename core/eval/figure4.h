@@ -18,7 +18,7 @@
 #include "core/model/model.h"
 #include "core/store/run_store.h"
 #include "core/text/tokenizer.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

@@ -13,7 +13,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

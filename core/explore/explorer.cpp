@@ -7,23 +7,15 @@
 #include "core/io/checkpoint.h"
 #include "core/sample/sampler.h"
 #include "core/store/run_store.h"
+#include "core/train/run_config.h"
 #include "core/train/trainer.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 namespace {
 
 // Seed lanes of derive_seed for the explorer (distinct from the evaluator's 10..21).
 enum : uint64_t { kLaneFreeze = 40, kLaneLatentSample = 41 };
-
-Result<TrainConfig> stored_train_config(RunStore& store, const std::string& run) {
-  auto info = store.find_run(run);
-  if (!info) return info.error();
-  nlohmann::json j = nlohmann::json::parse(info->config_json, nullptr, false);
-  if (j.is_discarded() || !j.is_object())
-    return make_error(store.path() + ": run '" + run + "' has an unreadable config");
-  return train_config_from_json(j.value("train", nlohmann::json::object()), store.path() + " (run '" + run + "')");
-}
 
 // Rows of a generated group with the synthetic task's per-row validity and the group metrics.
 GroupView to_group_view(const GroupResult& g, const Tokenizer& tokenizer, bool synthetic) {
@@ -84,7 +76,7 @@ Result<ExplorerModel> load_explorer_model(Backend& be, const DatasetFactory& dat
   if (!store) return store.error();
   auto ref = find_run_checkpoint(*store, run, step);
   if (!ref) return ref.error();
-  auto train = stored_train_config(*store, run);
+  auto train = read_train_config(*store, run);
   if (!train) return train.error();
   auto data = datasets(*train);
   if (!data) return make_error("run '" + run + "': dataset '" + train->dataset + "' is not known to this build");

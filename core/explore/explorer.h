@@ -18,7 +18,7 @@
 #include "core/model/model.h"
 #include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

@@ -2,7 +2,7 @@
 
 #include "core/eval/evaluator.h"
 #include "core/sample/sampler.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 namespace {

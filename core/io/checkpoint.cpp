@@ -16,10 +16,10 @@
 #include <set>
 
 #include "core/io/config_json.h"
-#include "core/io/fs.h"
 #include "core/io/safetensors.h"
 #include "core/model/params.h"
 #include "core/text/tokenizer_json.h"
+#include "core/util/fs.h"
 
 namespace ftx {
 namespace {
@@ -28,17 +28,6 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxJsonFile = uint64_t{64} << 20;  // config.json, index, trainer.json
 constexpr const char* kIgnoredSuffix = "rotary_emb.inv_freq";
-
-std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-bool path_exists(const std::string& p) {
-  struct stat st {};
-  return ::lstat(p.c_str(), &st) == 0;
-}
 
 // ---- tensor sets: one file or the shards of an index, seen as one name -> file map -------------
 
@@ -166,7 +155,7 @@ Status check_tensors(const TensorSet& set, const std::vector<ParamSpec>& specs, 
                         " is not supported (expected F32, BF16 or F16)");
   }
   for (const auto& [name, fi] : set.file_of)
-    if (!expected.count(name) && !ends_with(name, kIgnoredSuffix))
+    if (!expected.count(name) && !name.ends_with(kIgnoredSuffix))
       return make_error(set.files[fi].path() + ": unexpected tensor " + quote_name(name) + " " + extra_hint(name, c));
   return {};
 }

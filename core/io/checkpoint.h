@@ -31,7 +31,7 @@
 #include "core/io/safetensors.h"
 #include "core/model/config.h"
 #include "core/text/tokenizer.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

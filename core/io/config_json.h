@@ -1,9 +1,8 @@
 // config.json: ModelConfig <-> a Hugging Face config (docs/design.md section 5) as transformers 4
 // and 5 write it for model_type "llama", "mistral" and "qwen2", plus our two extensions,
 // "free_transformer": {"latent_bits", "inject_after_layer"} (absent for the plain decoder) and
-// "tokenizer" (its form: core/text/tokenizer_json.h). Also the strict JSON parser every io/ reader
-// uses (duplicate keys are an error, never "last one wins"), and the bos/eos ids of a config or a
-// generation_config.json.
+// "tokenizer" (its form: core/text/tokenizer_json.h). Also the bos/eos ids of a config or a
+// generation_config.json. The strict JSON parser every reader uses is core/util/json_strict.h.
 //
 // Reading is strict: required keys present, exact types (an integer is not 64.0, a bool is not
 // 1), ranges bounded before anything is sized from them, then ModelConfig::validate(). Accepted
@@ -34,13 +33,10 @@
 
 #include "core/model/config.h"
 #include "core/text/tokenizer.h"
-#include "kernels/result.h"
+#include "core/util/json_strict.h"  // parse_json_strict, which every reader of config.json uses
+#include "kernels/base/result.h"
 
 namespace ftx {
-
-// Parses `text` as JSON; any syntax error, invalid UTF-8 or duplicate object key (at any depth)
-// is an Error "<path>: ...". Never throws.
-Result<nlohmann::json> parse_json_strict(std::string_view text, const std::string& path);
 
 // The Hugging Face config of `c` (torch_dtype "float32"), with the extensions above; no
 // "tokenizer" object when `tokenizer` is null (token ids only). Floats are written with the

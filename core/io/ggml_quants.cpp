@@ -8,8 +8,8 @@
 #include <bit>
 #include <cstring>
 
-#include "kernels/common.h"
-#include "kernels/dtype.h"
+#include "kernels/base/assert.h"
+#include "kernels/base/dtype.h"
 
 namespace ftx {
 

@@ -27,7 +27,7 @@
 
 #include "core/io/ggml_quants.h"
 #include "core/io/mapped_file.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

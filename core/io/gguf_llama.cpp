@@ -10,7 +10,7 @@
 #include <unordered_set>
 
 #include "core/io/safetensors.h"  // quote_name
-#include "kernels/dtype.h"
+#include "kernels/base/dtype.h"
 
 namespace ftx {
 

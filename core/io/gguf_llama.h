@@ -26,7 +26,7 @@
 #include "core/io/gguf.h"
 #include "core/model/config.h"
 #include "core/text/bpe_tokenizer.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

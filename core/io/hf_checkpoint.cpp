@@ -14,7 +14,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/config_json.h"
-#include "core/io/fs.h"
+#include "core/util/fs.h"
 
 namespace ftx {
 namespace {
@@ -23,18 +23,6 @@ using nlohmann::json;
 
 constexpr uint64_t kMaxJsonFile = uint64_t{64} << 20;  // config, index, tokenizer config, template
 constexpr const char* kIgnoredSuffix = "rotary_emb.inv_freq";
-
-std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
-
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Follows symbolic links (the Hugging Face cache links snapshot files to blobs).
-bool path_exists(const std::string& p) {
-  struct stat st {};
-  return ::stat(p.c_str(), &st) == 0;
-}
 
 Result<json> read_json_file(const std::string& path) {
   auto text = read_small_file(path, kMaxJsonFile);
@@ -130,7 +118,7 @@ bool supported_dtype(SafetensorsDType d) {
 }
 
 bool is_attention_bias(const std::string& name) {
-  return name.find("self_attn.") != std::string::npos && ends_with(name, "_proj.bias");
+  return name.find("self_attn.") != std::string::npos && name.ends_with("_proj.bias");
 }
 
 // Why an expected tensor is absent, in the terms of config.json.
@@ -176,7 +164,7 @@ Status check_tensor_set(const std::vector<HfTensor>& tensors, const std::unorder
                         " is not supported (expected F32, BF16 or F16)");
   }
   for (const HfTensor& t : tensors) {
-    if (expected.count(t.name) || ends_with(t.name, kIgnoredSuffix)) continue;
+    if (expected.count(t.name) || t.name.ends_with(kIgnoredSuffix)) continue;
     if (t.name == "lm_head.weight" && c.tie_embeddings) {
       const std::vector<int64_t> want = {c.vocab_size, c.dim};
       if (t.shape != want)

@@ -42,8 +42,8 @@
 #include "core/model/config.h"
 #include "core/model/params.h"
 #include "core/text/tokenizer.h"
-#include "kernels/dtype.h"
-#include "kernels/result.h"
+#include "kernels/base/dtype.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

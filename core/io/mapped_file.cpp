@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <utility>
 
-#include "core/io/fs.h"
+#include "core/util/fs.h"
 
 namespace ftx {
 

@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

@@ -13,7 +13,7 @@
 #include "core/io/safetensors.h"
 #include "core/model/params.h"
 #include "core/text/bpe_tokenizer.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 namespace {

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/io/model_file.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

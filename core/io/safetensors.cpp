@@ -11,7 +11,7 @@
 #include <limits>
 
 #include "core/io/config_json.h"
-#include "kernels/dtype.h"
+#include "kernels/base/dtype.h"
 
 namespace ftx {
 

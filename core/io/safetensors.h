@@ -24,13 +24,13 @@
 #include <unordered_map>
 #include <vector>
 
-#include "core/io/fs.h"
-#include "kernels/result.h"
+#include "core/util/fs.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 
 // Every dtype string of the safetensors format; anything else is rejected at open(). A storage
-// type of the file, not a compute type: the backend's weight dtypes are ftx::DType (kernels/dtype.h).
+// type of the file, not a compute type: the backend's weight dtypes are ftx::DType (kernels/base/dtype.h).
 enum class SafetensorsDType {
   BOOL,
   U8,

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/util/fields.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

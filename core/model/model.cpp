@@ -15,7 +15,7 @@
 #include <cstring>
 #include <string>
 
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/model/config.h"
-#include "kernels/dtype.h"
+#include "kernels/base/dtype.h"
 
 namespace ftx {
 

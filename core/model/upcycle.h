@@ -22,7 +22,7 @@
 
 #include "core/model/config.h"
 #include "kernels/backend.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

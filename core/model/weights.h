@@ -11,7 +11,7 @@
 
 #include "core/model/config.h"
 #include "core/model/params.h"
-#include "kernels/dtype.h"
+#include "kernels/base/dtype.h"
 
 namespace ftx {
 

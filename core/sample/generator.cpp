@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <memory>
 
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 

@@ -17,7 +17,7 @@
 #include "core/model/model.h"
 #include "core/sample/sampler.h"
 #include "core/text/tokenizer.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

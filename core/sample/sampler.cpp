@@ -4,7 +4,7 @@
 #include <cmath>
 #include <numeric>
 
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 

@@ -11,7 +11,7 @@
 
 #include "core/model/model.h"
 #include "core/util/fields.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

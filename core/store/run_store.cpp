@@ -17,7 +17,7 @@
 #include <utility>
 
 #include "core/store/sqlite_tx.h"
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx {
 

@@ -18,7 +18,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 struct sqlite3;
 

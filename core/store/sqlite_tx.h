@@ -8,7 +8,7 @@
 #include <functional>
 #include <string>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 struct sqlite3;
 

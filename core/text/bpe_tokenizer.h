@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "core/text/tokenizer.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

@@ -8,10 +8,10 @@
 #include <filesystem>
 #include <unordered_set>
 
-#include "core/io/config_json.h"
-#include "core/io/fs.h"
 #include "core/text/bpe_impl.h"
 #include "core/text/unicode_text.h"
+#include "core/util/fs.h"
+#include "core/util/json_strict.h"
 
 namespace ftx {
 namespace {

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx::text {
 

@@ -3,10 +3,10 @@
 
 #include <filesystem>
 
-#include "core/io/config_json.h"
-#include "core/io/fs.h"
 #include "core/text/bpe_tokenizer.h"
 #include "core/text/char_tokenizer.h"
+#include "core/util/fs.h"
+#include "core/util/json_strict.h"
 
 namespace ftx {
 namespace {

@@ -19,7 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/text/tokenizer.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

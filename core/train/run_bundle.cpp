@@ -7,9 +7,10 @@
 #include <vector>
 
 #include "core/io/checkpoint.h"
-#include "core/io/fs.h"
 #include "core/store/run_store.h"
+#include "core/train/run_config.h"
 #include "core/train/trainer.h"
+#include "core/util/fs.h"
 #include "core/util/sha256.h"
 
 namespace ftx {
@@ -18,8 +19,6 @@ namespace {
 using json = nlohmann::json;
 constexpr int kBundleVersion = 1;
 constexpr uint64_t kMaxRunJsonBytes = 64ull << 20;
-
-std::string join(const std::string& dir, const char* file) { return (std::filesystem::path(dir) / file).string(); }
 
 // The run's metrics up to `step` as {key: [[step, value], ...]}; NaN is written as null.
 Result<json> metrics_json(RunStore& store, int64_t run_id, int step) {
@@ -61,6 +60,7 @@ Result<BundleRecord> read_record(const std::string& path) {
   r.step = j["step"];
   if (!j.contains("config") || !j["config"].is_object()) return bad("\"config\": expected an object");
   r.config = j["config"].dump();
+  if (auto c = parse_run_config(r.config, path + ": \"config\""); !c) return c.error();
   r.status = j.value("status", "done");
   r.notes = j.value("notes", "");
   const json& m = j.value("metrics", json::object());
@@ -91,8 +91,8 @@ Status export_run(const std::string& db, const std::string& run, const std::stri
   if (!ck) return ck.error();
   auto metrics = metrics_json(*store, info->id, ref->step);
   if (!metrics) return metrics.error();
-  const json config = json::parse(info->config_json, nullptr, false);
-  if (!config.is_object()) return make_error(db + ": run '" + run + "': its config is not a JSON object");
+  if (auto c = parse_run_config(info->config_json, db + ": run '" + run + "'"); !c) return c.error();
+  const json config = json::parse(info->config_json);  // exported as stored
   ck->weights_dtype = options.bf16 ? SafetensorsDType::BF16 : SafetensorsDType::F32;
   const std::string name = options.name.empty() ? run : options.name;
   const json record = {{"format", "ftx-run"}, {"version", kBundleVersion}, {"name", name},

@@ -14,7 +14,7 @@
 #include <optional>
 #include <string>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

@@ -17,7 +17,7 @@
 #include "core/model/kappa.h"  // kappa_nats: bits_to_nats and the text of a kappa
 #include "core/model/model.h"
 #include "core/util/fields.h"
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

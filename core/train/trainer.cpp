@@ -18,8 +18,9 @@
 #include "core/io/checkpoint.h"
 #include "core/io/config_json.h"
 #include "core/text/tokenizer.h"
+#include "core/train/run_config.h"
 #include "core/util/sha256.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 namespace {
@@ -52,10 +53,6 @@ Result<TrainerPosition> read_position(const json& j, const std::string& where) {
   if (j.contains("threads")) FTX_TRY(get_int("threads", 1, 1 << 16, threads));
   p.step = static_cast<int>(step), p.threads = static_cast<int>(threads);
   return p;
-}
-
-std::string run_config_json(const ModelConfig& m, const Tokenizer* tokenizer, const TrainConfig& t) {
-  return json{{"model", config_to_json(m, tokenizer)}, {"train", train_config_to_json(t)}}.dump();
 }
 
 }  // namespace

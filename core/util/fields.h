@@ -23,7 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

@@ -4,7 +4,7 @@
 #include <cstdint>
 #include <string>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

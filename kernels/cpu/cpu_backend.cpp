@@ -9,7 +9,7 @@
 #include <cstring>
 
 #include "kernels/backend.h"
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops_adamw.h"
 #include "kernels/cpu/ops_attention.h"

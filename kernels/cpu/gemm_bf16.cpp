@@ -8,7 +8,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/ops_matmul.h"

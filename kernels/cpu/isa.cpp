@@ -10,7 +10,7 @@
 #include <cstring>
 #include <mutex>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx::cpu {
 namespace {

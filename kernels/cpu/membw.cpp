@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx {
 namespace {

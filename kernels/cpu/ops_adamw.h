@@ -7,7 +7,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cpu/cpu_common.h"
 
 namespace ftx::cpu {

@@ -16,7 +16,7 @@
 #include <limits>
 
 #include "kernels/backend.h"
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/ops_matmul.h"
 

@@ -19,10 +19,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
+#include "kernels/base/philox.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/ops_matmul.h"
-#include "kernels/philox.h"
 
 namespace ftx::cpu {
 

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <limits>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cpu/cpu_common.h"
 
 namespace ftx::cpu {

@@ -7,8 +7,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/base/dtype.h"
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/dtype.h"
 
 namespace ftx::cpu {
 

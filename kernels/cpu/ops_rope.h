@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cpu/cpu_common.h"
 
 namespace ftx::cpu {

@@ -33,7 +33,7 @@
 #include <cstddef>
 #include <type_traits>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_ops.h"
 

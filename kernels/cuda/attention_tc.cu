@@ -24,7 +24,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_ops.h"
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "kernels/backend.h"
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graph.h"

@@ -21,10 +21,10 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
+#include "kernels/base/philox.h"
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_ops.h"
-#include "kernels/philox.h"
 
 namespace ftx::cuda {
 namespace {

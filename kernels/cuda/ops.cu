@@ -14,7 +14,7 @@
 #include <cstdint>
 
 #include "kernels/backend.h"
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_ops.h"
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx::cuda {
 

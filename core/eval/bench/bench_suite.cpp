@@ -6,7 +6,7 @@
 #include <numeric>
 #include <sstream>
 
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx::bench {
 

@@ -6,7 +6,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx::bench {
 

@@ -10,7 +10,7 @@
 #include "core/sample/sampler.h"
 #include "core/text/bpe_tokenizer.h"
 #include "core/text/tokenizer_json.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx::bench {
 namespace {

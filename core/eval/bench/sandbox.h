@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx::bench {
 

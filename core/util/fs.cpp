@@ -1,5 +1,5 @@
-// POSIX implementations of core/io/fs.h. Every syscall result is checked; EINTR is retried.
-#include "core/io/fs.h"
+// POSIX implementations of core/util/fs.h. Every syscall result is checked; EINTR is retried.
+#include "core/util/fs.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -161,6 +161,13 @@ Status remove_tree(const std::string& path) {
   std::filesystem::remove_all(path, ec);
   if (ec) return make_error(path + ": cannot remove: " + ec.message());
   return {};
+}
+
+std::string join(const std::string& dir, const std::string& name) { return dir + "/" + name; }
+
+bool path_exists(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0;
 }
 
 }  // namespace ftx

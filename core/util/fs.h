@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "kernels/result.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 
@@ -78,5 +78,11 @@ Status fsync_dir(const std::string& path);
 
 // Removes a file or a directory tree; a missing path is not an error.
 Status remove_tree(const std::string& path);
+
+// dir + "/" + name.
+std::string join(const std::string& dir, const std::string& name);
+// Whether `path` names something, following symbolic links (the Hugging Face cache links snapshot
+// files to blobs): a dangling link does not exist, as open() would find.
+bool path_exists(const std::string& path);
 
 }  // namespace ftx

@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx {
 

@@ -2,14 +2,14 @@
 // (docs/design.md, "Errors"). Shaped like std::expected; the Error is one line that names the
 // thing (path, tensor, device) and the problem, expected vs. actual where it helps. It lives in
 // kernels/, the lowest layer, so that kernels, core, views and the app share one convention.
-// Not here: bugs (FT_ASSERT, kernels/common.h) and CUDA faults after initialization
+// Not here: bugs (FT_ASSERT, kernels/base/assert.h) and CUDA faults after initialization
 // (FTX_CUDA_CHECK), which abort; exceptions, which no layer uses for bad input.
 #pragma once
 #include <string>
 #include <utility>
 #include <variant>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx {
 

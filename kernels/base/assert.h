@@ -1,5 +1,5 @@
 // FT_ASSERT: always-on check for broken invariants (bugs), never for anything a user or a file
-// controls (those return Result, kernels/result.h). Prints file:line and aborts.
+// controls (those return Result, kernels/base/result.h). Prints file:line and aborts.
 #pragma once
 #include <cstdio>
 #include <cstdlib>

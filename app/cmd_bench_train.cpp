@@ -1,0 +1,81 @@
+// ftx bench train: training throughput of one configuration (a preset, optionally reshaped) as
+// JSON: median step time over timed steps after warm-up, peak memory, and model FLOP/s with the
+// model FLOPs utilization when the GPU's peak is known (core/model/flops.h).
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+
+#include "app/bench_common.h"
+#include "app/common.h"
+#include "core/model/flops.h"
+#include "core/train/trainer.h"
+
+namespace ftx::app {
+namespace {
+
+using nlohmann::json;
+
+// Seconds per step of `steps` timed steps after `warmup` untimed ones.
+std::vector<double> time_train_steps(Backend& be, Trainer& trainer, BatchSource& data, int warmup, int steps) {
+  std::vector<double> secs;
+  for (int i = 0; i < warmup + steps; ++i) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)trainer.step_once(data);
+    be.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) secs.push_back(s);
+  }
+  return secs;
+}
+
+json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const BatchSource& data,
+                  const std::vector<double>& secs) {
+  const ModelConfig& m = trainer.model_config();
+  const int T = data.seq_len() - 1;
+  const double med = median(secs), tokens_per_s = double(a.batch) * T / med;
+  const double flops = train_flops_per_token(m, T), tflops = flops * tokens_per_s / 1e12;
+  const std::optional<double> peak = peak_tflops(be, be.matmul_precision());
+  json j = common_report(a, be, m, trainer.model().num_params());
+  j.update({{"data", data.name()},
+            {"seq_len", T},
+            {"tokens_per_step", a.batch * T},
+            {"timed_steps", a.steps},
+            {"step_ms_median", med * 1e3},
+            {"step_ms_min", *std::min_element(secs.begin(), secs.end()) * 1e3},
+            {"tokens_per_s", tokens_per_s},
+            {"model_flops_per_token", flops},
+            {"model_tflops", tflops},
+            {"peak_tflops", peak ? json(*peak) : json(nullptr)},
+            {"mfu", peak ? json(tflops / *peak) : json(nullptr)},
+            {"flops_convention", kFlopsConvention},
+            // Step graphs recorded and replayed (CUDA; 0 and 0 on the CPU, or with FTX_CUDA_GRAPHS=0)
+            {"graph_captures", be.graph_stats().captures},
+            {"graph_replays", be.graph_stats().replays}});
+  return j;
+}
+
+}  // namespace
+
+int run_bench_train(const BenchArgs& a) {
+  if (a.steps <= 0 || a.warmup < 0 || a.batch <= 0) return fail("bench: --steps and --batch must be positive");
+  TrainConfig t;
+  t.preset = a.shape.preset, t.batch = a.batch, t.lr = 1e-3f, t.steps = a.warmup + a.steps;
+  t.eval_every = 0, t.checkpoint_every = 0;
+  auto data = bench_data(a, t);
+  if (!data) return fail(data.error());
+  const BatchSource& src = **data;
+  auto mcfg = shape_model_config(a.shape, src.tokenizer().vocab_size(), src.seq_len(), option_name);
+  if (!mcfg) return fail(mcfg.error());
+  auto made_backend = make_backend(a.device, a.precision);
+  if (!made_backend) return fail(made_backend.error());
+  std::unique_ptr<Backend> backend = std::move(*made_backend);
+  // No tokenizer stored: the run lives in ":memory:" and its tokens are never read as text.
+  auto trainer = Trainer::start(*backend, *mcfg, nullptr, t, src.seq_len(), ":memory:", "bench");
+  if (!trainer) return fail(trainer.error());
+  const auto secs = time_train_steps(*backend, **trainer, **data, a.warmup, a.steps);
+  std::printf("%s\n", train_report(a, *backend, **trainer, **data, secs).dump(2).c_str());
+  return 0;
+}
+
+}  // namespace ftx::app

@@ -1,0 +1,40 @@
+#include "core/model/flops.h"
+
+#include <string>
+
+namespace ftx {
+
+double train_flops_per_token(const ModelConfig& c, int T) {
+  const double D = c.dim, Q = double(c.n_heads) * c.head_dim, KV = double(c.n_kv_heads) * c.head_dim;
+  const double block = D * Q + 2 * D * KV + Q * D + 3 * D * c.ffn_hidden;  // q, k, v, o; gate, up, down
+  const int blocks = c.n_layers + (c.is_free() ? 1 : 0);
+  double gemm_params = blocks * block + double(c.vocab_size) * D;
+  if (c.is_free()) gemm_params += double(c.latent_bits) * D;
+  double flops = 6 * gemm_params + 12.0 * blocks * T * Q;
+  if (c.is_free()) flops += 2.0 * double(c.num_codes()) * (D + c.latent_bits);
+  return flops;
+}
+
+namespace {
+
+struct PeakRow {
+  const char* name_part;    // a substring of the device name, e.g. "cuda:0 (NVIDIA H100 80GB HBM3)"
+  double fp32, tf32, bf16;  // fp32: CUDA cores, no tensor cores
+};
+constexpr PeakRow kPeaks[] = {
+    {"H100 PCIe", 51.2, 378.0, 756.0}, {"H100 80GB HBM3", 66.9, 494.7, 989.4},  // SXM5
+    {"H100 SXM", 66.9, 494.7, 989.4},  {"H200", 66.9, 494.7, 989.4},           {"A100", 19.5, 156.0, 312.0},
+};
+
+}  // namespace
+
+std::optional<double> peak_tflops(const Backend& be, MatmulPrecision p) {
+  const std::string name = be.name();
+  if (be.kind() != DeviceKind::Cuda || name.find("NVL") != std::string::npos) return std::nullopt;
+  for (const PeakRow& r : kPeaks)
+    if (name.find(r.name_part) != std::string::npos)
+      return p == MatmulPrecision::Fp32 ? r.fp32 : p == MatmulPrecision::Tf32 ? r.tf32 : r.bf16;
+  return std::nullopt;
+}
+
+}  // namespace ftx

@@ -1,0 +1,29 @@
+// What a training step costs and what the hardware can do: the model FLOPs of one predicted token
+// (the numerator of model FLOPs utilization) and the dense peak of the GPUs we know. `ftx bench`
+// reports both; a GPU not in the table has no peak (no utilization is claimed).
+#pragma once
+#include <optional>
+
+#include "core/model/config.h"
+#include "kernels/backend.h"
+
+namespace ftx {
+
+// Training FLOPs per predicted token, PaLM's convention (Chowdhery et al. 2022, appendix B):
+//   6 per weight of every GEMM (2 forward, 4 backward for the input and weight gradients): the
+//   decoder blocks, the encoder block and its readout, the LM head; not the embedding gather,
+//   the norms or the post-sampler (a gather),
+// + 12 * L_att * T * D_att for the attention scores and weighted sums, forward and backward, over
+//   the full T x T (not halved for causal masking); L_att counts the encoder block too,
+// + for a Free Transformer the binary mapper backward: dG = dR W^T over all 2^H codes
+//   (2 * 2^H * D) and the per-bit reduction of dG * G (2 * 2^H * H), as `ftx bench mapper` counts.
+double train_flops_per_token(const ModelConfig& c, int T);
+inline constexpr const char* kFlopsConvention =
+    "PaLM: 6 x GEMM weights + 12 x L_att x T x D_att (+ mapper backward 2 x 2^H x (D + H)) per token";
+
+// Dense peak TFLOP/s of the backend's device at precision p (no sparsity: half the datasheets'
+// starred figures), by the CUDA device name (NVIDIA H100, H200 and A100 datasheets). None for the
+// CPU, NVL boards (other clocks) and anything not listed.
+std::optional<double> peak_tflops(const Backend& be, MatmulPrecision p);
+
+}  // namespace ftx
