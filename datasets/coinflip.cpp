@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "core/text/char_tokenizer.h"
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx {
 

@@ -13,8 +13,8 @@
 #include "core/data/batch_source.h"
 #include "core/data/dataset_options.h"
 #include "core/eval/coinflip_exact.h"
-#include "kernels/philox.h"
-#include "kernels/result.h"
+#include "kernels/base/philox.h"
+#include "kernels/base/result.h"
 
 namespace ftx {
 

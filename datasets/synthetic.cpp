@@ -4,7 +4,7 @@
 
 #include "core/eval/synth_metrics.h"
 #include "core/text/char_tokenizer.h"
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx {
 namespace {

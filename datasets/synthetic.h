@@ -12,7 +12,7 @@
 
 #include "core/data/batch_source.h"
 #include "core/data/dataset_options.h"
-#include "kernels/philox.h"
+#include "kernels/base/philox.h"
 
 namespace ftx {
 

@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "kernels/common.h"
+#include "kernels/base/assert.h"
 
 namespace ftx {
 
