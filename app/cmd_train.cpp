@@ -8,10 +8,8 @@
 
 #include "app/commands.h"
 #include "app/common.h"
-#include "core/eval/bench/bench_suite.h"
-#include "core/io/model_params.h"
 #include "core/store/run_store.h"
-#include "core/train/init_model.h"
+#include "core/train/run_start.h"
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
 
@@ -69,45 +67,6 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   c->add_flag("--resume", a.resume, "Continue the run from its latest checkpoint");
 }
 
-namespace {
-
-// A new run on the shape, weights and tokenizer of --init (ours or any model file): shape flags
-// are refused, the data must be tokenized by the model's tokenizer, kappa is the one the
-// checkpoint recorded (ftx upcycle --kappa-bits) unless given.
-Result<std::unique_ptr<Trainer>> start_from_init(Backend& be, TrainArgs& a, const BatchSource& data) {
-  const std::string& path = a.train.init_from;
-  if (!a.shape_flag_given.empty())
-    return make_error(a.shape_flag_given + " cannot be used with --init: the model's shape comes from " + path);
-  if (auto store = RunStore::open_readonly(a.db); store && store->find_run(a.run))
-    return make_error("run '" + a.run + "' already exists in " + a.db + " (use --resume, or pick another --run)");
-  auto src = read_init_model(path, data);
-  if (!src) return src.error();
-  const ModelInfo& info = src->info;
-  if (!a.kappa_given)
-    if (const float k = recorded_kappa_nats(path); k >= 0) a.train.kappa_nats = k;
-  a.train.preset = "custom";
-  FTX_TRY(a.train.validate(option_name));
-  FTX_TRY(check_training_memory(info.config, a.train, data.seq_len(), option_name));
-  return Trainer::start(be, info.config, info.tokenizer, a.train, data.seq_len(), a.db, a.run, &src->params);
-}
-
-// A new run: the model shaped from the flags and the dataset's sizes (as the studio's Train form
-// does through core::Session), refused before the store is touched when it cannot train here.
-Result<std::unique_ptr<Trainer>> start_run(Backend& be, TrainArgs& a) {
-  auto probe = open_dataset(a.train, option_name);
-  if (!probe) return probe.error();
-  const BatchSource& data = **probe;
-  if (!a.train.init_from.empty()) return start_from_init(be, a, data);
-  auto mcfg = shape_model_config(a.shape, data.tokenizer().vocab_size(), data.seq_len(), option_name);
-  if (!mcfg) return mcfg.error();
-  FTX_TRY(check_training_memory(*mcfg, a.train, data.seq_len(), option_name));
-  if (auto store = RunStore::open_readonly(a.db); store && store->find_run(a.run))
-    return make_error("run '" + a.run + "' already exists in " + a.db + " (use --resume, or pick another --run)");
-  return Trainer::start(be, *mcfg, data.tokenizer().clone(), a.train, data.seq_len(), a.db, a.run);
-}
-
-}  // namespace
-
 int run_train(TrainArgs& a) {
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
@@ -121,13 +80,9 @@ int run_train(TrainArgs& a) {
   a.train.preset = a.shape.preset;
   if (!a.train.bench_tasks.empty() && a.train.bench_data.empty()) a.train.bench_data = data_cache_dir();
   if (auto s = a.train.validate(option_name); !s) return fail(s.error());
-  if (!a.train.bench_tasks.empty()) {  // bad benchmark settings are refused before a run exists
-    auto specs = bench::parse_bench_tasks(a.train.bench_tasks);
-    if (!specs) return fail("--bench-tasks: " + specs.error().message);
-    if (auto suite = bench::BenchSuite::load(*specs, a.train.bench_data); !suite) return fail(suite.error());
-  }
 
   std::unique_ptr<Trainer> trainer;
+  std::unique_ptr<BatchSource> data;
   if (a.resume) {
     auto t = Trainer::resume(*backend, a.db, a.run, a.steps_given ? std::optional<int>(a.train.steps) : std::nullopt);
     if (!t) return fail(t.error());
@@ -135,14 +90,20 @@ int run_train(TrainArgs& a) {
     if (trainer->thread_count_changed())
       std::fprintf(stderr,
                    "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
-  } else {
-    auto t = start_run(*backend, a);
+    auto opened = open_dataset(trainer->train_config());
+    if (!opened) return fail(opened.error());
+    data = std::move(*opened);
+  } else {  // checked as the studio checks a run (core/train/run_start.h), nothing written on a refusal
+    auto opened = open_dataset(a.train, option_name);
+    if (!opened) return fail(opened.error());
+    auto prepared = prepare_run(NewRun{a.db, a.run, a.shape, a.shape_flag_given, a.train, a.kappa_given},
+                                std::move(*opened), option_name);
+    if (!prepared) return fail(prepared.error());
+    auto t = start_run(*backend, *prepared);
     if (!t) return fail(t.error());
     trainer = std::move(*t);
+    data = std::move(prepared->data);
   }
-  auto opened = open_dataset(trainer->train_config());
-  if (!opened) return fail(opened.error());
-  auto data = std::move(*opened);
   const ModelConfig& m = trainer->model_config();
   const TrainConfig& tc = trainer->train_config();
   std::printf("run '%s' in %s: %s, %d layers, D=%d, H=%d, kappa %.4g bit (%.4g nats), %lld parameters, %s %d/%d\n",

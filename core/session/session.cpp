@@ -11,7 +11,7 @@
 #include <omp.h>
 
 #include "core/store/run_store.h"
-#include "core/train/init_model.h"
+#include "core/train/run_start.h"
 #include "core/train/trainer.h"
 #include "kernels/backend.h"
 
@@ -35,26 +35,23 @@ const char* session_state_name(SessionState s) {
   return "?";
 }
 
+namespace {
+
+// The request checked as ftx train checks a run (core/train/run_start.h); req gets the model and
+// the training config as they will run.
+Result<PreparedRun> prepare(const DatasetFactory& datasets, TrainRequest& req) {
+  auto p = prepare_run(NewRun{req.db_path, req.run, req.shape, "", req.train, true}, datasets(req.train));
+  if (!p) return p.error();
+  req.model = p->model;
+  req.train = p->request.train;
+  return p;
+}
+
+}  // namespace
+
 Status prepare_request(const DatasetFactory& datasets, TrainRequest& req) {
-  FTX_TRY(req.train.validate());
-  auto data = datasets(req.train);
-  if (!data) return make_error("dataset '" + req.train.dataset + "': unknown or bad arguments");
-  if (req.train.init_from.empty()) {
-    auto m = shape_model_config(req.shape, data->tokenizer().vocab_size(), data->seq_len());
-    if (!m) return m.error();
-    req.model = *m;
-  } else {  // the shape is the file's; its weights are read when the run starts, on the worker
-    auto info = check_init_model(req.train.init_from, *data);
-    if (!info) return info.error();
-    req.model = info->config;
-    req.train.preset = "custom";
-  }
-  FTX_TRY(check_training_memory(req.model, req.train, data->seq_len()));
-  if (req.run.empty()) return make_error("a run needs a name");
-  auto store = RunStore::open(req.db_path);
-  if (!store) return store.error();
-  if (store->find_run(req.run)) return make_error("run '" + req.run + "' already exists in " + req.db_path);
-  return {};
+  auto p = prepare(datasets, req);
+  return p ? Status{} : Status(p.error());
 }
 
 Session::Session(DatasetFactory datasets) : datasets_(std::move(datasets)) {
@@ -75,15 +72,18 @@ Session::~Session() {
 Status Session::start(std::vector<TrainRequest> requests) {
   if (requests.empty()) return make_error("nothing to train");
   std::set<std::string> names;
+  std::vector<QueuedRun> prepared;
   for (TrainRequest& r : requests) {
-    FTX_TRY(prepare_request(datasets_, r));
+    auto p = prepare(datasets_, r);
+    if (!p) return p.error();
     if (!names.insert(r.run).second) return make_error("run '" + r.run + "' appears twice in the sweep");
+    prepared.push_back(QueuedRun{std::move(r), std::move(*p)});
   }
   {
     std::lock_guard lk(mu_);
     if (!queue_.empty() || snap_.state == SessionState::Running || snap_.state == SessionState::Paused)
       return make_error("a run is already in progress: stop it first");
-    for (TrainRequest& r : requests) queue_.push_back(std::move(r));
+    for (QueuedRun& r : prepared) queue_.push_back(std::move(r));
     snap_.queued = static_cast<int>(queue_.size());
     paused_ = false;
     ++snap_.version;
@@ -156,18 +156,18 @@ void Session::worker_loop() {
   if (pthread_setschedparam(pthread_self(), SCHED_IDLE, &idle) != 0)
     setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), 10);
   for (;;) {
-    TrainRequest req;
+    QueuedRun queued;
     {
       std::unique_lock lk(mu_);
       cv_.wait(lk, [&] { return quit_ || !queue_.empty(); });
       if (quit_) return;
-      req = std::move(queue_.front());
+      queued = std::move(queue_.front());
       queue_.pop_front();
       stop_ = false;
       step_tokens_ = 0;
       pending_kappa_ = -1;
     }
-    run_one(req);
+    run_one(queued);
   }
 }
 
@@ -185,22 +185,8 @@ Result<std::unique_ptr<Backend>> make_session_backend(const std::string& device,
 }
 }  // namespace
 
-// The request's Trainer: random weights of req.model, or the weights of req.train.init_from
-// (read here, on the worker: seconds for a 135M model, with a notice meanwhile).
-Result<std::unique_ptr<Trainer>> Session::start_trainer(Backend& be, const TrainRequest& req, const BatchSource& data,
-                                                        SessionSnapshot& s) {
-  if (req.train.init_from.empty())
-    return Trainer::start(be, req.model, data.tokenizer().clone(), req.train, data.seq_len(), req.db_path, req.run);
-  s.message = "reading the weights of " + req.train.init_from;
-  publish(s);
-  auto src = read_init_model(req.train.init_from, data);
-  if (!src) return src.error();
-  s.message.clear();
-  return Trainer::start(be, src->info.config, src->info.tokenizer, req.train, data.seq_len(), req.db_path, req.run,
-                        &src->params);
-}
-
-void Session::run_one(TrainRequest& req) {
+void Session::run_one(QueuedRun& queued) {
+  const TrainRequest& req = queued.request;
   SessionSnapshot s;
   s.run = req.run, s.total_steps = req.train.steps, s.kappa_nats = req.train.kappa_nats;
   s.state = SessionState::Running;
@@ -213,8 +199,13 @@ void Session::run_one(TrainRequest& req) {
     return publish(s);
   }
   std::unique_ptr<Backend> be = std::move(*made);
-  auto data = datasets_(req.train);
-  auto trainer = start_trainer(*be, req, *data, s);
+  if (!req.train.init_from.empty()) {  // seconds for a 135M model: say so meanwhile
+    s.message = "reading the weights of " + req.train.init_from;
+    publish(s);
+  }
+  auto trainer = start_run(*be, queued.run);
+  s.message.clear();
+  BatchSource* data = queued.run.data.get();
   if (!trainer) {
     s.state = SessionState::Failed, s.message = trainer.error().message;
     return publish(s);

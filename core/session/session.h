@@ -19,6 +19,7 @@
 
 #include "core/data/batch_source.h"
 #include "core/model/config.h"
+#include "core/train/run_start.h"
 #include "core/train/train_config.h"
 
 namespace ftx {
@@ -29,7 +30,7 @@ class Trainer;
 struct TrainRequest {
   std::string db_path, run;
   ShapeOverrides shape;  // the model asked for, shaped as `ftx train` shapes it (unused with init_from)
-  ModelConfig model;     // filled by prepare_request: shape_model_config(shape, the dataset's sizes),
+  ModelConfig model;     // filled by prepare_request / start: shape_model_config(shape, the dataset's sizes),
                          // or the shape of train.init_from, whose weights the run starts from
   TrainConfig train;
   int threads = 0;             // OpenMP threads for the worker; 0 = all cores (it runs at idle priority)
@@ -54,10 +55,9 @@ struct SessionSnapshot {
   uint64_t version = 0;  // increases with every publication
 };
 
-// Shapes the request's model from its ShapeOverrides and the vocabulary and sequence length of
-// the dataset it names (shape_model_config, as `ftx train` does), or takes the shape of the model
-// file train.init_from names (its headers only; the data must be tokenized by its tokenizer), and
-// validates everything a run needs before it is queued: one-line errors.
+// Checks the request as `ftx train` checks a run (prepare_run, core/train/run_start.h) and fills
+// req.model (and the training config as it will run): one-line errors. start() does the same and
+// keeps what it read for the run.
 Status prepare_request(const DatasetFactory& datasets, TrainRequest& req);
 
 class Session {
@@ -80,16 +80,18 @@ class Session {
 
  private:
   void worker_loop();
-  void run_one(TrainRequest& req);
-  Result<std::unique_ptr<Trainer>> start_trainer(Backend& be, const TrainRequest& req, const BatchSource& data,
-                                                 SessionSnapshot& s);
+  struct QueuedRun {
+    TrainRequest request;
+    PreparedRun run;  // its dataset opened and its checks done when it was queued
+  };
+  void run_one(QueuedRun& queued);
   bool wait_for_step(Trainer& tr, SessionSnapshot& s);  // false when the run must stop
   void publish(const SessionSnapshot& s);
 
   DatasetFactory datasets_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<TrainRequest> queue_;
+  std::deque<QueuedRun> queue_;
   SessionSnapshot snap_;
   bool paused_ = false, quit_ = false;
   int step_tokens_ = 0;       // step-once credits while paused

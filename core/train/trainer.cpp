@@ -402,6 +402,8 @@ Status Trainer::check_data(const BatchSource& data) const {
   return {};
 }
 
+void Trainer::use_bench_suite(std::unique_ptr<bench::BenchSuite> suite) { bench_ = std::move(suite); }
+
 Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const TrainerCallbacks& cb) {
   FTX_TRY(check_data(data));
   const int T = data.seq_len() - 1;

@@ -98,6 +98,8 @@ class Trainer {
   // Changes the free-bits threshold from the next step on (the studio's live kappa; a schedule
   // is replaced by the constant), recorded as a "kappa" event with the old and new value.
   Status set_kappa(float kappa_nats);
+  // The benchmark suite of bench_tasks, already loaded (prepare_run): run() then reads no file.
+  void use_bench_suite(std::unique_ptr<bench::BenchSuite> suite);
   Status flush() { return store_.flush(); }  // buffered metrics, e.g. before a pause
 
   const ModelConfig& model_config() const { return model_->config(); }
