@@ -50,10 +50,11 @@ void add_train_flags(CLI::App* c, TrainArgs& a) {
       o->each([&a, name](const std::string&) { a.shape_flag_given = name; });
   });
   c->get_option("--kappa-nats")->each([&a](const std::string&) { a.kappa_given = true; });
-  auto* kb = c->add_option("--kappa-bits", a.kappa_bits, "Free bits per token, in bits (default 1/8)");
+  auto* kb =
+      add_kappa_bits_option(c, "--kappa-bits", a.kappa_bits, "Free bits per token, in bits: 1/8, 0.125 (default 1/8)");
   kb->excludes(c->get_option("--kappa-nats"));
   kb->each([&a](const std::string&) { a.kappa_given = true; });
-  c->add_option("--kappa-start-bits", a.kappa_start_bits, "Anneal kappa linearly from this value (bits)");
+  add_kappa_bits_option(c, "--kappa-start-bits", a.kappa_start_bits, "Anneal kappa linearly from this value (bits)");
   add_dataset_options(c, a.train);
   add_db_option(c, a.db);
   add_device_options(c, a.device, a.precision);
@@ -71,10 +72,6 @@ int run_train(TrainArgs& a) {
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
-  if (a.kappa_bits && !(*a.kappa_bits >= 0))
-    return fail("--kappa-bits must be >= 0, got " + std::to_string(*a.kappa_bits));
-  if (a.kappa_start_bits && !(*a.kappa_start_bits >= 0))
-    return fail("--kappa-start-bits must be >= 0, got " + std::to_string(*a.kappa_start_bits));
   if (a.kappa_bits) a.train.kappa_nats = static_cast<float>(bits_to_nats(*a.kappa_bits));
   if (a.kappa_start_bits) a.train.kappa_start_nats = static_cast<float>(bits_to_nats(*a.kappa_start_bits));
   a.train.preset = a.shape.preset;

@@ -14,7 +14,7 @@ void add_upcycle_options(CLI::App& app, UpcycleArgs& a) {
   auto* c = app.add_subcommand("upcycle", "Turn a Llama-family model into a Free Transformer checkpoint");
   c->add_option("--from", a.from, "Model file: a .gguf file or a checkpoint directory")->required();
   c->add_option("--latent-bits", a.latent_bits, "H: latent bits per position (0 = the plain model)")->required();
-  c->add_option("--kappa-bits", a.kappa_bits, "Free bits per token, in bits, that train --init starts with");
+  add_kappa_bits_option(c, "--kappa-bits", a.kappa_bits, "Free bits per token, in bits, that train --init starts with");
   c->add_option("--out", a.out, "Checkpoint directory to write")->required();
   c->add_option("--post-sampler", a.post_sampler, "Post-sampler init: zero (exact logits) | bitlinear")
       ->check(CLI::IsMember({"zero", "bitlinear"}))
@@ -26,8 +26,6 @@ int run_upcycle(const UpcycleArgs& a) {
   if (a.latent_bits < 0 || a.latent_bits > kMaxLatentBits)
     return fail("--latent-bits must be in 0.." + std::to_string(kMaxLatentBits) + ", got " +
                 std::to_string(a.latent_bits));
-  if (a.kappa_bits && !(*a.kappa_bits >= 0))
-    return fail("--kappa-bits must be >= 0, got " + std::to_string(*a.kappa_bits));
   UpcycleOptions opt;
   opt.latent_bits = a.latent_bits;
   opt.bitlinear_post_sampler = a.post_sampler == "bitlinear";

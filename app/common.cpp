@@ -36,6 +36,18 @@ void add_db_option(CLI::App* c, std::string& db, const std::string& note) {
       ->capture_default_str();
 }
 
+CLI::Option* add_kappa_bits_option(CLI::App* c, const std::string& flag, std::optional<double>& bits,
+                                   const std::string& help) {
+  const auto check = [](std::string& text) {
+    auto v = parse_kappa_bits(text);
+    return v ? std::string() : v.error().message;
+  };
+  return c
+      ->add_option_function<std::string>(
+          flag, [&bits](const std::string& text) { bits = parse_kappa_bits(text).value_or(0); }, help)
+      ->check(CLI::Validator(check, "BITS"));
+}
+
 void add_device_options(CLI::App* c, std::string& device, std::string& precision) {
   c->add_option("--device", device, "cpu | cuda | cuda:N")->capture_default_str();
   c->add_option("--precision", precision, "GEMM inputs: fp32 | tf32 | bf16 (default: fp32 on cpu, tf32 on cuda)");

@@ -33,6 +33,10 @@ void add_device_options(CLI::App* c, std::string& device, std::string& precision
 // --db PATH, the run store every command that reads or writes runs takes (default kDefaultDb);
 // `note` is added to its help ("created if missing").
 void add_db_option(CLI::App* c, std::string& db, const std::string& note = "");
+// A kappa in bits as people write it ("1/8", "0.125", "2 bits"; core/model/kappa.h); a bad value
+// is refused while parsing, with the reason.
+CLI::Option* add_kappa_bits_option(CLI::App* c, const std::string& flag, std::optional<double>& bits,
+                                   const std::string& help);
 // The backend named by --device with its GEMMs at --precision ("": the backend's default), or a
 // one-line error naming the option.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const std::string& precision);
