@@ -535,7 +535,8 @@ void CurvePanel::follow_data_x() {
   }
   if (!(lo <= hi)) return;
   lo = std::min(lo, 0.0);  // every chart starts at step 0, so the grid's x-axes line up
-  const auto [snap_lo, snap_hi] = snap_outward(lo, hi, divisions(x_axis_));
+  // The range snaps as in every chart (the grid's x-axes line up); only the ticks follow the width.
+  const auto [snap_lo, snap_hi] = snap_outward(lo, hi, kXDivisions);
   if (snap_lo != x_axis_->min() || snap_hi != x_axis_->max()) set_range(x_axis_, snap_lo, snap_hi);
 }
 
