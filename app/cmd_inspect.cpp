@@ -1,28 +1,15 @@
 // ftx inspect: what a model file is (format, shapes, dtypes, tokenizer), from its headers only.
-#include <unistd.h>
-
-#include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cstdio>
-#include <filesystem>
-#include <iostream>
-#include <iterator>
 #include <map>
-#include <sstream>
-#include <thread>
 
 #include <nlohmann/json.hpp>
 
 #include "app/commands.h"
 #include "app/common.h"
-#include "core/data/token_file.h"
 #include "core/explore/text_explorer.h"
 #include "core/io/model_file.h"
 #include "core/io/safetensors.h"
-#include "core/text/tokenizer_json.h"
-#include "core/text/unicode_text.h"
-#include "core/util/fs.h"
 
 namespace ftx::app {
 namespace {
