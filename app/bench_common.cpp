@@ -74,6 +74,38 @@ Result<std::unique_ptr<BatchSource>> bench_data(const BenchArgs& a, const TrainC
       std::make_unique<RandomTokens>(a.vocab.value_or(vocab), a.seq_len.value_or(T) + 1, t.seed));
 }
 
+Result<BenchTraining> bench_training(const BenchArgs& a) {
+  if (a.steps <= 0 || a.warmup < 0 || a.batch <= 0) return Error{"bench: --steps and --batch must be positive"};
+  BenchTraining b;
+  b.train.preset = a.shape.preset, b.train.batch = a.batch, b.train.lr = 1e-3f, b.train.steps = a.warmup + a.steps;
+  b.train.eval_every = 0, b.train.checkpoint_every = 0;
+  auto data = bench_data(a, b.train);
+  if (!data) return data.error();
+  b.data = std::move(*data);
+  auto mcfg = shape_model_config(a.shape, b.data->tokenizer().vocab_size(), b.data->seq_len(), option_name);
+  if (!mcfg) return mcfg.error();
+  b.model = *mcfg;
+  return b;
+}
+
+Result<std::unique_ptr<Trainer>> start_bench_trainer(Backend& be, const BenchTraining& t) {
+  // No tokenizer stored: the run lives in ":memory:" and its tokens are never read as text.
+  return Trainer::start(be, t.model, nullptr, t.train, t.data->seq_len(), ":memory:", "bench");
+}
+
+std::vector<double> time_train_steps(Backend& be, Trainer& trainer, BatchSource& data, int warmup, int steps) {
+  std::vector<double> secs;
+  for (int i = 0; i < warmup + steps; ++i) {
+    be.synchronize();
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)trainer.step_once(data);
+    be.synchronize();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) secs.push_back(s);
+  }
+  return secs;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];

@@ -11,6 +11,7 @@
 #include "app/commands.h"
 #include "core/data/batch_source.h"
 #include "core/model/config.h"
+#include "core/train/trainer.h"
 #include "kernels/backend.h"
 
 namespace ftx::app {
@@ -42,6 +43,19 @@ std::vector<double> time_calls(Backend& be, int warmup, int steps, F&& f) {
   return ms;
 }
 
+// What bench train and bench ops train: the data (bench_data), the model's shape and the
+// training configuration of --batch, --warmup and --steps (no evaluation, no checkpoints).
+struct BenchTraining {
+  std::unique_ptr<BatchSource> data;
+  ModelConfig model;
+  TrainConfig train;
+};
+Result<BenchTraining> bench_training(const BenchArgs& a);
+// A trainer of that model on `be`, in a ":memory:" run store.
+Result<std::unique_ptr<Trainer>> start_bench_trainer(Backend& be, const BenchTraining& t);
+// Seconds of each of `steps` training steps after `warmup` untimed ones.
+std::vector<double> time_train_steps(Backend& be, Trainer& trainer, BatchSource& data, int warmup, int steps);
+
 // Backend buffers released together (also on the early returns of a refused allocation).
 class DeviceBuffers {
  public:
@@ -62,8 +76,9 @@ class DeviceBuffers {
   std::vector<void*> ptrs_;
 };
 
-// The three benchmarks, each in its own cmd_bench_<name>.cpp.
+// The benchmarks, each in its own cmd_bench_<name>.cpp.
 int run_bench_train(const BenchArgs& a);
+int run_bench_ops(const BenchArgs& a);
 int run_bench_mapper(const BenchArgs::Mapper& m);
 int run_bench_generate(const BenchArgs& a);
 

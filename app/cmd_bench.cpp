@@ -1,6 +1,6 @@
-// ftx bench: the command and its three benchmarks' options; each benchmark is its own file
-// (cmd_bench_train.cpp, cmd_bench_mapper.cpp, cmd_bench_generate.cpp), what they share is
-// bench_common.h.
+// ftx bench: the command and its benchmarks' options; each benchmark is its own file
+// (cmd_bench_train.cpp, cmd_bench_ops.cpp, cmd_bench_mapper.cpp, cmd_bench_generate.cpp), what
+// they share is bench_common.h.
 // Deliberately not here: anything written to disk (the run store is ":memory:"), and data or
 // weights that matter (a reshaped model trains on uniform random tokens, generation runs random
 // weights: throughput depends on neither).
@@ -12,15 +12,24 @@ namespace ftx::app {
 void add_bench_options(CLI::App& app, BenchArgs& a) {
   auto* bench = app.add_subcommand("bench", "Benchmarks");
   bench->require_subcommand(1);
+  // The training configuration of bench train and bench ops.
+  auto add_training = [&a](CLI::App* c) {
+    add_shape_options(c, a.shape);
+    c->add_option("--vocab", a.vocab, "Vocabulary size (other than 29: uniform random tokens)");
+    c->add_option("--seq-len", a.seq_len, "Predicted positions T (other than 65: uniform random tokens)");
+    c->add_option("--batch", a.batch, "Sequences per step")->capture_default_str();
+    c->add_option("--warmup", a.warmup, "Untimed steps first")->capture_default_str();
+    c->add_option("--steps", a.steps, "Timed steps")->capture_default_str();
+    add_device_options(c, a.device, a.precision);
+  };
   auto* c = bench->add_subcommand("train", "Training throughput (tokens/s, model TFLOP/s) of a preset, maybe reshaped");
   c->callback([&a] { a.command = "train"; });
-  add_shape_options(c, a.shape);
-  c->add_option("--vocab", a.vocab, "Vocabulary size (other than 29: uniform random tokens)");
-  c->add_option("--seq-len", a.seq_len, "Predicted positions T (other than 65: uniform random tokens)");
-  c->add_option("--batch", a.batch, "Sequences per step")->capture_default_str();
-  c->add_option("--warmup", a.warmup, "Untimed steps first")->capture_default_str();
-  c->add_option("--steps", a.steps, "Timed steps")->capture_default_str();
-  add_device_options(c, a.device, a.precision);
+  add_training(c);
+
+  auto* ops = bench->add_subcommand("ops", "Each op of a training step timed alone: time per call, share of the step");
+  ops->callback([&a] { a.command = "ops"; });
+  add_training(ops);
+  ops->add_option("--reps", a.ops_reps, "Timed calls per op (after up to 3 untimed ones)")->capture_default_str();
 
   auto* mp = bench->add_subcommand("mapper", "Binary mapper backward against the GEMM of the same shape");
   mp->callback([&a] { a.command = "mapper"; });
@@ -54,6 +63,7 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
 
 int run_bench(const BenchArgs& a) {
   if (a.command == "mapper") return run_bench_mapper(a.mapper);
+  if (a.command == "ops") return run_bench_ops(a);
   if (a.command == "generate") return run_bench_generate(a);
   return run_bench_train(a);
 }

@@ -15,20 +15,6 @@ namespace {
 
 using nlohmann::json;
 
-// Seconds per step of `steps` timed steps after `warmup` untimed ones.
-std::vector<double> time_train_steps(Backend& be, Trainer& trainer, BatchSource& data, int warmup, int steps) {
-  std::vector<double> secs;
-  for (int i = 0; i < warmup + steps; ++i) {
-    be.synchronize();
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)trainer.step_once(data);
-    be.synchronize();
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (i >= warmup) secs.push_back(s);
-  }
-  return secs;
-}
-
 json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const BatchSource& data,
                   const std::vector<double>& secs) {
   const ModelConfig& m = trainer.model_config();
@@ -58,23 +44,15 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
 }  // namespace
 
 int run_bench_train(const BenchArgs& a) {
-  if (a.steps <= 0 || a.warmup < 0 || a.batch <= 0) return fail("bench: --steps and --batch must be positive");
-  TrainConfig t;
-  t.preset = a.shape.preset, t.batch = a.batch, t.lr = 1e-3f, t.steps = a.warmup + a.steps;
-  t.eval_every = 0, t.checkpoint_every = 0;
-  auto data = bench_data(a, t);
-  if (!data) return fail(data.error());
-  const BatchSource& src = **data;
-  auto mcfg = shape_model_config(a.shape, src.tokenizer().vocab_size(), src.seq_len(), option_name);
-  if (!mcfg) return fail(mcfg.error());
+  auto setup = bench_training(a);
+  if (!setup) return fail(setup.error());
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
-  // No tokenizer stored: the run lives in ":memory:" and its tokens are never read as text.
-  auto trainer = Trainer::start(*backend, *mcfg, nullptr, t, src.seq_len(), ":memory:", "bench");
+  auto trainer = start_bench_trainer(*backend, *setup);
   if (!trainer) return fail(trainer.error());
-  const auto secs = time_train_steps(*backend, **trainer, **data, a.warmup, a.steps);
-  std::printf("%s\n", train_report(a, *backend, **trainer, **data, secs).dump(2).c_str());
+  const auto secs = time_train_steps(*backend, **trainer, *setup->data, a.warmup, a.steps);
+  std::printf("%s\n", train_report(a, *backend, **trainer, *setup->data, secs).dump(2).c_str());
   return 0;
 }
 

@@ -1,9 +1,10 @@
-// The float CpuBackend against the double instantiations of the same op templates on medium,
-// awkward shapes: this checks the fast paths (sgemm against dgemm, vectorised loops and the
-// polynomial exp against std::exp, tiled loops, thread splits) op by op, by normalized MSE. Guard
-// values after every float output catch out-of-bounds writes. Also: AdamW against a hand
-// computation, sum_squares, broadcast_rows / sum_rows, memory, run-to-run determinism, and bf16
-// weights (the conversions of kernels/base/dtype.h, matmul and embedding against the widened weights).
+// The float CpuBackend against the double instantiations of the same op templates: every op of
+// the op table (kernels/op_table.h) at its awkward test sizes, which checks the fast paths (sgemm
+// against dgemm, vectorised loops and the polynomial exp against std::exp, tiled loops, thread
+// splits), with guard words after every buffer. Here besides: RoPE at large positions, SwiGLU over
+// the whole exp range, AdamW against a hand computation and over several steps, clipping,
+// sum_squares' accuracy, memory, run-to-run determinism, and bf16 weights (the conversions of
+// kernels/base/dtype.h, matmul against the widened weights).
 //
 // Not here: gradient correctness (test_ops_grad.cpp, test_binary_mapper.cpp check the double
 // templates by finite differences, so agreeing with them here means correct in float too).
@@ -31,6 +32,7 @@
 #include "kernels/cpu/ops_rmsnorm.h"
 #include "kernels/cpu/ops_rope.h"
 #include "kernels/cpu/ops_swiglu.h"
+#include "kernels/op_table.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -101,31 +103,26 @@ class CpuBackendTest : public ::testing::Test {
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();  // for outputs that must be written
 
-// ---- matmul ------------------------------------------------------------------------------------
+// ---- the op table: every op against its double form ----------------------------------------------
 
-TEST_F(CpuBackendTest, MatmulMatchesDouble) {
-  const int N = 333, IC = 130, OC = 77;
-  const Vec inp = random_vec(size_t(N) * IC, 1);                                         // (N, IC)
-  const Vec w = random_vec(size_t(OC) * IC, 2);                                          // (OC, IC)
-  const Vec dout = random_vec(size_t(N) * OC, 3), base = random_vec(size_t(N) * OC, 4);  // (N, OC)
-  const Vec dw0 = random_vec(w.size(), 5), dinp0 = random_vec(inp.size(), 6);
-  const auto inpf = to_float(inp), wf = to_float(w), doutf = to_float(dout);
-  for (bool accumulate : {false, true}) {
-    Vec out = base;
-    cpu::matmul_forward(out.data(), inp.data(), w.data(), N, IC, OC, accumulate);
-    Out outf = accumulate ? Out(base) : Out(base.size(), kNaN);
-    be_->matmul_forward(outf.data(), inpf.data(), f32_weight(wf.data()), N, IC, OC, accumulate);
-    EXPECT_CLOSE(outf, out, kNmseReduction);
+// Each case of kernels/op_table.h (its test sizes) on the float backend against the same op in
+// double from the same inputs: relative L2 error within op_limit_double (the square roots of the
+// normalized MSEs 1e-12 and 1e-10 this file used before the table), no write past a buffer.
+class OpTable : public ::testing::TestWithParam<OpTestCase> {};
 
-    Vec dinp = dinp0, dw = dw0;
-    cpu::matmul_backward(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC, accumulate);
-    Out dinpf = accumulate ? Out(dinp0) : Out(dinp0.size(), kNaN), dwf(dw0);
-    be_->matmul_backward(dinpf.data(), dwf.data(), doutf.data(), inpf.data(), f32_weight(wf.data()), N, IC, OC,
-                         accumulate);
-    EXPECT_CLOSE(dinpf, dinp, kNmseReduction);
-    EXPECT_CLOSE(dwf, dw, kNmseReduction);
-  }
+TEST_P(OpTable, CpuMatchesDouble) {
+  const OpCase c = GetParam().build();
+  if (!c.reference) GTEST_SKIP() << c.full_name() << " has no double form";
+  SCOPED_TRACE(c.full_name());
+  auto be = make_cpu_backend();
+  const auto got = run_op_case(*be, c);
+  ASSERT_TRUE(got) << got.error().message;
+  for (const std::string& line : op_compare(c, run_op_reference(c), *got, op_limit_double(c.error)))
+    ADD_FAILURE() << line << " (" << op_error_name(c.error) << ")";
 }
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTable, ::testing::ValuesIn(op_test_cases()),
+                         [](const ::testing::TestParamInfo<OpTestCase>& i) { return i.param.name; });
 
 // ---- bf16 weights -------------------------------------------------------------------------------
 
@@ -205,47 +202,6 @@ TEST_F(CpuBackendTest, Bf16WeightGradientIsABug) {
       "frozen");
 }
 
-TEST_F(CpuBackendTest, Bf16EmbeddingIsTheWidenedRow) {
-  const int V = 29, N = 500, C = 130;
-  std::vector<int32_t> tok(N);
-  for (int n = 0; n < N; ++n) tok[n] = (n * 11 + n / 7) % V;
-  const Vec wte = random_vec(size_t(V) * C, 93);
-  std::vector<uint16_t> w16(wte.size());
-  for (size_t i = 0; i < w16.size(); ++i) w16[i] = fp32_to_bf16(float(wte[i]));
-  Out outf(size_t(N) * C, kNaN);
-  be_->embedding_forward(outf.data(), tok.data(), bf16_weight(w16.data()), N, C);
-  Vec ref(outf.size());
-  for (int n = 0; n < N; ++n)
-    for (int c = 0; c < C; ++c) ref[size_t(n) * C + c] = bf16_to_fp32(w16[size_t(tok[n]) * C + c]);
-  EXPECT_CLOSE(outf, ref, 0.0);  // a copy
-}
-
-// ---- attention ---------------------------------------------------------------------------------
-
-void compare_attention(Backend& be, const AttnShape& s, uint64_t seed) {
-  const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk_cap * s.NKV * s.HS;
-  const size_t na = size_t(s.B) * s.NH * s.Tq * s.Tk;
-  const Vec q = random_vec(nq, seed, -2, 2), k = random_vec(nk, seed + 1, -2, 2);
-  const Vec v = random_vec(nk, seed + 2), dout = random_vec(nq, seed + 3);
-  const auto qf = to_float(q), kf = to_float(k), vf = to_float(v), doutf = to_float(dout);
-  Vec out(nq), att(na);
-  cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s);
-  Out outf(nq, kNaN), attf(na, kNaN);
-  be.attention_forward(outf.data(), attf.data(), qf.data(), kf.data(), vf.data(), s);
-  EXPECT_CLOSE(outf, out, kNmseReduction);
-  EXPECT_CLOSE(attf, att, kNmseReduction);
-  if (s.Tk_cap != s.Tk) return;  // the backward is for training shapes only
-  Vec dq(nq), dk(nk), dv(nk);
-  cpu::attention_backward(dq.data(), dk.data(), dv.data(), dout.data(), att.data(), q.data(), k.data(), v.data(), s);
-  Out dqf(nq, kNaN), dkf(nk, kNaN), dvf(nk, kNaN);
-  const std::vector<float> attv(attf.data(), attf.data() + na);
-  be.attention_backward(dqf.data(), dkf.data(), dvf.data(), doutf.data(), outf.data(), attv.data(), qf.data(),
-                        kf.data(), vf.data(), s);
-  EXPECT_CLOSE(dqf, dq, kNmseReduction);
-  EXPECT_CLOSE(dkf, dk, kNmseReduction);
-  EXPECT_CLOSE(dvf, dv, kNmseReduction);
-}
-
 AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int Tk_cap, int q_pos0, bool causal) {
   AttnShape s;
   s.B = B, s.NH = NH, s.NKV = NKV, s.HS = HS;
@@ -253,31 +209,7 @@ AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int Tk_cap,
   return s;
 }
 
-TEST_F(CpuBackendTest, AttentionMatchesDouble) {
-  compare_attention(*be_, attn_shape(3, 4, 2, 32, 65, 65, 65, 0, true), 10);
-  compare_attention(*be_, attn_shape(3, 4, 2, 32, 65, 65, 65, 0, false), 20);
-  compare_attention(*be_, attn_shape(2, 4, 1, 24, 3, 70, 80, 67, true), 30);  // decode, GQA 4:1
-  compare_attention(*be_, attn_shape(5, 2, 2, 7, 1, 1, 1, 0, true), 40);      // T = 1, odd HS
-}
-
-// ---- RMSNorm, RoPE, SwiGLU, cross-entropy, embedding -------------------------------------------
-
-TEST_F(CpuBackendTest, RmsnormMatchesDouble) {
-  const int N = 260, C = 130;
-  const Vec x = random_vec(size_t(N) * C, 50, -3, 3), w = random_vec(C, 51, 0.5, 1.5);
-  const Vec dout = random_vec(x.size(), 52), dx0 = random_vec(x.size(), 53), dw0 = random_vec(C, 54);
-  Vec out(x.size()), rstd(N), dx = dx0, dw = dw0;
-  cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, 1e-6);
-  cpu::rmsnorm_backward(dx.data(), dw.data(), dout.data(), x.data(), w.data(), rstd.data(), N, C);
-  const auto xf = to_float(x), wf = to_float(w), doutf = to_float(dout);
-  Out outf(x.size(), kNaN), rstdf(N, kNaN), dxf(dx0), dwf(dw0);
-  be_->rmsnorm_forward(outf.data(), rstdf.data(), xf.data(), wf.data(), N, C, 1e-6f);
-  be_->rmsnorm_backward(dxf.data(), dwf.data(), doutf.data(), xf.data(), wf.data(), rstdf.data(), N, C);
-  EXPECT_CLOSE(outf, out, kNmseReduction);
-  EXPECT_CLOSE(rstdf, rstd, kNmseReduction);
-  EXPECT_CLOSE(dxf, dx, kNmseReduction);
-  EXPECT_CLOSE(dwf, dw, kNmseReduction);
-}
+// ---- RoPE at large positions, SwiGLU over the exp range ------------------------------------------
 
 TEST_F(CpuBackendTest, RopeMatchesDoubleAtLargePositions) {
   const int B = 2, T = 65, nh = 4, HS = 32, pos0 = 1000;
@@ -313,129 +245,6 @@ TEST_F(CpuBackendTest, SwigluMatchesDoubleOverTheExpRange) {
   EXPECT_CLOSE(outf, out, kNmseElementwise);
   EXPECT_CLOSE(dgatef, dgate, kNmseElementwise);
   EXPECT_CLOSE(dupf, dup, kNmseElementwise);
-}
-
-TEST_F(CpuBackendTest, CrossentropyMatchesDoubleInAndOutOfPlace) {
-  const int N = 517, V = 29;
-  const Vec logits = random_vec(size_t(N) * V, 80, -15, 15);
-  std::vector<int32_t> targets(N);
-  for (int n = 0; n < N; ++n) targets[n] = (n * 7 + 3) % V;
-  const double scale = 1.0 / N;
-  Vec losses(N), dlogits(logits.size());
-  cpu::crossentropy_forward(losses.data(), logits.data(), targets.data(), N, V);
-  cpu::crossentropy_backward(dlogits.data(), logits.data(), targets.data(), N, V, scale);
-  const auto lf = to_float(logits);
-  Out lossesf(N, kNaN), dlf(logits.size(), kNaN), in_place(logits);
-  be_->crossentropy_forward(lossesf.data(), lf.data(), targets.data(), N, V);
-  be_->crossentropy_backward(dlf.data(), lf.data(), targets.data(), N, V, static_cast<float>(scale));
-  be_->crossentropy_backward(in_place.data(), in_place.data(), targets.data(), N, V, static_cast<float>(scale));
-  EXPECT_CLOSE(lossesf, losses, kNmseReduction);
-  EXPECT_CLOSE(dlf, dlogits, kNmseReduction);
-  EXPECT_CLOSE(in_place, dlogits, kNmseReduction);
-}
-
-TEST_F(CpuBackendTest, EmbeddingMatchesDouble) {
-  const int V = 29, N = 500, C = 130;
-  std::vector<int32_t> tok(N);
-  for (int n = 0; n < N; ++n) tok[n] = (n * 11 + n / 7) % V;
-  const Vec wte = random_vec(size_t(V) * C, 90), dout = random_vec(size_t(N) * C, 91);
-  const Vec dwte0 = random_vec(wte.size(), 92);
-  Vec out(dout.size()), dwte = dwte0;
-  cpu::embedding_forward(out.data(), tok.data(), wte.data(), N, C);
-  cpu::embedding_backward(dwte.data(), dout.data(), tok.data(), N, C);
-  const auto wf = to_float(wte), df = to_float(dout);
-  Out outf(out.size(), kNaN), dwtef(dwte0);
-  be_->embedding_forward(outf.data(), tok.data(), f32_weight(wf.data()), N, C);
-  be_->embedding_backward(dwtef.data(), df.data(), tok.data(), N, C);
-  EXPECT_CLOSE(outf, out, 0.0);  // a copy
-  EXPECT_CLOSE(dwtef, dwte, kNmseReduction);
-}
-
-// ---- binary mapper, post-sampler, KL -----------------------------------------------------------
-
-TEST_F(CpuBackendTest, BinaryMapperForwardMatchesDouble) {
-  const int N = 1000, H = 8;
-  const Vec logits = random_vec(size_t(N) * H, 100, -4, 4);
-  std::vector<uint32_t> codes(N), codesf(N);
-  Vec p(logits.size());
-  cpu::binary_mapper_forward(codes.data(), p.data(), logits.data(), N, H, 77, kStreamLatent);
-  const auto lf = to_float(logits);
-  Out pf(p.size(), kNaN);
-  be_->binary_mapper_forward(codesf.data(), pf.data(), lf.data(), N, H, 77, kStreamLatent);
-  EXPECT_EQ(codesf, codes);
-  EXPECT_CLOSE(pf, p, kNmseElementwise);
-}
-
-void compare_mapper_backward(Backend& be, int N, int C, int H, uint64_t seed) {
-  const Vec p = random_vec(size_t(N) * H, seed, 0.02, 0.98);  // (N, H)
-  const Vec dR = random_vec(size_t(N) * C, seed + 1);         // (N, C)
-  const Vec W = random_vec(size_t(C) << H, seed + 2);         // (C, 2^H)
-  const Vec dl0 = random_vec(p.size(), seed + 3);
-  Vec dl = dl0;
-  cpu::binary_mapper_backward(dl.data(), dR.data(), W.data(), p.data(), N, C, H);
-  const auto pf = to_float(p), dRf = to_float(dR), Wf = to_float(W);
-  Out dlf(dl0);
-  be.binary_mapper_backward(dlf.data(), dRf.data(), Wf.data(), pf.data(), N, C, H);
-  SCOPED_TRACE("H = " + std::to_string(H));
-  EXPECT_CLOSE(dlf, dl, kNmseReduction);
-}
-
-TEST_F(CpuBackendTest, BinaryMapperBackwardMatchesDouble) {
-  compare_mapper_backward(*be_, 300, 128, 8, 110);
-  compare_mapper_backward(*be_, 130, 33, 11, 120);  // 2 code tiles, row tiles of 128 and 2
-}
-
-TEST_F(CpuBackendTest, PostSamplerMatchesDouble) {
-  const int N = 500, C = 130, H = 8;
-  std::vector<uint32_t> codes(N);
-  for (int n = 0; n < N; ++n) codes[n] = (n * 37 + n / 3) % (1 << H);
-  const Vec W = random_vec(size_t(C) << H, 130), dR = random_vec(size_t(N) * C, 131);
-  const Vec dW0 = random_vec(W.size(), 132);
-  Vec R(dR.size()), dW = dW0;
-  cpu::post_sampler_forward(R.data(), codes.data(), W.data(), N, C, H);
-  cpu::post_sampler_backward(dW.data(), dR.data(), codes.data(), N, C, H);
-  const auto Wf = to_float(W), dRf = to_float(dR);
-  Out Rf(R.size(), kNaN), dWf(dW0);
-  be_->post_sampler_forward(Rf.data(), codes.data(), Wf.data(), N, C, H);
-  be_->post_sampler_backward(dWf.data(), dRf.data(), codes.data(), N, C, H);
-  EXPECT_CLOSE(Rf, R, 0.0);  // a gather
-  EXPECT_CLOSE(dWf, dW, kNmseElementwise);
-}
-
-TEST_F(CpuBackendTest, KlMatchesDouble) {
-  const int N = 500, H = 16;
-  const Vec p = random_vec(size_t(N) * H, 140, 0.0, 1.0);
-  Vec kl(N);
-  cpu::kl_forward(kl.data(), p.data(), N, H);
-  const double kappa = 2.0, scale = 0.3;
-  const Vec dl0 = random_vec(p.size(), 141);
-  Vec dl = dl0;
-  cpu::kl_backward(dl.data(), p.data(), kl.data(), N, N, H, kappa, scale);
-  const auto pf = to_float(p);
-  Out klf(N, kNaN), dlf(dl0);
-  be_->kl_forward(klf.data(), pf.data(), N, H);
-  be_->kl_backward(dlf.data(), pf.data(), klf.data(), N, N, H, static_cast<float>(kappa), static_cast<float>(scale));
-  EXPECT_CLOSE(klf, kl, kNmseElementwise);
-  EXPECT_CLOSE(dlf, dl, kNmseElementwise);
-
-  // The batch-mean form: B = 20 sequences of T = 25 positions, gated on the column means.
-  const int B = 20, T = 25;
-  Vec mean(T);
-  cpu::kl_batch_mean(mean.data(), kl.data(), B, T);
-  Vec sorted = mean;
-  std::sort(sorted.begin(), sorted.end());
-  const double kappa_mean = sorted[T / 2];  // the median: positions on both sides
-  Vec dlm = dl0;
-  cpu::kl_backward(dlm.data(), p.data(), mean.data(), T, N, H, kappa_mean, scale);
-  Out meanf(T, kNaN), dlmf(dl0);
-  be_->kl_batch_mean(meanf.data(), klf.data(), B, T);
-  be_->kl_backward(dlmf.data(), pf.data(), meanf.data(), T, N, H, static_cast<float>(kappa_mean),
-                   static_cast<float>(scale));
-  EXPECT_CLOSE(meanf, mean, kNmseElementwise);
-  EXPECT_CLOSE(dlmf, dlm, kNmseElementwise);
-  const auto above = std::count_if(mean.begin(), mean.end(), [&](double x) { return x > kappa_mean; });
-  EXPECT_GT(above, 0);
-  EXPECT_LT(above, T);
 }
 
 // ---- optimizer ---------------------------------------------------------------------------------
@@ -529,44 +338,6 @@ TEST_F(CpuBackendTest, SumSquaresIsDoubleAccurateAndRepeatable) {
   EXPECT_NEAR(got, expect, 1e-12 * expect);
   EXPECT_EQ(be_->sum_squares(xf.data(), n), got);  // bit for bit
   EXPECT_EQ(be_->sum_squares(xf.data(), 0), 0.0);
-}
-
-TEST_F(CpuBackendTest, BroadcastRowsAndSumRows) {
-  const int N = 1000, C = 70;
-  const Vec row = random_vec(C, 170), dout = random_vec(size_t(N) * C, 171), dv0 = random_vec(C, 172);
-  Vec expect_rows(size_t(N) * C), dv = dv0;
-  for (int n = 0; n < N; ++n) {
-    for (int c = 0; c < C; ++c) {
-      expect_rows[size_t(n) * C + c] = row[c];
-      dv[c] += dout[size_t(n) * C + c];
-    }
-  }
-  const auto rowf = to_float(row), doutf = to_float(dout);
-  Out out(expect_rows.size(), kNaN), dvf(dv0);
-  be_->broadcast_rows(out.data(), rowf.data(), N, C);
-  be_->sum_rows(dvf.data(), doutf.data(), N, C);
-  EXPECT_CLOSE(out, expect_rows, 0.0);
-  EXPECT_CLOSE(dvf, dv, kNmseElementwise);  // += semantics, double accumulation
-}
-
-TEST_F(CpuBackendTest, FillAddScale) {
-  const size_t n = 100001;
-  const Vec a = random_vec(n, 180), b = random_vec(n, 181);
-  const auto af = to_float(a), bf = to_float(b);
-  Vec sum(n), acc(n), scaled(n);
-  for (size_t i = 0; i < n; ++i) {
-    sum[i] = af[i] + bf[i];
-    acc[i] = 0.25f + af[i];
-    scaled[i] = af[i] * 3.0f;
-  }
-  Out outf(n, kNaN), accf(n), scaledf(a);
-  be_->fill(accf.data(), 0.25f, n);
-  be_->add_inplace(accf.data(), af.data(), n);
-  be_->add(outf.data(), af.data(), bf.data(), n);
-  be_->scale(scaledf.data(), 3.0f, n);
-  EXPECT_CLOSE(outf, sum, 0.0);
-  EXPECT_CLOSE(accf, acc, 0.0);
-  EXPECT_CLOSE(scaledf, scaled, 0.0);
 }
 
 // ---- memory ------------------------------------------------------------------------------------

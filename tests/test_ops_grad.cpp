@@ -1,6 +1,7 @@
 // Finite-difference checks of every CPU op with a backward (kernels/cpu/ops_*.h), run on the
 // double instantiations: the analytic gradient of f = <R, op(inputs)> (R random) must match
-// central differences. Shapes are small and awkward (T = 1, odd C, GQA, HS/2 odd, causal and
+// central differences. Every row of the op table (kernels/op_table.h) that gives a gradient is
+// checked at its test sizes; the tests below add small, awkward shapes (T = 1, odd C, GQA, HS/2 odd, causal and
 // non-causal attention, queries behind a KV cache). The tests also pin the accumulate semantics
 // of kernels/backend.h: parameter gradients and rmsnorm's dx add (+=), activation gradients
 // overwrite (=). The OpsForward tests check the forwards themselves against textbook formulas
@@ -10,9 +11,11 @@
 // the fast paths (test_cpu_backend.cpp).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <iterator>
 #include <limits>
 #include <random>
 #include <string>
@@ -27,6 +30,7 @@
 #include "kernels/cpu/ops_rmsnorm.h"
 #include "kernels/cpu/ops_rope.h"
 #include "kernels/cpu/ops_swiglu.h"
+#include "kernels/op_table.h"
 #include "tests/test_util.h"
 
 namespace {
@@ -135,6 +139,65 @@ Vec naive_attention(const Vec& q, const Vec& k, const Vec& v, const AttnShape& s
   }
   return out;
 }
+
+// ---- the op table: every forward with a gradient -------------------------------------------------
+
+// Each case of kernels/op_table.h whose row gives a gradient, at its test sizes: the gradient of
+// L = sum_o <s_o, output_o> (random seeds s) from the row's backward in double against central
+// differences of the row's forward in double, at up to 48 elements of each input (every element
+// of a small one). Cases over 300,000 elements or 1e8 FLOPs are left to the small shapes below.
+class OpTable : public ::testing::TestWithParam<OpTestCase> {};
+
+TEST_P(OpTable, GradientMatchesFiniteDifferences) {
+  const OpCase c = GetParam().build();
+  if (!c.grad.backward) GTEST_SKIP() << c.full_name() << " has no gradient";
+  size_t elements = 0;
+  for (const OpBuffer& b : c.buffers) elements += b.count();
+  if (elements > 300000 || c.flops > 1e8) GTEST_SKIP() << c.full_name() << ": too large for finite differences";
+  SCOPED_TRACE(c.full_name());
+  const OpHost h0 = op_host(c);
+  std::vector<Vec> seeds;
+  for (size_t o = 0; o < c.grad.outputs.size(); ++o)
+    seeds.push_back(random_vec(h0.d[c.grad.outputs[o]].size(), 500 + o));
+  auto loss = [&](const OpHost& in) {
+    OpHost h = in;
+    c.reference(h);
+    double l = 0.0;
+    for (size_t o = 0; o < seeds.size(); ++o) l += dot(seeds[o], h.d[c.grad.outputs[o]]);
+    return l;
+  };
+  OpHost after = h0;
+  c.reference(after);
+  for (size_t k : c.grad.wrt) after.d[k] = h0.d[k];  // in place: the backward reads the inputs
+  std::vector<Vec> grads;
+  for (size_t k : c.grad.wrt) grads.emplace_back(h0.d[k].size(), 0.0);
+  c.grad.backward(after, seeds, grads);
+  for (size_t i = 0; i < c.grad.wrt.size(); ++i) {
+    const size_t k = c.grad.wrt[i], n = h0.d[k].size();
+    const size_t stride = std::max<size_t>(1, n / 48);
+    double worst = 0.0;
+    size_t worst_j = 0;
+    for (size_t j = 0; j < n; j += stride) {
+      OpHost h = h0;
+      const double fd = test::central_difference(h.d[k][j], kStep, [&] { return loss(h); });
+      const double err = std::abs(fd - grads[i][j]) / std::max(1.0, std::abs(fd));
+      if (!(err <= worst)) worst = err, worst_j = j;
+    }
+    EXPECT_LE(worst, kGradTol) << c.buffers[k].name << ": worst element " << worst_j << " analytic "
+                               << grads[i][worst_j];
+  }
+}
+
+// The rows that give a gradient (their first case says; a few cases of them skip themselves).
+std::vector<OpTestCase> differentiable_cases() {
+  std::vector<OpTestCase> all = op_test_cases(), with_grad;
+  std::copy_if(all.begin(), all.end(), std::back_inserter(with_grad),
+               [](const OpTestCase& t) { return bool(t.row->build(t.row->test_dims.front(), 0).grad.backward); });
+  return with_grad;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, OpTable, ::testing::ValuesIn(differentiable_cases()),
+                         [](const ::testing::TestParamInfo<OpTestCase>& i) { return i.param.name; });
 
 // ---- embedding ---------------------------------------------------------------------------------
 
@@ -288,9 +351,6 @@ AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int q_pos0,
   return s;
 }
 
-TEST(OpsGrad, AttentionCausalGqa) { check_attention_grad(attn_shape(2, 4, 2, 5, 4, 4, 0, true), "causal"); }
-TEST(OpsGrad, AttentionNonCausalGqa) { check_attention_grad(attn_shape(2, 4, 2, 5, 4, 4, 0, false), "non-causal"); }
-TEST(OpsGrad, AttentionSinglePosition) { check_attention_grad(attn_shape(3, 2, 1, 3, 1, 1, 0, true), "T=1"); }
 TEST(OpsGrad, AttentionQueriesBehindCache) {
   check_attention_grad(attn_shape(1, 4, 2, 4, 2, 5, 3, true), "Tq<Tk causal");
   check_attention_grad(attn_shape(2, 2, 2, 4, 3, 5, 0, false), "Tq<Tk non-causal");
@@ -369,23 +429,6 @@ TEST(OpsForward, AttentionMatchesNaiveFormula) {
     const Vec expect = naive_attention(d.q, d.k, d.v, s);
     for (size_t i = 0; i < out.size(); ++i) EXPECT_NEAR(out[i], expect[i], kForwardTol) << i;
   }
-}
-
-// ---- SwiGLU ------------------------------------------------------------------------------------
-
-TEST(OpsGrad, Swiglu) {
-  const size_t n = 11;
-  Vec gate = random_vec(n, 70, -6.0, 6.0), up = random_vec(n, 71);
-  const Vec R = random_vec(n, 72);
-  Vec out(n);
-  auto f = [&] {
-    cpu::swiglu_forward(out.data(), gate.data(), up.data(), n);
-    return dot(R, out);
-  };
-  Vec dgate(n, kGarbage), dup(n, kGarbage);
-  cpu::swiglu_backward(dgate.data(), dup.data(), R.data(), gate.data(), up.data(), n);
-  expect_grad("swiglu dgate (=)", gate, dgate, f);
-  expect_grad("swiglu dup (=)", up, dup, f);
 }
 
 // ---- cross-entropy -----------------------------------------------------------------------------

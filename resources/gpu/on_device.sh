@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine, from the repository root, what resources/gpu/make_bundle.sh packed:
 # the GPU parity tests (test_backend_ops), then resources/pytorch_peer/gpu_side_by_side.sh with
-# the packed ftx against the PyTorch there. Into $OUT (the device tool's folder that comes back,
+# the packed ftx against the PyTorch there, then ftx bench ops (where a step's time goes). Into $OUT (the device tool's folder that comes back,
 # at most 8 files) or, without it, gpu-results/: device.txt, test_backend_ops.log, bench.md (the
 # tables) and bench.tar.gz (every JSON report and error log). Exit 0 only when every GPU test
 # ran and passed and every benchmark ran.
@@ -41,6 +41,21 @@ fi
 FTX="$root/bin/ftx" SKIP_BUILD=1 BENCH_OUT="$root/bench" bash resources/pytorch_peer/gpu_side_by_side.sh 2>&1 |
   tee "$OUT/bench.md"
 bench=${PIPESTATUS[0]}
+# Where a step's time goes on the GPU (ftx bench ops): the small preset and the large shape.
+{
+  echo
+  echo "## ftx bench ops (each op of a step timed alone)"
+  for shape in "small|--batch 64 --precision tf32 --latent-bits 16" \
+    "large|--layers 12 --dim 768 --heads 12 --ffn 2048 --seq-len 1024 --batch 8 --precision bf16 --latent-bits 16"; do
+    name=${shape%%|*}
+    echo; echo "### $name: ${shape#*|}"; echo; echo '```'
+    # shellcheck disable=SC2086
+    "$root/bin/ftx" bench ops --device cuda ${shape#*|} >"$root/bench/ops-$name.json" 2>"$root/bench/ops-$name.txt" ||
+      bench=1
+    cat "$root/bench/ops-$name.txt"; echo '```'
+  done
+} >"$root/ops.md" 2>&1  # a group without a pipe runs in this shell: bench=1 stays set
+tee -a "$OUT/bench.md" <"$root/ops.md"
 tar -C "$root" -czf "$OUT/bench.tar.gz" bench
 echo "on_device: test_backend_ops exit $tests, benchmarks exit $bench" | tee -a "$OUT/device.txt"
 [ "$tests" = 0 ] && [ "$bench" = 0 ]

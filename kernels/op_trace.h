@@ -1,0 +1,245 @@
+// A Backend that forwards every call to another one and, while recording, notes each compute op
+// with the sizes it was called with (as kernels/op_table.h's OpDims, and the row's variant), so
+// that `ftx bench ops` can time every op of a real training step alone, at its own sizes. Memory
+// transfers and allocation are forwarded without being noted.
+#pragma once
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/op_table.h"
+
+namespace ftx {
+
+struct OpCall {
+  std::string op;  // an op_table() row
+  OpDims dims;
+};
+
+class OpTraceBackend final : public Backend {
+ public:
+  explicit OpTraceBackend(Backend& inner) : b_(inner) {}
+  void record(bool on) { recording_ = on; }
+  const std::vector<OpCall>& calls() const { return calls_; }
+
+  const char* name() const override { return b_.name(); }
+  DeviceKind kind() const override { return b_.kind(); }
+  void* alloc(size_t bytes) override { return b_.alloc(bytes); }
+  Result<void*> try_alloc(size_t bytes) override { return b_.try_alloc(bytes); }
+  void release(void* p) override { b_.release(p); }
+  void upload(void* dst, const void* src, size_t bytes) override { b_.upload(dst, src, bytes); }
+  void download(void* dst, const void* src, size_t bytes) override { b_.download(dst, src, bytes); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    note("copy", flat(bytes / sizeof(float)));
+    b_.copy(dst, src, bytes);
+  }
+  void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
+                 size_t rows) override {
+    OpDims d;
+    d.B = int(rows), d.C = int(row_bytes / sizeof(float)), d.T = int(dst_pitch / row_bytes);
+    note("copy_rows", d);
+    b_.copy_rows(dst, dst_pitch, src, src_pitch, row_bytes, rows);
+  }
+  void fill(float* x, float value, size_t n) override {
+    note("fill", flat(n));
+    b_.fill(x, value, n);
+  }
+  void synchronize() override { b_.synchronize(); }
+
+  void add(float* out, const float* a, const float* b, size_t n) override {
+    note("add", flat(n));
+    b_.add(out, a, b, n);
+  }
+  void add_inplace(float* acc, const float* x, size_t n) override {
+    note("add_inplace", flat(n));
+    b_.add_inplace(acc, x, n);
+  }
+  void scale(float* x, float s, size_t n) override {
+    note("scale", flat(n));
+    b_.scale(x, s, n);
+  }
+  double sum_squares(const float* x, size_t n) override {
+    note("sum_squares", flat(n));
+    return b_.sum_squares(x, n);
+  }
+  void broadcast_rows(float* out, const float* v, int N, int C) override {
+    note("broadcast_rows", nc(N, C));
+    b_.broadcast_rows(out, v, N, C);
+  }
+  void sum_rows(float* dv, const float* dout, int N, int C) override {
+    note("sum_rows", nc(N, C));
+    b_.sum_rows(dv, dout, N, C);
+  }
+  void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
+    OpDims d = nc(N, C, wte.dtype == DType::BF16 ? 1 : 0);
+    d.V = kTraceVocab;
+    note("embedding_forward", d);
+    b_.embedding_forward(out, tok, wte, N, C);
+  }
+  void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C) override {
+    OpDims d = nc(N, C);
+    d.V = kTraceVocab;
+    note("embedding_backward", d);
+    b_.embedding_backward(dwte, dout, tok, N, C);
+  }
+  void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps) override {
+    note("rmsnorm_forward", nc(N, C));
+    b_.rmsnorm_forward(out, rstd, x, w, N, C, eps);
+  }
+  void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd,
+                        int N, int C) override {
+    note("rmsnorm_backward", nc(N, C));
+    b_.rmsnorm_backward(dx, dw, dout, x, w, rstd, N, C);
+  }
+  void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC, bool accumulate) override {
+    OpDims d = nc(N, IC, (accumulate ? 1 : 0) | (w.dtype == DType::BF16 ? 2 : 0));
+    d.OC = OC;
+    note("matmul_forward", d);
+    b_.matmul_forward(out, inp, w, N, IC, OC, accumulate);
+  }
+  void matmul_backward(float* dinp, float* dw, const float* dout, const float* inp, WeightRef w, int N, int IC, int OC,
+                       bool accumulate_dinp) override {
+    const int variant = w.dtype == DType::BF16 ? 4 : !dinp ? 2 : !dw ? 3 : accumulate_dinp ? 1 : 0;
+    OpDims d = nc(N, IC, variant);
+    d.OC = OC;
+    note("matmul_backward", d);
+    b_.matmul_backward(dinp, dw, dout, inp, w, N, IC, OC, accumulate_dinp);
+  }
+  void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
+    note("rope_forward", rope(B, T, nh, HS, pos0));
+    b_.rope_forward(x, B, T, nh, HS, pos0, inv_freq);
+  }
+  void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
+    note("rope_backward", rope(B, T, nh, HS, pos0));
+    b_.rope_backward(dx, B, T, nh, HS, pos0, inv_freq);
+  }
+  size_t attention_saved_floats(const AttnShape& s) const override { return b_.attention_saved_floats(s); }
+  void attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
+                         const AttnShape& s) override {
+    note("attention_forward", attn(s));
+    b_.attention_forward(out, saved, q, k, v, s);
+  }
+  void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* saved,
+                          const float* q, const float* k, const float* v, const AttnShape& s) override {
+    note("attention_backward", attn(s));
+    b_.attention_backward(dq, dk, dv, dout, out, saved, q, k, v, s);
+  }
+  void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
+    note("swiglu_forward", flat(n));
+    b_.swiglu_forward(out, gate, up, n);
+  }
+  void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
+                       size_t n) override {
+    note("swiglu_backward", flat(n));
+    b_.swiglu_backward(dgate, dup, dout, gate, up, n);
+  }
+  void crossentropy_forward(float* losses, const float* logits, const int32_t* targets, int N, int V) override {
+    OpDims d = nc(N, 1);
+    d.V = V;
+    note("crossentropy_forward", d);
+    b_.crossentropy_forward(losses, logits, targets, N, V);
+  }
+  void crossentropy_backward(float* dlogits, const float* logits, const int32_t* targets, int N, int V,
+                             float scale) override {
+    OpDims d = nc(N, 1, dlogits == logits ? 1 : 0);
+    d.V = V;
+    note("crossentropy_backward", d);
+    b_.crossentropy_backward(dlogits, logits, targets, N, V, scale);
+  }
+  void binary_mapper_forward(uint32_t* codes, float* p, const float* logits, int N, int H, uint64_t seed,
+                             uint64_t stream) override {
+    note("binary_mapper_forward", nch(N, 1, H));
+    b_.binary_mapper_forward(codes, p, logits, N, H, seed, stream);
+  }
+  void binary_mapper_backward(float* dlogits, const float* dR, const float* W, const float* p, int N, int C,
+                              int H) override {
+    note("binary_mapper_backward", nch(N, C, H));
+    b_.binary_mapper_backward(dlogits, dR, W, p, N, C, H);
+  }
+  void post_sampler_forward(float* R, const uint32_t* codes, const float* W, int N, int C, int H) override {
+    note("post_sampler_forward", nch(N, C, H));
+    b_.post_sampler_forward(R, codes, W, N, C, H);
+  }
+  void post_sampler_backward(float* dW, const float* dR, const uint32_t* codes, int N, int C, int H) override {
+    note("post_sampler_backward", nch(N, C, H));
+    b_.post_sampler_backward(dW, dR, codes, N, C, H);
+  }
+  void kl_forward(float* kl, const float* p, int N, int H) override {
+    note("kl_forward", nch(N, 1, H));
+    b_.kl_forward(kl, p, N, H);
+  }
+  void kl_batch_mean(float* mean_kl, const float* kl, int B, int T) override {
+    OpDims d;
+    d.B = B, d.T = T;
+    note("kl_batch_mean", d);
+    b_.kl_batch_mean(mean_kl, kl, B, T);
+  }
+  void kl_backward(float* dlogits, const float* p, const float* gate, int period, int N, int H, float kappa,
+                   float scale) override {
+    OpDims d = nch(N, 1, H);
+    d.variant = period == N ? 0 : 1, d.T = period;
+    note("kl_backward", d);
+    b_.kl_backward(dlogits, p, gate, period, N, H, kappa, scale);
+  }
+  void clip_grad_norm(float* g, size_t n, float max_norm, float* norm) override {
+    OpDims d = flat(n);
+    d.variant = max_norm > 0.0f ? 2 : 0;
+    note("clip_grad_norm", d);
+    b_.clip_grad_norm(g, n, max_norm, norm);
+  }
+  void adamw_update(float* param, const float* grad, float* m, float* v, const AdamWSegment* segments, int n_segments,
+                    const AdamWStep& step) override {
+    size_t n = 0;
+    for (int i = 0; i < n_segments; ++i) n = std::max(n, segments[i].offset + segments[i].numel);
+    note("adamw_update", flat(n));
+    b_.adamw_update(param, grad, m, v, segments, n_segments, step);
+  }
+
+  Status set_matmul_precision(MatmulPrecision p) override { return b_.set_matmul_precision(p); }
+  MatmulPrecision matmul_precision() const override { return b_.matmul_precision(); }
+  void track_weights(const float* base, size_t n) override { b_.track_weights(base, n); }
+  void begin_graph() override { b_.begin_graph(); }
+  void end_graph() override { b_.end_graph(); }
+  GraphStats graph_stats() const override { return b_.graph_stats(); }
+
+ private:
+  // The table's rows are not passed to the embedding ops; cases get this many (the scatter-add's
+  // collisions depend on it: the synthetic task has 29 tokens, SmolLM2 49,152).
+  static constexpr int kTraceVocab = 4096;
+  void note(const char* op, const OpDims& d) {
+    if (recording_) calls_.push_back({op, d});
+  }
+  static OpDims flat(size_t n) {
+    OpDims d;
+    d.n = n;
+    return d;
+  }
+  static OpDims nc(int N, int C, int variant = 0) {
+    OpDims d;
+    d.N = N, d.C = C, d.variant = variant;
+    return d;
+  }
+  static OpDims nch(int N, int C, int H) {
+    OpDims d;
+    d.N = N, d.C = C, d.H = H;
+    return d;
+  }
+  static OpDims rope(int B, int T, int nh, int HS, int pos0) {
+    OpDims d;
+    d.B = B, d.T = T, d.NH = nh, d.HS = HS, d.pos0 = pos0;
+    return d;
+  }
+  static OpDims attn(const AttnShape& s) {
+    OpDims d;
+    d.B = s.B, d.NH = s.NH, d.NKV = s.NKV, d.HS = s.HS, d.T = s.Tq, d.Tk = s.Tk, d.Tk_cap = s.Tk_cap;
+    d.pos0 = s.q_pos0, d.causal = s.causal;
+    return d;
+  }
+
+  Backend& b_;
+  bool recording_ = false;
+  std::vector<OpCall> calls_;
+};
+
+}  // namespace ftx
