@@ -148,9 +148,12 @@ OpBuffer bf16_in(std::string name, std::vector<float> v) {
   for (float& x : v) x = bf16_to_fp32(fp32_to_bf16(x));
   return buffer(std::move(name), OpRole::In, OpElem::BF16, std::move(v));
 }
-// A weight, fp32 or bf16.
-OpBuffer weight(std::string name, std::vector<float> v, bool bf16) {
-  return bf16 ? bf16_in(std::move(name), std::move(v)) : in(std::move(name), std::move(v));
+// A GEMM's weight, fp32 (tracked, as the model's are) or bf16.
+OpBuffer weight(std::string name, std::vector<float> v, bool bf16 = false) {
+  if (bf16) return bf16_in(std::move(name), std::move(v));
+  OpBuffer b = in(std::move(name), std::move(v));
+  b.gemm_weight = true;
+  return b;
 }
 
 std::string kv(std::initializer_list<std::pair<const char*, long long>> items) {
@@ -595,10 +598,10 @@ OpCase binary_mapper_forward_case(const OpDims& d, uint64_t seed) {
 
 OpCase binary_mapper_backward_case(const OpDims& d, uint64_t seed) {
   const int N = d.N, C = d.C, H = d.H;
-  OpCase c =
-      make_case("binary_mapper_backward", kv({{"N", N}, {"C", C}, {"H", H}}), OpError::Mapper,
-                {inout("dlogits", uniform(size_t(N) * H, seed)), in("dR", uniform(size_t(N) * C, seed + 1)),
-                 in("W", uniform(size_t(C) << H, seed + 2)), in("p", uniform(size_t(N) * H, seed + 3, 0.02, 0.98))});
+  OpCase c = make_case(
+      "binary_mapper_backward", kv({{"N", N}, {"C", C}, {"H", H}}), OpError::Mapper,
+      {inout("dlogits", uniform(size_t(N) * H, seed)), in("dR", uniform(size_t(N) * C, seed + 1)),
+       weight("W", uniform(size_t(C) << H, seed + 2)), in("p", uniform(size_t(N) * H, seed + 3, 0.02, 0.98))});
   c.run = [=](Backend& be, const OpArgs& a) { be.binary_mapper_backward(a.f(0), a.f(1), a.f(2), a.f(3), N, C, H); };
   c.reference = [=](OpHost& h) { cpu::binary_mapper_backward(h.f(0), h.f(1), h.f(2), h.f(3), N, C, H); };
   c.flops = 2.0 * N * (double(C) + H) * double(size_t(1) << H);  // dG = dR W, then the bit sums
@@ -913,11 +916,16 @@ Result<std::unique_ptr<OpBuffers>> OpBuffers::upload(Backend& be, const OpCase& 
       std::memcpy(host.data(), b.words.data(), b.words.size() * 4);
     }
     be.upload(*p, host.data(), host.size() * 4);
+    if (b.gemm_weight) {
+      be.track_weights(static_cast<const float*>(*p), b.f.size());
+      ob->tracking_ = true;
+    }
   }
   return ob;
 }
 
 OpBuffers::~OpBuffers() {
+  if (tracking_) be_.track_weights(nullptr, 0);
   for (void* p : args_.ptr) be_.release(p);
 }
 

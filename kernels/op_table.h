@@ -69,6 +69,9 @@ struct OpBuffer {
   std::vector<uint32_t> words;  // I32 and U32 contents (bit patterns)
   // Scratch whose device size is the backend's own (attention_saved_floats); `f` holds the CPU's.
   std::function<size_t(const Backend&)> device_floats;
+  // An fp32 weight read by GEMMs: given to Backend::track_weights while the case lives, as the
+  // model's parameters are (at bf16 the backend then reads a bf16 copy made once, not per call).
+  bool gemm_weight = false;
   size_t count() const;  // elements
   size_t bytes() const;  // bytes on the device
 };
@@ -148,7 +151,8 @@ struct OpOutputs {
   double result = 0.0;
   std::vector<std::string> overruns;
 };
-// A case's buffers on a backend, each followed by guard words; released with the object.
+// A case's buffers on a backend, each followed by guard words; released with the object. A
+// gemm_weight buffer is the backend's tracked weights meanwhile (track_weights(nullptr, 0) after).
 class OpBuffers {
  public:
   // Device allocation failures are errors naming the case (bench sizes), not aborts.
@@ -172,6 +176,7 @@ class OpBuffers {
   OpArgs args_;
   std::vector<size_t> bytes_;
   double result_ = 0.0;
+  bool tracking_ = false;
 };
 // Uploads the case's buffers, runs prepare and run, downloads.
 Result<OpOutputs> run_op_case(Backend& be, const OpCase& c);
