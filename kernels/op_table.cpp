@@ -51,34 +51,41 @@ const char* op_error_name(OpError e) {
 
 double op_limit_gpu(OpError e) {
   switch (e) {
-    // No rounding freedom at all.
+    // Copies, gathers, fills and single IEEE operations (a + b, a * s): no rounding freedom.
     case OpError::Exact:
       return 0.0;
-    // A few roundings per element, expf/logf on the GPU against the CPU's polynomial exp or
-    // double: each element within a few ulp (6e-8), the L2 error near 1e-7.
+    // One or a few roundings per element, and expf/logf on the GPU against the CPU's polynomial
+    // exp or double: each element within a few ulp (6e-8 each), the L2 error near 1e-7.
     case OpError::Elementwise:
       return 1e-6;
-    // Sums over tens to thousands of terms (norms, softmax, scatter-adds by atomics) in another
-    // order: about sqrt(terms) * 6e-8, 1e-7..3e-6 at the test sizes.
+    // Sums over tens to thousands of terms (RMSNorm, softmax, scatter-adds by atomics, column
+    // sums) in another order than the CPU's: about sqrt(terms) * 6e-8, 1e-7..3e-6 at test sizes.
     case OpError::Reduction:
       return 1e-5;
-    // The CPU builds cos/sin in double; a GPU forming pos * inv_freq in float loses up to
-    // pos * 6e-8 rad, about 7e-6 at positions < 120.
+    // The CPU builds cos/sin in double; a GPU that forms the angle pos * inv_freq in float loses
+    // up to pos * 6e-8 rad, about 7e-6 at the test positions (< 120). A swapped pair is O(1).
     case OpError::Rope:
       return 1e-5;
-    // TF32 inputs (unit roundoff 2^-11): simulated on these shapes 2.6e-4 (round to nearest) to
-    // 1.2e-3 (IC = 1, two truncations); 3e-3 keeps the worst case in, 30x under a real bug.
+    // Tensor cores in TF32 (10-bit mantissa, unit roundoff 2^-11 = 4.9e-4): every input rounded
+    // before an fp32-accumulated product. Simulated on the CPU on the test shapes: 2.6e-4 with
+    // round-to-nearest, 7e-4 with truncation, up to 1.2e-3 for IC = 1 (one product, two
+    // truncations: at most 2^-9 per element). 3e-3 keeps the worst case in, 30x under a bug.
     case OpError::Gemm:
       return 3e-3;
-    // bf16 inputs (unit roundoff 2^-9): about 1.6e-3 RMS per product; a stale bf16 copy is O(1).
+    // bf16 GEMM inputs (8-bit mantissa, unit roundoff 2^-9 = 2e-3) rounded to nearest: a product
+    // is off by about 1.6e-3 RMS, a sum of many random products keeps that relative size. 1e-2
+    // bounds it with room; a stale bf16 copy of a weight or a wrong offset into it is O(1).
     case OpError::Bf16:
       return 1e-2;
-    // The mapper's backward: dG = dR W is a TF32 GEMM, then S_h - p S cancels a little
-    // (simulated 2e-4..7e-4) and sums in float instead of double.
+    // binary_mapper_backward: dG = dR W is a TF32 GEMM, then dlogits = S_h - p S subtracts two
+    // weighted sums of dG, which can cancel a little (simulated 2e-4..7e-4, like a GEMM's), and
+    // sums in float instead of the CPU's double.
     case OpError::Mapper:
       return 5e-3;
-    // Flash-style fp32 attention over up to 1024 keys, probabilities recomputed from the
-    // log-sum-exp in the backward: about 1e-6..1e-5.
+    // A flash-style fp32 kernel: out sums up to 1024 probability-weighted rows, the backward
+    // recomputes the probabilities from the log-sum-exp and forms dS = P (dP - <dout, out>)
+    // instead of the CPU's stored P: about 1e-6..1e-5. It assumes fp32 FMAs (the tensor-core
+    // attention at bf16 has its own limit in test_backend_ops).
     case OpError::Attention:
       return 1e-4;
   }

@@ -50,48 +50,21 @@ namespace {
 // ---- limits ---------------------------------------------------------------------------------------
 // All limits are on the relative L2 error ||cuda - cpu|| / ||cpu|| over a whole output (the plain
 // L2 norm of the difference when the CPU's output is all zero). A wrong index, a lost term or a
-// missed accumulation gives errors of order 0.1 to 1, far above every limit here.
+// missed accumulation gives errors of order 0.1 to 1, far above every limit here. The op kinds'
+// limits and their reasons are the op table's (kernels/op_table.cpp, op_limit_gpu).
 
-// Copies, gathers, fills and single IEEE operations (a + b, a * s): no rounding freedom at all.
-constexpr double kExact = 0.0;
-// One or a few roundings per element, and expf/logf on the GPU against the CPU's polynomial exp or
-// double: each element is within a few ulp (6e-8 each), so the L2 error sits near 1e-7.
-constexpr double kElementwise = 1e-6;
-// Sums over tens to thousands of terms (RMSNorm, softmax, scatter-adds by atomics, column sums) in
-// another order than the CPU's: about sqrt(terms) * 6e-8, i.e. 1e-7..3e-6 at these sizes.
-constexpr double kReduction = 1e-5;
-// sum_squares returns a double accumulated in double (or float partials summed in double): the
-// only rounding is that of the partials.
-constexpr double kSumSquares = 1e-6;
-// RoPE: the CPU builds cos/sin in double; a GPU that forms the angle pos * inv_freq in float loses
-// up to pos * 6e-8 rad, about 7e-6 at the positions used here (< 120). A swapped pair or sign is O(1).
-constexpr double kRope = 1e-5;
-// The CUDA GEMMs run on tensor cores in TF32 (10-bit mantissa, unit roundoff 2^-11 = 4.9e-4):
-// every input is rounded to TF32 before an fp32-accumulated product. Simulated on the CPU (inputs
-// rounded to TF32, then the CPU GEMM) on these shapes: 2.6e-4 with round-to-nearest, 7e-4 with
-// truncation, and up to 1.2e-3 for IC = 1 (a single product, two truncations: at most 2^-9 = 2e-3
-// per element). So ~1e-3, and 3e-3 keeps the worst case inside while staying 30x below what a
-// wrong index or a lost term gives.
-constexpr double kTf32 = 3e-3;
-// binary_mapper_backward: dG = dR @ W is a TF32 GEMM, then dlogits = S_h - p * S subtracts two
-// weighted sums of dG, which can cancel a little (the simulated TF32 error was 2e-4..7e-4, like a
-// plain GEMM's): kTf32 with headroom for a reduction in float instead of the CPU's double.
-constexpr double kMapperTf32 = 5e-3;
+const double kExact = op_limit_gpu(OpError::Exact);
+const double kElementwise = op_limit_gpu(OpError::Elementwise);
+const double kReduction = op_limit_gpu(OpError::Reduction);
+const double kTf32 = op_limit_gpu(OpError::Gemm);
+const double kMapperTf32 = op_limit_gpu(OpError::Mapper);
+const double kBf16 = op_limit_gpu(OpError::Bf16);
+const double kAttention = op_limit_gpu(OpError::Attention);
 // MatmulPrecision::Fp32 on CUDA: no tensor cores, fp32 products summed in another order than the
 // CPU's: a reduction's error.
-constexpr double kFp32Gemm = kReduction;
-// bf16 GEMM inputs (8-bit mantissa, unit roundoff 2^-9 = 2e-3): each input rounded to nearest,
-// so a product is off by about 2e-3 / sqrt(3) * sqrt(2) = 1.6e-3 RMS, and a sum of many random
-// products keeps that relative size. 1e-2 bounds it with room; a stale bf16 copy of a weight
-// (an update the mirror missed) or a wrong offset into the mirror gives O(1).
-constexpr double kBf16 = 1e-2;
+const double kFp32Gemm = kReduction;
 // The binary mapper's backward at bf16: kBf16 with the same cancellation headroom as kMapperTf32.
 constexpr double kMapperBf16 = 2e-2;
-// Attention is a flash-style fp32 kernel (not a cuBLAS GEMM): out sums up to 1024 probability-
-// weighted rows, the backward recomputes the probabilities from the log-sum-exp and forms
-// dS = P * (dP - <dout, out>) instead of the CPU's stored P: about 1e-6..1e-5. This limit assumes
-// fp32 FMAs; a TF32 tensor-core attention would need kTf32 here.
-constexpr double kAttention = 1e-4;
 // At bf16 the attention products run on tensor cores with bf16 operands (Q, K, V, P, dO, dS):
 // a CPU emulation of the kernels gave 2.5e-3..5.6e-3 (max error over max value) on these shapes;
 // a dropped mask or a wrong operand gave 0.1..1.7.
@@ -215,43 +188,12 @@ std::vector<float> rnd(size_t n, uint64_t seed, double lo = -1.0, double hi = 1.
   return std::vector<float>(d.begin(), d.end());
 }
 
-// ||got - ref|| / ||ref|| (||got - ref|| when ref is all zero); infinite when the sizes differ or
-// either holds a NaN or an Inf.
-double rel_error(const std::vector<float>& ref, const std::vector<float>& got) {
-  if (ref.size() != got.size()) return std::numeric_limits<double>::infinity();
-  double num = 0.0, den = 0.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(ref[i]) || !std::isfinite(got[i])) return std::numeric_limits<double>::infinity();
-    const double d = double(got[i]) - double(ref[i]);
-    num += d * d;
-    den += double(ref[i]) * double(ref[i]);
-  }
-  return den > 0.0 ? std::sqrt(num / den) : std::sqrt(num);
-}
-
-// Where got and ref differ most (for the failure message).
-std::string worst_element(const std::vector<float>& ref, const std::vector<float>& got) {
-  if (ref.size() != got.size()) return "sizes " + std::to_string(ref.size()) + " vs " + std::to_string(got.size());
-  size_t worst = 0;
-  double wd = -1.0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    double d = std::abs(double(got[i]) - double(ref[i]));
-    if (!(d == d)) d = std::numeric_limits<double>::infinity();  // NaN counts as worst
-    if (d > wd) wd = d, worst = i;
-  }
-  if (ref.empty()) return "empty";
-  std::ostringstream s;
-  s.precision(9);
-  s << "worst at [" << worst << "]: cpu " << ref[worst] << ", cuda " << got[worst];
-  return s.str();
-}
-
 void expect_close(const Outs& ref, const Outs& got, const std::string& key, double limit) {
   const auto r = ref.find(key), g = got.find(key);
   ASSERT_NE(r, ref.end()) << key << " missing from the CPU run";
   ASSERT_NE(g, got.end()) << key << " missing from the CUDA run";
-  const double e = rel_error(r->second, g->second);
-  EXPECT_LE(e, limit) << key << ": relative L2 error CUDA vs CPU; " << worst_element(r->second, g->second);
+  const double e = op_rel_error(r->second, g->second);
+  EXPECT_LE(e, limit) << key << ": relative L2 error CUDA vs CPU; " << op_worst_element(r->second, g->second);
 }
 
 // Runs f (Backend& -> Outs) on the CPU, then on CUDA.
@@ -301,7 +243,7 @@ void expect_same_nonfinite(const std::vector<float>& ref, const std::vector<floa
   }
   EXPECT_EQ(mismatched, 0u) << what << ": elements where NaN/Inf disagree";
   EXPECT_GT(nonfinite, 0u) << what << ": the test meant the CPU to produce NaN or Inf here";
-  EXPECT_LE(rel_error(rf, gf), limit) << what << " (finite elements)";
+  EXPECT_LE(op_rel_error(rf, gf), limit) << what << " (finite elements)";
 }
 
 AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int Tk_cap, int q_pos0, bool causal) {
@@ -564,7 +506,7 @@ TEST_F(BackendOps, AdamwSeveralStepsOverSegments) {
   expect_close(c, g, "v", kElementwise);
   std::vector<float> delta_c(n), delta_g(n);
   for (size_t i = 0; i < n; ++i) delta_c[i] = c["param"][i] - param0[i], delta_g[i] = g["param"][i] - param0[i];
-  EXPECT_LE(rel_error(delta_c, delta_g), kAdamDelta) << "the update; " << worst_element(delta_c, delta_g);
+  EXPECT_LE(op_rel_error(delta_c, delta_g), kAdamDelta) << "the update; " << op_worst_element(delta_c, delta_g);
 }
 
 // ---- NaN / Inf agreement --------------------------------------------------------------------------
@@ -602,8 +544,8 @@ TEST_F(BackendOps, NanAndInfPropagateLikeTheCpu) {
   expect_same_nonfinite(c["swiglu"], g["swiglu"], "swiglu", kElementwise);
   expect_same_nonfinite(c["rmsnorm"], g["rmsnorm"], "rmsnorm out", kReduction);
   // rstd of the Inf rows is 0 (finite): agreement on NaN/Inf plus the finite values.
-  EXPECT_LE(rel_error(std::vector<float>(c["rstd"].begin() + 1, c["rstd"].end()),
-                      std::vector<float>(g["rstd"].begin() + 1, g["rstd"].end())),
+  EXPECT_LE(op_rel_error(std::vector<float>(c["rstd"].begin() + 1, c["rstd"].end()),
+                         std::vector<float>(g["rstd"].begin() + 1, g["rstd"].end())),
             kReduction)
       << "rstd of the rows without NaN";
   EXPECT_TRUE(std::isnan(c["rstd"][0]) == std::isnan(g["rstd"][0]))
