@@ -75,8 +75,8 @@ int main(int argc, char** argv) {
     return fail("--size '" + p.value(size) + "': expected WIDTHxHEIGHT in pixels, e.g. 1400x860");
   const QString view_name = p.value(view);
   if ((p.isSet(random_ft) || p.isSet(prompt)) && !p.isSet(open)) return fail("--random-ft and --prompt need --open");
-  MainWindow w(
-      StudioOptions{p.value(db), view_name, ftx::make_dataset, p.values(open), p.isSet(random_ft), p.value(prompt)});
+  ftx::MainWindow w(ftx::StudioOptions{p.value(db), view_name, ftx::make_dataset, p.values(open), p.isSet(random_ft),
+                                       p.value(prompt)});
   if (!view_name.isEmpty() && !w.raise_view(view_name))
     return fail("--view '" + view_name +
                 "': unknown (expected runs, train, curves, benchmarks, generations, latent, lessons or figure4)");

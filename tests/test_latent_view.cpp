@@ -46,7 +46,7 @@ class LatentViewTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (g_no_display) GTEST_SKIP() << "no display and no /usr/bin/xvfb-run";
-    view_ = new LatentView;
+    view_ = new ftx::LatentView;
     auto* layout = new QVBoxLayout(&window_);
     layout->addWidget(new QLabel("a sibling widget"));
     layout->addWidget(view_, 1);
@@ -59,7 +59,7 @@ class LatentViewTest : public ::testing::Test {
     while (!(window_.windowHandle() && window_.windowHandle()->isExposed()) && waited.elapsed() < kExposeTimeoutMs)
       QApplication::processEvents(QEventLoop::AllEvents, 10);
     ASSERT_TRUE(window_.windowHandle()->isExposed()) << "the window was not shown within " << kExposeTimeoutMs << " ms";
-    QObject::connect(view_, &LatentView::flips_changed, [this](Flips f) { emitted_.push_back(std::move(f)); });
+    QObject::connect(view_, &ftx::LatentView::flips_changed, [this](Flips f) { emitted_.push_back(std::move(f)); });
     view_->set_inspection(inspection(12, 4), "run", 100);
     frames(3);
   }
@@ -88,7 +88,7 @@ class LatentViewTest : public ::testing::Test {
   }
 
   QWidget window_;
-  LatentView* view_ = nullptr;
+  ftx::LatentView* view_ = nullptr;
   std::vector<Flips> emitted_;
 };
 

@@ -39,6 +39,16 @@
 #include "views/text_groups_grid.h"
 #include "views/token_label.h"
 
+using ftx::ModelsView;
+using ftx::ModelWorker;
+using ftx::printable_token;
+using ftx::TextGenerationsView;
+using ftx::TextGroupsGrid;
+using ftx::TextJob;
+using ftx::TextJobPlan;
+using ftx::TextJobResult;
+using ftx::TextPieces;
+
 namespace {
 
 constexpr int kWaitMs = 60'000;  // a load or a short generation on 2 busy cores

@@ -63,6 +63,16 @@
 #include "views/store_poller.h"
 #include "views/train_view.h"
 
+using ftx::BenchBatch;
+using ftx::GenerationsView;
+using ftx::ReferenceRows;
+using ftx::RunListModel;
+using ftx::RunSummary;
+using ftx::RunsView;
+using ftx::StorePoller;
+using ftx::summarize_run;
+using ftx::TrainView;
+
 // Readable QString (and QStringList) values in failure messages; found by argument-dependent lookup.
 void PrintTo(const QString& s, std::ostream* os) { *os << '"' << s.toStdString() << '"'; }
 

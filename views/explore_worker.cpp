@@ -12,6 +12,8 @@
 #include "kernels/base/philox.h"
 #include "views/store_poller.h"
 
+namespace ftx {
+
 namespace {
 
 constexpr size_t kMaxCachedModels = 6;
@@ -271,3 +273,5 @@ void ExploreWorker::kappa_lesson(quint64 seed) {
   emit kappa_lesson_ready(std::move(columns), std::move(kappas), measured);
   emit busy_changed(false);
 }
+
+}  // namespace ftx

@@ -20,8 +20,9 @@
 #include "core/explore/explorer.h"
 #include "views/meta_types.h"
 
+namespace ftx {
+
 using BitFlips = std::vector<std::pair<int, int>>;
-Q_DECLARE_METATYPE(BitFlips)
 
 class ExploreWorker : public QObject {
   Q_OBJECT
@@ -73,3 +74,7 @@ class ExploreWorker : public QObject {
   BitFlips pending_flips_;
   uint64_t edit_requested_ = 0, edit_done_ = 0;
 };
+
+}  // namespace ftx
+
+Q_DECLARE_METATYPE(ftx::BitFlips)

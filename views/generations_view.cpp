@@ -21,6 +21,8 @@
 
 #include "views/sequence_grid.h"
 
+namespace ftx {
+
 namespace {
 
 const char* const kErrorStyle = "color: #e03131;";
@@ -517,3 +519,5 @@ QString GenerationsView::export_text() const {
   for (const auto& [caption, groups] : columns_) text += QStringLiteral("\n# ") + caption + '\n' + groups_text(groups);
   return text;
 }
+
+}  // namespace ftx

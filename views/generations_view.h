@@ -29,6 +29,9 @@ class QLabel;
 class QLineEdit;
 class QPushButton;
 class QSpinBox;
+
+namespace ftx {
+
 class SequenceGrid;
 
 class GenerationsView : public QWidget {
@@ -123,3 +126,5 @@ class GenerationsView : public QWidget {
   ftx::Figure4Request columns_request_;
   GroupColumns columns_;
 };
+
+}  // namespace ftx

@@ -18,6 +18,8 @@
 
 #include "imgui.h"
 
+namespace ftx {
+
 namespace {
 
 constexpr int kMouseButtons = 5;  // ImGui 1.86 io.MouseDown[5]
@@ -295,3 +297,5 @@ bool ImGui_ImplQt_HasPendingInput() {
     if (r) return true;
   return false;
 }
+
+}  // namespace ftx

@@ -12,6 +12,8 @@
 class QEvent;
 class QWidget;
 
+namespace ftx {
+
 // On the current ImGui context: binds `widget` (not owned, must outlive the binding), sets the
 // key map, clipboard callbacks and backend flags.
 bool ImGui_ImplQt_Init(QWidget* widget);
@@ -25,3 +27,5 @@ bool ImGui_ImplQt_ProcessEvent(QEvent* event);
 // True while a mouse release is held back for the next frame (a press and its release arrived
 // between two frames): the widget must paint again for ImGui to see the click complete.
 bool ImGui_ImplQt_HasPendingInput();
+
+}  // namespace ftx

@@ -14,6 +14,8 @@
 #include "imgui.h"
 #include "views/token_label.h"
 
+namespace ftx {
+
 namespace {
 
 constexpr double kLn2 = 0.69314718055994530942;
@@ -706,3 +708,5 @@ LatentPanelActions draw_latent_panel(const LatentPanelData& d) {
   ImGui::End();
   return act;
 }
+
+}  // namespace ftx

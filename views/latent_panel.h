@@ -19,6 +19,8 @@
 
 struct ImFont;
 
+namespace ftx {
+
 struct LatentPanelData {
   const ftx::LatentInspection* inspection = nullptr;  // null: the empty state
   std::string run;                                    // a run's name, or a model file's
@@ -52,3 +54,5 @@ struct LatentPanelActions {
 // Draws the panel as one window covering the whole ImGui display. Call between ImGui::NewFrame
 // and ImGui::Render.
 LatentPanelActions draw_latent_panel(const LatentPanelData& d);
+
+}  // namespace ftx

@@ -19,6 +19,8 @@
 #include "imgui_impl_opengl3.h"
 #include "views/imgui_qt.h"
 
+namespace ftx {
+
 namespace {
 
 constexpr int kFrameIntervalMs = 33;  // about 30 fps while something moves
@@ -298,3 +300,5 @@ void LatentView::on_tick() {
   else
     tick_.stop();
 }
+
+}  // namespace ftx

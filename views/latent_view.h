@@ -32,6 +32,8 @@ class QOpenGLFramebufferObject;
 struct ImGuiContext;
 struct ImFont;
 
+namespace ftx {
+
 class LatentView : public QWidget {
   Q_OBJECT
 
@@ -104,3 +106,5 @@ class LatentView : public QWidget {
   QTimer tick_;
   int frames_left_ = 0;  // frames still to paint after the latest input or change
 };
+
+}  // namespace ftx

@@ -19,6 +19,8 @@
 #include "core/train/train_config.h"
 #include "views/sequence_grid.h"
 
+namespace ftx {
+
 namespace {
 
 const char* const kErrorStyle = "color: #e03131;";
@@ -311,3 +313,5 @@ bool LessonsView::save_png(const QString& path) {
   const QPixmap pixmap = page ? page->grab() : QPixmap();
   return !pixmap.isNull() && pixmap.save(path, "PNG");
 }
+
+}  // namespace ftx

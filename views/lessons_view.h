@@ -27,6 +27,8 @@ class QPushButton;
 class QTabWidget;
 class QValueAxis;
 
+namespace ftx {
+
 class LessonsView : public QWidget {
   Q_OBJECT
  public:
@@ -71,3 +73,5 @@ class LessonsView : public QWidget {
   QLabel* kappa_message_ = nullptr;
   QPushButton* regenerate_button_ = nullptr;
 };
+
+}  // namespace ftx

@@ -34,6 +34,8 @@
 #include "views/text_generations_view.h"
 #include "views/train_view.h"
 
+namespace ftx {
+
 MainWindow::MainWindow(StudioOptions opts) : opts_(std::move(opts)) {
   register_view_meta_types();
   qRegisterMetaType<RunSummary>();
@@ -217,3 +219,5 @@ bool MainWindow::raise_view(const QString& name) {
 }
 
 bool MainWindow::save_view_png(const QString& path) { return grab().save(path); }
+
+}  // namespace ftx

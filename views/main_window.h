@@ -25,6 +25,10 @@ class QLabel;
 class QComboBox;
 class QLineEdit;
 class QTimer;
+class QTabWidget;
+
+namespace ftx {
+
 class RunListModel;
 class RunsView;
 class TrainView;
@@ -35,11 +39,8 @@ class ExploreWorker;
 class ModelWorker;
 class ModelsView;
 class TextGenerationsView;
-class QTabWidget;
-namespace ftx {
 class CurvesView;
 class BenchmarksView;
-}  // namespace ftx
 
 struct StudioOptions {
   QString db_path;
@@ -124,8 +125,8 @@ class MainWindow : public QMainWindow {
   RunListModel* runs_model_ = nullptr;
   RunsView* runs_view_ = nullptr;
   TrainView* train_view_ = nullptr;
-  ftx::CurvesView* curves_ = nullptr;
-  ftx::BenchmarksView* benchmarks_ = nullptr;
+  CurvesView* curves_ = nullptr;
+  BenchmarksView* benchmarks_ = nullptr;
   GenerationsView* generations_ = nullptr;
   LatentView* latent_ = nullptr;
   LessonsView* lessons_ = nullptr;
@@ -141,3 +142,5 @@ class MainWindow : public QMainWindow {
   double worst_latency_ms_ = 0;
   std::map<int64_t, std::vector<std::pair<int64_t, double>>> kappa_events_;  // run -> (step, kappa nats)
 };
+
+}  // namespace ftx

@@ -18,6 +18,8 @@
 #include "views/text_generations_view.h"
 #include "views/text_groups_grid.h"
 
+namespace ftx {
+
 namespace {
 
 constexpr int kRandomLayers = 4, kRandomDim = 128, kRandomLatentBits = 8, kRandomContext = 1024;
@@ -249,3 +251,5 @@ void MainWindow::fill_latent_sources(const QStringList& free_runs) {
     if (models_view_->loaded(id)) latent_run_->addItem("model: " + model_name(*info), id);
   if (latent_run_->findText(keep) >= 0) latent_run_->setCurrentText(keep);
 }
+
+}  // namespace ftx

@@ -26,6 +26,8 @@
 #include "views/run_list_model.h"
 #include "views/train_view.h"
 
+namespace ftx {
+
 void MainWindow::connect_store() {
   poller_ = new StorePoller(opts_.db_path);
   poller_->moveToThread(&poll_thread_);
@@ -271,3 +273,5 @@ void MainWindow::start_latency_probe() {
   });
   probe->start(10);
 }
+
+}  // namespace ftx

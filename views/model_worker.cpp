@@ -11,6 +11,8 @@
 
 #include "views/meta_types.h"
 
+namespace ftx {
+
 namespace {
 
 constexpr qint64 kProgressIntervalMs = 33;  // load_progress at most ~30 times a second
@@ -36,10 +38,10 @@ ModelWorker::~ModelWorker() {
 void ModelWorker::register_meta_types() {
   register_view_meta_types();
   qRegisterMetaType<std::shared_ptr<const ftx::ModelInfo>>("std::shared_ptr<const ftx::ModelInfo>");
-  qRegisterMetaType<TextJob>("TextJob");
-  qRegisterMetaType<TextJobPlan>("TextJobPlan");
-  qRegisterMetaType<TextPieces>("TextPieces");
-  qRegisterMetaType<TextJobResult>("TextJobResult");
+  qRegisterMetaType<TextJob>("ftx::TextJob");
+  qRegisterMetaType<TextJobPlan>("ftx::TextJobPlan");
+  qRegisterMetaType<TextPieces>("ftx::TextPieces");
+  qRegisterMetaType<TextJobResult>("ftx::TextJobResult");
   qRegisterMetaType<ftx::ModelConfig>("ftx::ModelConfig");
   qRegisterMetaType<std::vector<std::string>>("std::vector<std::string>");
 }
@@ -226,3 +228,5 @@ void ModelWorker::process_edit() {
   for (int32_t id : *ids) tokens.emplace_back(t.token_bytes(id));
   emit edited_ready(std::move(tokens), qs(t.decode(*ids)));
 }
+
+}  // namespace ftx

@@ -26,6 +26,8 @@
 #include "core/explore/text_explorer.h"
 #include "core/io/model_file.h"
 
+namespace ftx {
+
 // One press of Generate (or Resample Z / Freeze Z) in the Generations view for a model file.
 struct TextJob {
   quint64 id = 0;  // the view's request number: every reply names it
@@ -57,14 +59,6 @@ struct TextJobResult {
   int new_tokens = 0;               // over all sequences
   double seconds = 0;
 };
-
-Q_DECLARE_METATYPE(std::shared_ptr<const ftx::ModelInfo>)
-Q_DECLARE_METATYPE(TextJob)
-Q_DECLARE_METATYPE(TextJobPlan)
-Q_DECLARE_METATYPE(TextPieces)
-Q_DECLARE_METATYPE(TextJobResult)
-Q_DECLARE_METATYPE(ftx::ModelConfig)
-Q_DECLARE_METATYPE(std::vector<std::string>)
 
 class ModelWorker : public QObject {
   Q_OBJECT
@@ -136,3 +130,13 @@ class ModelWorker : public QObject {
   std::vector<std::pair<int, int>> pending_flips_;
   uint64_t edit_requested_ = 0, edit_done_ = 0;
 };
+
+}  // namespace ftx
+
+Q_DECLARE_METATYPE(std::shared_ptr<const ftx::ModelInfo>)
+Q_DECLARE_METATYPE(ftx::TextJob)
+Q_DECLARE_METATYPE(ftx::TextJobPlan)
+Q_DECLARE_METATYPE(ftx::TextPieces)
+Q_DECLARE_METATYPE(ftx::TextJobResult)
+Q_DECLARE_METATYPE(ftx::ModelConfig)
+Q_DECLARE_METATYPE(std::vector<std::string>)

@@ -9,6 +9,8 @@
 #include <QTableWidget>
 #include <QVBoxLayout>
 
+namespace ftx {
+
 namespace {
 
 constexpr int kIdRole = Qt::UserRole;
@@ -181,3 +183,5 @@ void ModelsView::update_buttons() {
   for (QPushButton* b : {random_, generations_, latent_}) b->setEnabled(ready);
   close_->setEnabled(current_model() >= 0);
 }
+
+}  // namespace ftx

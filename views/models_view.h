@@ -19,6 +19,8 @@ class QProgressBar;
 class QPushButton;
 class QTableWidget;
 
+namespace ftx {
+
 class ModelsView : public QWidget {
   Q_OBJECT
  public:
@@ -65,3 +67,5 @@ class ModelsView : public QWidget {
   std::map<int, bool> loaded_;  // id -> loaded
   int loading_ = -1;            // the model the progress bar follows
 };
+
+}  // namespace ftx

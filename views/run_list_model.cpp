@@ -6,6 +6,8 @@
 #include "core/model/kappa.h"
 #include "views/metric_cache.h"
 
+namespace ftx {
+
 namespace {
 
 // A qualitative palette (Tableau 10): distinct on light and dark backgrounds.
@@ -165,3 +167,5 @@ bool RunListModel::setData(const QModelIndex& index, const QVariant& value, int 
   }
   return false;
 }
+
+}  // namespace ftx

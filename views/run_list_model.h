@@ -14,8 +14,8 @@
 #include "views/store_poller.h"
 
 namespace ftx {
+
 class MetricCache;
-}
 
 class RunListModel : public QAbstractTableModel {
   Q_OBJECT
@@ -66,3 +66,5 @@ class RunListModel : public QAbstractTableModel {
   std::map<int64_t, QColor> colours_;
   bool first_runs_ = true;
 };
+
+}  // namespace ftx

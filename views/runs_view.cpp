@@ -13,6 +13,8 @@
 
 #include "views/run_list_model.h"
 
+namespace ftx {
+
 RunsView::RunsView(RunListModel* model, QWidget* parent) : QWidget(parent), model_(model) {
   proxy_ = new QSortFilterProxyModel(this);
   proxy_->setSourceModel(model_);
@@ -111,3 +113,5 @@ void RunsView::confirm_delete() {
 }
 
 bool RunsView::save_png(const QString& path) { return grab().save(path); }
+
+}  // namespace ftx

@@ -11,6 +11,9 @@ class QLineEdit;
 class QTableView;
 class QSortFilterProxyModel;
 class QLabel;
+
+namespace ftx {
+
 class RunListModel;
 
 class RunsView : public QWidget {
@@ -36,3 +39,5 @@ class RunsView : public QWidget {
   QTableView* table_;
   QLabel* count_;
 };
+
+}  // namespace ftx

@@ -12,6 +12,8 @@
 #include <algorithm>
 #include <cmath>
 
+namespace ftx {
+
 namespace {
 
 constexpr double kMargin = 10;                  // around the whole grid
@@ -384,3 +386,5 @@ void SequenceGrid::leaveEvent(QEvent* event) {
   }
   QWidget::leaveEvent(event);
 }
+
+}  // namespace ftx

@@ -16,6 +16,8 @@
 #include "core/explore/explorer.h"
 #include "views/meta_types.h"
 
+namespace ftx {
+
 class SequenceGrid : public QWidget {
   Q_OBJECT
  public:
@@ -91,3 +93,5 @@ class SequenceGrid : public QWidget {
   bool compact_ = false;
   int hovered_ = -1;  // index in layout_.rows
 };
+
+}  // namespace ftx

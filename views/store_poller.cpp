@@ -4,6 +4,8 @@
 
 #include "core/train/run_config.h"
 
+namespace ftx {
+
 namespace {
 
 constexpr int64_t kMetricsPerRound = 200000;  // a large backlog arrives over a few rounds
@@ -132,3 +134,5 @@ void StorePoller::load_items(quint64 request, qint64 run_id, qint64 step, QStrin
   if (!items) return emit items_loaded(request, run_id, step, task, {}, QString::fromStdString(items.error().message));
   emit items_loaded(request, run_id, step, task, std::move(*items), QString());
 }
+
+}  // namespace ftx

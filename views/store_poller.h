@@ -19,6 +19,8 @@
 #include "core/store/run_store.h"
 #include "core/train/run_config.h"
 
+namespace ftx {
+
 // One run as the Runs dock lists it.
 struct RunSummary {
   ftx::RunInfo info;
@@ -80,10 +82,12 @@ class StorePoller : public QObject {
   std::string last_runs_key_;  // what was last sent, to emit runs_changed only on change
 };
 
-Q_DECLARE_METATYPE(RunSummary)
-Q_DECLARE_METATYPE(std::vector<RunSummary>)
-Q_DECLARE_METATYPE(MetricBatch)
-Q_DECLARE_METATYPE(EventBatch)
-Q_DECLARE_METATYPE(BenchBatch)
-Q_DECLARE_METATYPE(ReferenceRows)
-Q_DECLARE_METATYPE(BenchItems)
+}  // namespace ftx
+
+Q_DECLARE_METATYPE(ftx::RunSummary)
+Q_DECLARE_METATYPE(std::vector<ftx::RunSummary>)
+Q_DECLARE_METATYPE(ftx::MetricBatch)
+Q_DECLARE_METATYPE(ftx::EventBatch)
+Q_DECLARE_METATYPE(ftx::BenchBatch)
+Q_DECLARE_METATYPE(ftx::ReferenceRows)
+Q_DECLARE_METATYPE(ftx::BenchItems)

@@ -14,6 +14,8 @@
 #include "views/models_view.h"
 #include "views/text_groups_grid.h"
 
+namespace ftx {
+
 namespace {
 
 const char* const kErrorStyle = "color: #e03131;";
@@ -310,3 +312,5 @@ void TextGenerationsView::update_enabled() {
   fixed_groups_->setEnabled(free);
   model_box_->setEnabled(!busy());
 }
+
+}  // namespace ftx

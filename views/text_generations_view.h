@@ -24,6 +24,9 @@ class QLabel;
 class QPlainTextEdit;
 class QPushButton;
 class QSpinBox;
+
+namespace ftx {
+
 class TextGroupsGrid;
 
 class TextGenerationsView : public QWidget {
@@ -90,3 +93,5 @@ class TextGenerationsView : public QWidget {
   std::optional<TextJobPlan> plan_;  // the shown plan
   int streamed_ = 0;                 // pieces received for the running job
 };
+
+}  // namespace ftx

@@ -7,6 +7,8 @@
 #include <QMouseEvent>
 #include <QVBoxLayout>
 
+namespace ftx {
+
 namespace {
 
 constexpr int kFrameMs = 33;  // cells redraw at most this often while text streams
@@ -161,3 +163,5 @@ bool TextGroupsGrid::eventFilter(QObject* watched, QEvent* event) {
   }
   return QWidget::eventFilter(watched, event);
 }
+
+}  // namespace ftx

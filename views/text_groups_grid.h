@@ -18,6 +18,8 @@
 class QLabel;
 class QHBoxLayout;
 
+namespace ftx {
+
 class TextGroupsGrid : public QWidget {
   Q_OBJECT
  public:
@@ -58,3 +60,5 @@ class TextGroupsGrid : public QWidget {
   QTimer frame_;
   int redraws_ = 0;
 };
+
+}  // namespace ftx

@@ -2,6 +2,8 @@
 
 #include <cstdio>
 
+namespace ftx {
+
 namespace {
 
 // The length of the valid UTF-8 sequence at s[i] (1..4), 0 when the bytes there are not one.
@@ -51,3 +53,5 @@ std::string printable_token(std::string_view bytes) {
   }
   return out;
 }
+
+}  // namespace ftx

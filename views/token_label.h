@@ -8,5 +8,9 @@
 #include <string>
 #include <string_view>
 
+namespace ftx {
+
 // The label of one token's bytes, valid UTF-8 always.
 std::string printable_token(std::string_view bytes);
+
+}  // namespace ftx

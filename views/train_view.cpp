@@ -21,6 +21,8 @@
 #include "core/model/kappa.h"
 #include "core/train/train_config.h"
 
+namespace ftx {
+
 namespace {
 
 ftx::Result<double> parse_kappa_bits(const QString& text) { return ftx::parse_kappa_bits(text.toStdString()); }
@@ -339,3 +341,5 @@ void TrainView::show_snapshot(const ftx::SessionSnapshot& s) {
     message_->setText(QString::fromStdString(s.message));
   }
 }
+
+}  // namespace ftx

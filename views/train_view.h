@@ -21,6 +21,8 @@ class QLabel;
 class QPushButton;
 class QProgressBar;
 
+namespace ftx {
+
 class TrainView : public QWidget {
   Q_OBJECT
  public:
@@ -62,3 +64,5 @@ class TrainView : public QWidget {
   QPushButton *start_, *pause_, *resume_, *stop_, *step_, *set_kappa_, *sweep_start_;
   QProgressBar* progress_;
 };
+
+}  // namespace ftx
