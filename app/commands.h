@@ -114,7 +114,7 @@ struct BenchArgs {
   std::string precision;  // fp32 | tf32 | bf16; empty: the backend's default
   int batch = 64, warmup = 5, steps = 20;
   int ops_reps = 20;  // bench ops: timed calls per op
-  struct Mapper {  // binary_mapper_backward against the GEMM of the same shape
+  struct Mapper {     // binary_mapper_backward against the GEMM of the same shape
     std::string device = "cpu", precision;
     int tokens = 8192, dim = 768, latent_bits = 16, warmup = 3, steps = 10;
   } mapper;
