@@ -24,7 +24,8 @@ else
   cmake -S . -B "$BUILD" -DFTX_NATIVE=OFF >/dev/null
 fi
 cmake --build "$BUILD" -j"$(nproc)" --target ftx test_backend_ops
-if ! ldd "$BUILD/app/ftx" | grep -q libcublas; then
+# grep without -q: with pipefail, grep -q quitting at the first match can fail ldd with SIGPIPE.
+if ! ldd "$BUILD/app/ftx" | grep libcublas >/dev/null; then
   echo "make_bundle: $BUILD was configured without the CUDA backend" >&2
   exit 1
 fi
