@@ -18,6 +18,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -142,6 +143,8 @@ struct OpTestCase {
 };
 // Every row at every one of its test sizes (seeds differ from case to case).
 std::vector<OpTestCase> op_test_cases();
+// How GoogleTest prints a case (its name, not its bytes, in test listings and ctest names).
+inline void PrintTo(const OpTestCase& c, std::ostream* os) { *os << c.name; }
 
 // One case run on one backend: the contents of its Out and InOut buffers (floats; integers as
 // their values), the host result, and the buffers written past their end.
