@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# Issue 24's corpus: real text of four kinds from files Debian packages install, one folder per
+# kind, about the same number of bytes of each (docs/text_latent.md):
+#   python  the Python standard library (libpython3.11-stdlib, libpython3.11-minimal), not its tests
+#   c       C headers (libc6-dev, linux-libc-dev and the -dev packages of the build)
+#   perl    Perl modules (perl-modules-5.36, and /usr/share/perl5)
+#   prose   licences: base-files' common-licenses and every free-form copyright file (not the
+#           machine-readable "Format: ..." ones, which are field lists rather than prose)
+#
+#   resources/experiments/text_kinds.sh corpus     # $EXP/text_kinds/<kind>/..., and a count per kind
+#   resources/experiments/text_kinds.sh tokenize   # $EXP/text_kinds.tok with SmolLM2's tokenizer
+#
+# Files are taken in a fixed pseudo-random order (the MD5 of their path) until BUDGET bytes per
+# kind (default 4 MB), so the corpus is the same on every Debian 12 machine with the same
+# packages. Everything goes to $EXP (default ~/ftx-exp).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+FTX=${FTX:-build/app/ftx}
+EXP=${EXP:-$HOME/ftx-exp}
+MODEL=${FTX_MODEL_CACHE:-$HOME/.cache/ftx/models}/SmolLM2-135M-Instruct.Q4_1.gguf
+BUDGET=${BUDGET:-4000000}
+CORPUS=$EXP/text_kinds
+
+# list KIND: the candidate files of a kind, one path a line.
+list() {
+  case $1 in
+    python) find /usr/lib/python3.11 -name '*.py' -type f -not -path '*/test/*' -not -path '*/tests/*' ;;
+    c) find /usr/include -name '*.h' -type f ;;
+    perl) find /usr/share/perl/5.36.0 /usr/share/perl5 -name '*.pm' -type f 2>/dev/null ;;
+    prose)
+      find /usr/share/common-licenses -type f
+      for f in /usr/share/doc/*/copyright; do
+        [ -f "$f" ] && ! head -c 7 "$f" | grep -q '^Format:' && echo "$f"
+      done
+      ;;
+  esac
+}
+
+case ${1:-} in
+  corpus)
+    rm -rf "$CORPUS.tmp"
+    for kind in python c perl prose; do
+      mkdir -p "$CORPUS.tmp/$kind"
+      total=0 files=0
+      while read -r _ path; do
+        size=$(stat -c %s "$path")
+        [ "$size" -ge 200 ] || continue  # a few lines say nothing of their kind
+        [ $((total + size)) -le "$BUDGET" ] || continue
+        cp "$path" "$CORPUS.tmp/$kind/$(echo "${path#/}" | tr / _)"
+        total=$((total + size)) files=$((files + 1))
+      done < <(list $kind | while read -r p; do echo "$(echo -n "$p" | md5sum | cut -c1-32) $p"; done | sort)
+      echo "$kind: $files files, $total bytes"
+    done
+    rm -rf "$CORPUS" && mv "$CORPUS.tmp" "$CORPUS"
+    ;;
+  tokenize)
+    "$FTX" tokenize --checkpoint "$MODEL" --input "$CORPUS" --out "$EXP/text_kinds.tok"
+    ;;
+  *)
+    sed -n '2,15p' "$0"
+    exit 2
+    ;;
+esac
