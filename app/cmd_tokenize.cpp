@@ -40,7 +40,45 @@ void add_tokenize_options(CLI::App& app, TokenizeArgs& a) {
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
   c->add_option("--ext", a.ext, "Extensions of the files taken from directories, e.g. .py,.txt (default: all)");
+  c->add_option("--kinds", a.kinds,
+                "The --input folder holds one subfolder per kind (e.g. python,c,perl,prose): every file must be "
+                "UTF-8 text; writes DATA.kinds.json with each kind's documents and tokens");
 }
+
+namespace {
+
+// --kinds: the names, and the kind of each file (its first folder under the corpus).
+struct KindCorpus {
+  std::vector<std::string> names;
+  std::vector<int> file_kind;  // per file of corpus_files, an index into names
+};
+
+Result<KindCorpus> kind_corpus(const std::string& list, const std::string& root,
+                               const std::vector<std::string>& files) {
+  namespace fs = std::filesystem;
+  KindCorpus k;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    const std::string name = list.substr(at, comma - at);
+    if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
+      return make_error("--kinds \"" + list + "\": kinds are folder names separated by commas");
+    k.names.push_back(name);
+    at = comma + 1;
+  }
+  std::vector<int> count(k.names.size(), 0);
+  for (const std::string& f : files) {
+    const std::string first = fs::path(f).lexically_relative(root).begin()->string();
+    const auto it = std::find(k.names.begin(), k.names.end(), first);
+    if (it == k.names.end()) return make_error(f + ": not in a kind folder (" + list + ")");
+    k.file_kind.push_back(int(it - k.names.begin()));
+    ++count[k.file_kind.back()];
+  }
+  for (size_t i = 0; i < k.names.size(); ++i)
+    if (count[i] == 0) return make_error(join(root, k.names[i]) + ": no files of kind " + k.names[i]);
+  return k;
+}
+
+}  // namespace
 
 // The files the inputs name: a file as given, a directory's regular files (recursively, sorted,
 // filtered by extension). Error: an input that does not exist.
@@ -93,16 +131,31 @@ int tokenize_corpus(const TokenizeArgs& a, const Tokenizer& t) {
     return fail(a.checkpoint +
                 ": its tokenizer has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s> or eos)");
   int64_t unreadable = 0, not_utf8 = 0, not_encodable = 0, empty = 0, bytes = 0;
+  const bool strict = !a.kinds.empty();  // --kinds: a bad file is an error, not skipped
+  if (strict && (a.inputs.size() != 1 || !std::filesystem::is_directory(a.inputs[0])))
+    return fail("--kinds needs one --input folder with a subfolder per kind");
   auto files = corpus_files(a.inputs, a.ext, &unreadable);
   if (!files) return fail(files.error());
   if (files->empty()) return fail(a.inputs[0] + ": no files to tokenize" + (a.ext.empty() ? "" : " with " + a.ext));
+  if (strict && unreadable) return fail(a.inputs[0] + ": a folder of the corpus cannot be listed");
+  KindCorpus kinds;
+  if (strict) {
+    auto k = kind_corpus(a.kinds, a.inputs[0], *files);
+    if (!k) return fail(k.error());
+    kinds = std::move(*k);
+  }
+  struct KindCount {
+    int64_t documents = 0, tokens = 0, validation_documents = 0, validation_tokens = 0;
+  };
+  std::vector<KindCount> per_kind(kinds.names.size());
   auto w = TokenFileWriter::create(a.out, t, *eot);
   if (!w) return fail(w.error());
   const auto t0 = std::chrono::steady_clock::now();
   struct Doc {
     std::vector<int32_t> ids;
     uint64_t hash = 0;
-    int status = 0;  // 0 ok, 1 unreadable, 2 not UTF-8, 3 not encodable
+    int status = 0;   // 0 ok, 1 unreadable, 2 not UTF-8, 3 not encodable, 4 binary
+    std::string why;  // the reason, for --kinds
     int64_t bytes = 0;
   };
   const size_t kBatch = 256;
@@ -117,17 +170,21 @@ int tokenize_corpus(const TokenizeArgs& a, const Tokenizer& t) {
         Doc& d = docs[k];
         auto text = read_small_file((*files)[first + k], 1ull << 30);
         if (!text) {
-          d.status = 1;
+          d.status = 1, d.why = text.error().message;
           continue;
         }
         d.bytes = static_cast<int64_t>(text->size());
-        if (text::utf8_invalid_offset(*text) != std::string_view::npos) {
-          d.status = 2;
+        if (const size_t nul = text->find('\0'); strict && nul != std::string::npos) {
+          d.status = 4, d.why = (*files)[first + k] + ": binary (a NUL byte at offset " + std::to_string(nul) + ")";
+          continue;
+        }
+        if (const size_t bad = text::utf8_invalid_offset(*text); bad != std::string_view::npos) {
+          d.status = 2, d.why = (*files)[first + k] + ": not UTF-8 (byte " + std::to_string(bad) + ")";
           continue;
         }
         auto ids = t.encode(*text);
         if (!ids) {
-          d.status = 3;
+          d.status = 3, d.why = (*files)[first + k] + ": " + ids.error().message;
           continue;
         }
         d.ids = std::move(*ids);
@@ -138,7 +195,10 @@ int tokenize_corpus(const TokenizeArgs& a, const Tokenizer& t) {
     for (unsigned i = 1; i < std::min<size_t>(workers, n); ++i) pool.emplace_back(work);
     work();
     for (auto& th : pool) th.join();
-    for (Doc& d : docs) {
+    for (size_t k = 0; k < n; ++k) {
+      Doc& d = docs[k];
+      if (strict && d.status) return fail(d.why);  // the temporary token file is removed
+      if (strict && d.ids.empty()) return fail((*files)[first + k] + ": empty");
       unreadable += d.status == 1, not_utf8 += d.status == 2, not_encodable += d.status == 3;
       if (d.status) continue;
       if (d.ids.empty()) {
@@ -146,11 +206,40 @@ int tokenize_corpus(const TokenizeArgs& a, const Tokenizer& t) {
         continue;
       }
       bytes += d.bytes;
+      if (strict) {
+        KindCount& c = per_kind[size_t(kinds.file_kind[first + k])];
+        const bool val = token_file_is_validation(d.hash, a.val_frac);
+        c.documents += 1, c.tokens += int64_t(d.ids.size());
+        c.validation_documents += val, c.validation_tokens += val ? int64_t(d.ids.size()) : 0;
+      }
       if (auto st = (*w)->add_document(d.ids, d.hash); !st) return fail(st.error());
     }
   }
+  // The kinds' counts go next to the token file before it is put in place: both or neither.
+  if (strict) {
+    json j = {{"corpus", a.inputs[0]}, {"val_frac", a.val_frac}, {"kinds", json::array()}};
+    int64_t total = 0;
+    for (const KindCount& c : per_kind) total += c.tokens;
+    double chance = 0.0;
+    for (size_t i = 0; i < per_kind.size(); ++i) {
+      const KindCount& c = per_kind[i];
+      const double share = total ? double(c.tokens) / double(total) : 0.0;
+      chance += share * share;
+      j["kinds"].push_back({{"kind", kinds.names[i]},
+                            {"documents", c.documents},
+                            {"tokens", c.tokens},
+                            {"token_share", share},
+                            {"validation_documents", c.validation_documents},
+                            {"validation_tokens", c.validation_tokens}});
+    }
+    j["chance_agreement"] = chance;  // sum of squared token shares: two sequences of the same kind by chance
+    if (auto st = write_file_durable(a.out + ".kinds.json", j.dump(2) + "\n"); !st) return fail(st.error());
+  }
   auto sum = (*w)->finish(a.val_frac);
-  if (!sum) return fail(sum.error());
+  if (!sum) {
+    if (strict) std::filesystem::remove(a.out + ".kinds.json");
+    return fail(sum.error());
+  }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   std::printf(
       "%s: %lld documents (%.2f MiB), %lld tokens; training %lld documents / %lld tokens, validation %lld / "
@@ -159,6 +248,11 @@ int tokenize_corpus(const TokenizeArgs& a, const Tokenizer& t) {
       static_cast<long long>(sum->tokens), static_cast<long long>(sum->documents - sum->validation_documents),
       static_cast<long long>(sum->tokens - sum->validation_tokens), static_cast<long long>(sum->validation_documents),
       static_cast<long long>(sum->validation_tokens));
+  for (size_t i = 0; i < per_kind.size(); ++i)
+    std::printf("  %-10s %6lld documents %10lld tokens (validation %lld / %lld)\n", kinds.names[i].c_str(),
+                static_cast<long long>(per_kind[i].documents), static_cast<long long>(per_kind[i].tokens),
+                static_cast<long long>(per_kind[i].validation_documents),
+                static_cast<long long>(per_kind[i].validation_tokens));
   std::printf("skipped %lld files: %lld unreadable, %lld not UTF-8, %lld not encodable, %lld empty\n",
               static_cast<long long>(unreadable + not_utf8 + not_encodable + empty), static_cast<long long>(unreadable),
               static_cast<long long>(not_utf8), static_cast<long long>(not_encodable), static_cast<long long>(empty));

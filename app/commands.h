@@ -76,6 +76,9 @@ struct TokenizeArgs {
   std::vector<std::string> inputs;
   std::string out, ext;  // ext: ".py,.txt" filters files found in directories ("" = all)
   double val_frac = 0.01;
+  // "python,c,perl,prose": the input is one folder with a subfolder per kind; every file must be
+  // text, and DATA.kinds.json records each kind's documents and tokens (docs/text_latent.md).
+  std::string kinds;
 };
 void add_tokenize_options(CLI::App& app, TokenizeArgs& a);
 int run_tokenize(const TokenizeArgs& a);

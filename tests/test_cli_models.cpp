@@ -137,6 +137,62 @@ TEST_F(CliModels, TokenizeAndGenerateOnSmolLM2) {
 }
 
 // A Free Transformer with random weights on SmolLM2's tokenizer: independent and fixed-Z groups.
+// ftx tokenize --kinds: a corpus folder with one subfolder per kind becomes a token file and
+// DATA.kinds.json (each kind's documents, tokens, token share, and the chance agreement); a bad
+// corpus is one line naming the file or folder, and nothing is written.
+TEST_F(CliModels, TokenizeACorpusOfKinds) {
+  const std::string gguf = test::smollm2_gguf_path();
+  REQUIRE_REAL_MODEL(gguf);
+  const std::string corpus = in_dir("corpus"), out = in_dir("kinds.tok");
+  fs::create_directories(corpus + "/python/lib");
+  fs::create_directories(corpus + "/prose");
+  std::ofstream(corpus + "/python/a.py") << "import os\n\ndef f(x):\n    return os.path.join(x, 'y')\n";
+  std::ofstream(corpus + "/python/lib/b.py") << "class A:\n    pass\n";
+  std::ofstream(corpus + "/prose/licence") << "You may copy and distribute verbatim copies of this document.\n";
+  const std::vector<std::string> cmd = {"tokenize", "--checkpoint", gguf, "--input", corpus, "--out", out, "--kinds"};
+  auto with = [&](const std::string& kinds) {
+    std::vector<std::string> c = cmd;
+    c.push_back(kinds);
+    return ftx(c, dir_);
+  };
+  Outcome r = with("python,prose");
+  ASSERT_EQ(r.code, 0) << describe(r);
+  std::ifstream in(out + ".kinds.json");
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["kinds"].size(), 2u);
+  EXPECT_EQ(j["kinds"][0]["kind"], "python");
+  EXPECT_EQ(j["kinds"][0]["documents"], 2);
+  EXPECT_EQ(j["kinds"][1]["documents"], 1);
+  const double a = j["kinds"][0]["token_share"], b = j["kinds"][1]["token_share"];
+  EXPECT_NEAR(a + b, 1.0, 1e-12);
+  EXPECT_NEAR(double(j["chance_agreement"]), a * a + b * b, 1e-12);
+  fs::remove(out);
+  fs::remove(out + ".kinds.json");
+
+  auto refused = [&](const std::string& kinds, const std::vector<std::string>& needles) {
+    expect_one_line_error(with(kinds), needles);
+    EXPECT_FALSE(fs::exists(out)) << "nothing written";
+    EXPECT_FALSE(fs::exists(out + ".kinds.json")) << "nothing written";
+  };
+  refused("python,prose,perl", {corpus + "/perl", "no files of kind perl"});
+  refused("python,,prose", {"--kinds"});
+  std::ofstream(corpus + "/stray.txt") << "hello\n";
+  refused("python,prose", {corpus + "/stray.txt", "not in a kind folder"});
+  fs::remove(corpus + "/stray.txt");
+  std::ofstream(corpus + "/python/bin.py", std::ios::binary) << std::string("x = 1\0\1", 7);
+  refused("python,prose", {corpus + "/python/bin.py", "binary"});
+  std::ofstream(corpus + "/python/bin.py", std::ios::binary) << "x = '\xff'\n";
+  refused("python,prose", {corpus + "/python/bin.py", "not UTF-8"});
+  std::ofstream(corpus + "/python/bin.py", std::ios::trunc);
+  refused("python,prose", {corpus + "/python/bin.py", "empty"});
+  fs::remove(corpus + "/python/bin.py");
+  const std::string nothing = in_dir("nothing");
+  fs::create_directories(nothing);
+  expect_one_line_error(
+      ftx({"tokenize", "--checkpoint", gguf, "--input", nothing, "--out", out, "--kinds", "python"}, dir_),
+      {nothing, "no files"});
+}
+
 TEST_F(CliModels, RandomFreeTransformerGroups) {
   const std::string gguf = test::smollm2_gguf_path();
   REQUIRE_REAL_MODEL(gguf);

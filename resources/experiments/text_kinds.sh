@@ -8,7 +8,7 @@
 #           machine-readable "Format: ..." ones, which are field lists rather than prose)
 #
 #   resources/experiments/text_kinds.sh corpus     # $EXP/text_kinds/<kind>/..., and a count per kind
-#   resources/experiments/text_kinds.sh tokenize   # $EXP/text_kinds.tok with SmolLM2's tokenizer
+#   resources/experiments/text_kinds.sh tokenize   # $EXP/text_kinds.tok (+ .kinds.json), SmolLM2's tokenizer
 #
 # Files are taken in a fixed pseudo-random order (the MD5 of their path) until BUDGET bytes per
 # kind (default 4 MB), so the corpus is the same on every Debian 12 machine with the same
@@ -54,7 +54,8 @@ case ${1:-} in
     rm -rf "$CORPUS" && mv "$CORPUS.tmp" "$CORPUS"
     ;;
   tokenize)
-    "$FTX" tokenize --checkpoint "$MODEL" --input "$CORPUS" --out "$EXP/text_kinds.tok"
+    "$FTX" tokenize --checkpoint "$MODEL" --input "$CORPUS" --kinds python,c,perl,prose --val-frac 0.1 \
+      --out "$EXP/text_kinds.tok"
     ;;
   *)
     sed -n '2,15p' "$0"
