@@ -19,6 +19,7 @@
 #include "app/common.h"
 #include "core/data/token_file.h"
 #include "core/io/model_file.h"
+#include "core/text/bpe_train.h"
 #include "core/text/tokenizer_json.h"
 #include "core/text/unicode_text.h"
 #include "core/util/fs.h"
@@ -29,7 +30,7 @@ using nlohmann::json;
 
 void add_tokenize_options(CLI::App& app, TokenizeArgs& a) {
   auto* c = app.add_subcommand("tokenize", "Text to token ids with a model's tokenizer, or ids back to text");
-  c->add_option("--checkpoint", a.checkpoint, "A checkpoint directory or a .gguf file")->required();
+  c->add_option("--checkpoint", a.checkpoint, "A checkpoint directory or a .gguf file (its tokenizer)");
   c->add_option("--text", a.text, "The input (default: standard input)");
   c->add_flag("--decode", a.decode, "The input is token ids (space-separated): print their text");
   c->add_flag("--no-bos", a.no_bos, "Do not prepend BOS even where the model wants it");
@@ -43,6 +44,10 @@ void add_tokenize_options(CLI::App& app, TokenizeArgs& a) {
   c->add_option("--kinds", a.kinds,
                 "The --input folder holds one subfolder per kind (e.g. python,c,perl,prose): every file must be "
                 "UTF-8 text; writes DATA.kinds.json with each kind's documents and tokens");
+  c->add_option("--bpe-vocab", a.bpe_vocab,
+                "Instead of --checkpoint: train a byte-level BPE of N tokens on --input's training documents; "
+                "the token file carries it")
+      ->check(CLI::Range(257, 1 << 20));
 }
 
 namespace {
@@ -128,7 +133,7 @@ int tokenize_corpus(const TokenizeArgs& a, const Tokenizer& t) {
   if (a.inputs.empty()) return fail("--out needs --input FILE|DIR");
   const auto eot = end_of_text_id(t);
   if (!eot)
-    return fail(a.checkpoint +
+    return fail((a.checkpoint.empty() ? std::string("--bpe-vocab") : a.checkpoint) +
                 ": its tokenizer has no end-of-text token (<|endoftext|>, <|end_of_text|>, </s> or eos)");
   int64_t unreadable = 0, not_utf8 = 0, not_encodable = 0, empty = 0, bytes = 0;
   const bool strict = !a.kinds.empty();  // --kinds: a bad file is an error, not skipped
@@ -262,7 +267,45 @@ int tokenize_corpus(const TokenizeArgs& a, const Tokenizer& t) {
   return 0;
 }
 
+namespace {
+
+// --bpe-vocab: a byte-level BPE trained on the training documents of the corpus (the ones the
+// token file's split keeps for training); files that cannot be read or are not UTF-8 are left to
+// tokenize_corpus, which skips or refuses them.
+Result<std::unique_ptr<BpeTokenizer>> train_corpus_bpe(const TokenizeArgs& a) {
+  int64_t unreadable = 0;
+  auto files = corpus_files(a.inputs, a.ext, &unreadable);
+  if (!files) return files.error();
+  const auto t0 = std::chrono::steady_clock::now();
+  BpeTrainer trainer;
+  int64_t docs = 0, bytes = 0;
+  for (const std::string& f : *files) {
+    auto text = read_small_file(f, 1ull << 30);
+    if (!text || token_file_is_validation(document_hash(*text), a.val_frac)) continue;
+    if (!trainer.add_text(*text, f)) continue;
+    ++docs, bytes += int64_t(text->size());
+  }
+  auto vocab = trainer.train(a.bpe_vocab);
+  if (!vocab) return vocab.error();
+  auto tok = bpe_from_vocab(*vocab, "--bpe-vocab " + std::to_string(a.bpe_vocab));
+  if (!tok) return tok.error();
+  std::printf("BPE: %zu tokens (%zu merges) from %lld training documents (%.2f MiB, %zu distinct pieces), %.1f s\n",
+              vocab->tokens.size(), vocab->merges.size(), static_cast<long long>(docs), double(bytes) / double(1 << 20),
+              trainer.distinct_pieces(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return tok;
+}
+
+}  // namespace
+
 int run_tokenize(const TokenizeArgs& a) {
+  if (a.bpe_vocab > 0) {
+    if (!a.checkpoint.empty()) return fail("--bpe-vocab trains its own tokenizer: give it or --checkpoint, not both");
+    if (a.inputs.empty() || a.out.empty()) return fail("--bpe-vocab needs --input and --out");
+    auto tok = train_corpus_bpe(a);
+    if (!tok) return fail(tok.error());
+    return tokenize_corpus(a, **tok);
+  }
+  if (a.checkpoint.empty()) return fail("--checkpoint is required (or --bpe-vocab N with --input and --out)");
   auto f = ModelFile::open(a.checkpoint);
   if (!f) return fail(f.error());
   const ModelInfo& info = (*f)->info();

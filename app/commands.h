@@ -79,6 +79,8 @@ struct TokenizeArgs {
   // "python,c,perl,prose": the input is one folder with a subfolder per kind; every file must be
   // text, and DATA.kinds.json records each kind's documents and tokens (docs/text_latent.md).
   std::string kinds;
+  // > 0: no --checkpoint; a byte-level BPE of this many tokens trained on the training documents.
+  int bpe_vocab = 0;
 };
 void add_tokenize_options(CLI::App& app, TokenizeArgs& a);
 int run_tokenize(const TokenizeArgs& a);

@@ -722,3 +722,65 @@ TEST_F(CliBench, GenerateRefusesBadArguments) {
 
 }  // namespace
 }  // namespace ftx
+
+namespace ftx {
+namespace {
+
+// ftx tokenize --bpe-vocab: a tokenizer trained on the corpus, carried by the token file, which
+// ftx train then reads like any other; and the one-line refusals of the tokenizer's sources.
+class CliTokenizeBpe : public test::TempDirTest {
+ protected:
+  CliTokenizeBpe() : TempDirTest("ftx_test_cli_bpe_") {}
+};
+
+TEST_F(CliTokenizeBpe, TrainsATokenizerThatTheTokenFileCarries) {
+  const std::string corpus = in_dir("corpus"), data = in_dir("d.tok");
+  fs::create_directories(corpus + "/code");
+  fs::create_directories(corpus + "/prose");
+  for (int i = 0; i < 12; ++i) {
+    std::ofstream(corpus + "/code/f" + std::to_string(i) + ".py")
+        << "def handler_" << i << "(request, response):\n    return request.get('value_" << i << "') + " << i << "\n";
+    std::ofstream(corpus + "/prose/p" + std::to_string(i) + ".txt")
+        << "Permission is hereby granted to any person obtaining a copy of this document, number " << i << ".\n";
+  }
+  Outcome r = ftx({"tokenize", "--bpe-vocab", "300", "--kinds", "code,prose", "--val-frac", "0.2", "--input", corpus,
+                   "--out", data},
+                  dir_);
+  ASSERT_EQ(r.code, 0) << test::describe(r);
+  EXPECT_NE(r.out.find("BPE: 300 tokens"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("id 299 '<|endoftext|>'"), std::string::npos) << r.out;
+  r = ftx({"train",
+           "--dataset",
+           "text",
+           "--data",
+           data,
+           "--seq-len",
+           "16",
+           "--preset",
+           "tiny",
+           "--steps",
+           "2",
+           "--batch",
+           "2",
+           "--eval-every",
+           "0",
+           "--checkpoint-every",
+           "0",
+           "--db",
+           in_dir("runs.db"),
+           "--run",
+           "t",
+           "--quiet"},
+          dir_);
+  EXPECT_EQ(r.code, 0) << test::describe(r);
+
+  expect_one_line_error(
+      ftx({"tokenize", "--bpe-vocab", "300", "--checkpoint", "m.gguf", "--input", corpus, "--out", data}, dir_),
+      {"--bpe-vocab", "--checkpoint"});
+  expect_one_line_error(ftx({"tokenize", "--bpe-vocab", "300", "--input", corpus}, dir_), {"--bpe-vocab", "--out"});
+  expect_one_line_error(ftx({"tokenize", "--input", corpus, "--out", in_dir("e.tok")}, dir_), {"--checkpoint"});
+  EXPECT_FALSE(fs::exists(in_dir("e.tok")));
+}
+
+}  // namespace
+}  // namespace ftx
