@@ -50,6 +50,7 @@ struct GenerateArgs {
   ModelSourceArgs source;
   bool chat = false;
   std::vector<std::string> stop;
+  bool kinds = false;  // judge each sequence's kind of text and each group's kind agreement
 };
 int run_generate_text(const GenerateArgs& a);
 void add_generate_options(CLI::App& app, GenerateArgs& a);

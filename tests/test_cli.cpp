@@ -772,7 +772,33 @@ TEST_F(CliTokenizeBpe, TrainsATokenizerThatTheTokenFileCarries) {
            "t",
            "--quiet"},
           dir_);
-  EXPECT_EQ(r.code, 0) << test::describe(r);
+  ASSERT_EQ(r.code, 0) << test::describe(r);
+
+  // Generations of the text run from the neutral prompt, judged by kind (an untrained model's
+  // text is mostly of no kind: what is checked is the report, not the model).
+  const std::vector<std::string> gen = {
+      "generate",       "--db", in_dir("runs.db"), "--run", "t",       "--independent", "3",
+      "--fixed-groups", "2",    "--group-size",    "2",     "--kinds", "--prompt"};
+  auto with_prompt = [&](const std::string& p, std::vector<std::string> extra) {
+    std::vector<std::string> c = gen;
+    c.push_back(p);
+    c.insert(c.end(), extra.begin(), extra.end());
+    return ftx(c, dir_);
+  };
+  r = with_prompt("<|endoftext|>", {});
+  ASSERT_EQ(r.code, 0) << test::describe(r);
+  EXPECT_NE(r.out.find("kinds of text"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fixed group 2"), std::string::npos) << r.out;
+  r = with_prompt("<|endoftext|>", {"--json"});
+  ASSERT_EQ(r.code, 0) << test::describe(r);
+  int lines = 0;
+  std::istringstream out(r.out);
+  for (std::string line; std::getline(out, line); ++lines) {
+    const auto j = json::parse(line);  // valid JSON even where a token cuts a character
+    EXPECT_TRUE(j.contains("kind")) << line;
+  }
+  EXPECT_EQ(lines, 7);
+  expect_one_line_error(with_prompt("", {}), {"--kinds", "prompt"});
 
   expect_one_line_error(
       ftx({"tokenize", "--bpe-vocab", "300", "--checkpoint", "m.gguf", "--input", corpus, "--out", data}, dir_),

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -46,6 +47,20 @@ TEST(TextKind, SmallExamples) {
   EXPECT_FALSE(classify_text_kind("")) << "nothing to judge";
   EXPECT_FALSE(classify_text_kind("x = 1\ny = 2\n")) << "too little to tell";
   EXPECT_FALSE(classify_text_kind("}}}} ((( ]]] @@@ !!! ~~~\n+-+-+-\n")) << "noise";
+}
+
+TEST(TextKind, GroupAgreement) {
+  using K = std::optional<TextKind>;
+  const KindAgreement a = kind_agreement({K(TextKind::Python), K(TextKind::Python), K(TextKind::C), K()});
+  EXPECT_EQ(a.sequences, 4);
+  EXPECT_EQ(a.valid, 3);
+  EXPECT_DOUBLE_EQ(a.validity(), 0.75);
+  EXPECT_EQ(a.pairs, 6);  // ordered pairs of valid sequences
+  EXPECT_EQ(a.same, 2);
+  EXPECT_DOUBLE_EQ(a.agreement(), 1.0 / 3.0);
+  EXPECT_DOUBLE_EQ(kind_agreement({K(TextKind::Perl), K(TextKind::Perl)}).agreement(), 1.0);
+  EXPECT_TRUE(std::isnan(kind_agreement({K(TextKind::Perl), K()}).agreement())) << "one valid sequence: no pair";
+  EXPECT_EQ(kind_agreement({}).validity(), 0.0);
 }
 
 // The held-out documents of one kind: files under `root` that `take` accepts, sorted.

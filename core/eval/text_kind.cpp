@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <limits>
 
 namespace ftx {
 namespace {
@@ -147,6 +148,23 @@ KindScores score_text_kind(std::string_view text) {
   const double top = r.score[size_t(best)], runner = second >= 0 ? r.score[size_t(second)] : 0.0;
   if (top >= kMinScore && top >= kMargin * runner) r.kind = kAllTextKinds[size_t(best)];
   return r;
+}
+
+double KindAgreement::validity() const { return sequences ? double(valid) / sequences : 0.0; }
+double KindAgreement::agreement() const {
+  return pairs ? double(same) / double(pairs) : std::numeric_limits<double>::quiet_NaN();
+}
+
+KindAgreement kind_agreement(const std::vector<std::optional<TextKind>>& kinds) {
+  KindAgreement a;
+  std::array<int64_t, kTextKinds> per{};
+  for (const auto& k : kinds) {
+    ++a.sequences;
+    if (k) ++a.valid, ++per[size_t(*k)];
+  }
+  a.pairs = int64_t(a.valid) * (a.valid - 1);
+  for (int64_t n : per) a.same += n * (n - 1);
+  return a;
 }
 
 }  // namespace ftx

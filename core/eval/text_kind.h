@@ -16,6 +16,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace ftx {
 
@@ -36,5 +37,17 @@ struct KindScores {
 // The votes of every line of `text` and the verdict.
 KindScores score_text_kind(std::string_view text);
 inline std::optional<TextKind> classify_text_kind(std::string_view text) { return score_text_kind(text).kind; }
+
+// A group of generations judged by kind, as Figure 4 scores the synthetic task's groups:
+// validity is the share the classifier names a kind, agreement the share of pairs of valid
+// sequences (i != j) of the same kind (NaN with fewer than two valid). Its chance level, when the
+// model samples kinds as the data holds them, is the sum of the squared kind shares.
+struct KindAgreement {
+  int sequences = 0, valid = 0;
+  int64_t pairs = 0, same = 0;
+  double validity() const;
+  double agreement() const;
+};
+KindAgreement kind_agreement(const std::vector<std::optional<TextKind>>& kinds);
 
 }  // namespace ftx
