@@ -9,6 +9,9 @@
 #
 #   resources/experiments/text_kinds.sh corpus     # $EXP/text_kinds/<kind>/..., and a count per kind
 #   resources/experiments/text_kinds.sh tokenize   # $EXP/text_kinds.tok (+ .kinds.json), SmolLM2's tokenizer
+#   resources/experiments/text_kinds.sh tokenize-bpe   # $EXP/text_kinds_4096.tok: a 4,096-token BPE of the corpus
+#   resources/experiments/text_kinds.sh train NAME H KAPPA_BITS  # the small preset on text_kinds_4096.tok
+#   resources/experiments/text_kinds.sh measure NAME   # groups from the neutral prompt, judged by kind
 #
 # Files are taken in a fixed pseudo-random order (the MD5 of their path) until BUDGET bytes per
 # kind (default 4 MB), so the corpus is the same on every Debian 12 machine with the same
@@ -57,8 +60,25 @@ case ${1:-} in
     "$FTX" tokenize --checkpoint "$MODEL" --input "$CORPUS" --kinds python,c,perl,prose --val-frac 0.1 \
       --out "$EXP/text_kinds.tok"
     ;;
+  tokenize-bpe)
+    "$FTX" tokenize --bpe-vocab 4096 --input "$CORPUS" --kinds python,c,perl,prose --val-frac 0.1 \
+      --out "$EXP/text_kinds_4096.tok"
+    ;;
+  train)
+    run=${2:?run name} bits=${3:?latent bits} kappa=${4:?kappa in bits}
+    if "$FTX" runs --db "$EXP/runs.db" 2>/dev/null | grep -q "^$run "; then
+      exec "$FTX" train --db "$EXP/runs.db" --run "$run" --resume
+    fi
+    exec "$FTX" train --dataset text --data "$EXP/text_kinds_4096.tok" --seq-len 256 --preset small \
+      --latent-bits "$bits" --kappa-bits "$kappa" --batch 16 --steps "${STEPS:-2000}" --eval-every 250 \
+      --val-sequences 64 --checkpoint-every 500 --db "$EXP/runs.db" --run "$run"
+    ;;
+  measure)
+    "$FTX" generate --db "$EXP/runs.db" --run "${2:?run name}" --prompt "<|endoftext|>" --independent 32 \
+      --fixed-groups 8 --group-size 8 --kinds --seed "${SEED:-1}"
+    ;;
   *)
-    sed -n '2,15p' "$0"
+    sed -n '2,18p' "$0"
     exit 2
     ;;
 esac
