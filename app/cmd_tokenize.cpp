@@ -52,6 +52,17 @@ void add_tokenize_options(CLI::App& app, TokenizeArgs& a) {
 
 namespace {
 
+// "a,b,,c" -> {"a", "b", "", "c"}: the entries of a comma-separated option, empty ones kept.
+std::vector<std::string> split_commas(const std::string& list) {
+  std::vector<std::string> out;
+  for (size_t at = 0; at <= list.size();) {
+    const size_t comma = std::min(list.find(',', at), list.size());
+    out.push_back(list.substr(at, comma - at));
+    at = comma + 1;
+  }
+  return out;
+}
+
 // --kinds: the names, and the kind of each file (its first folder under the corpus).
 struct KindCorpus {
   std::vector<std::string> names;
@@ -62,13 +73,10 @@ Result<KindCorpus> kind_corpus(const std::string& list, const std::string& root,
                                const std::vector<std::string>& files) {
   namespace fs = std::filesystem;
   KindCorpus k;
-  for (size_t at = 0; at <= list.size();) {
-    const size_t comma = std::min(list.find(',', at), list.size());
-    const std::string name = list.substr(at, comma - at);
+  for (const std::string& name : split_commas(list)) {
     if (name.empty() || name.find('/') != std::string::npos || name == "." || name == "..")
       return make_error("--kinds \"" + list + "\": kinds are folder names separated by commas");
     k.names.push_back(name);
-    at = comma + 1;
   }
   std::vector<int> count(k.names.size(), 0);
   for (const std::string& f : files) {
@@ -91,11 +99,8 @@ Result<std::vector<std::string>> corpus_files(const std::vector<std::string>& in
                                               int64_t* unreadable) {
   namespace fs = std::filesystem;
   std::vector<std::string> exts;
-  for (size_t at = 0; at <= ext_list.size();) {
-    const size_t comma = std::min(ext_list.find(',', at), ext_list.size());
-    if (comma > at) exts.push_back(ext_list.substr(at, comma - at));
-    at = comma + 1;
-  }
+  for (std::string& e : split_commas(ext_list))
+    if (!e.empty()) exts.push_back(std::move(e));
   const auto wanted = [&](const fs::path& p) {
     if (exts.empty()) return true;
     const std::string name = p.filename().string();

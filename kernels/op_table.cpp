@@ -185,13 +185,6 @@ OpCase make_case(const char* op, std::string label, OpError error, std::vector<O
 
 std::vector<float> to_floats(const std::vector<double>& d) { return std::vector<float>(d.begin(), d.end()); }
 
-AttnShape attn_of(const OpDims& d) {
-  AttnShape s;
-  s.B = d.B, s.NH = d.NH, s.NKV = d.NKV, s.HS = d.HS;
-  s.Tq = d.T, s.Tk = d.Tk, s.Tk_cap = d.Tk_cap, s.q_pos0 = d.pos0, s.causal = d.causal;
-  return s;
-}
-
 // The key rows held and the first position only where they are not Tk and 0.
 std::string attn_label(const AttnShape& s) {
   std::string l = kv({{"B", s.B}, {"NH", s.NH}, {"NKV", s.NKV}, {"HS", s.HS}, {"Tq", s.Tq}, {"Tk", s.Tk}});
@@ -469,7 +462,7 @@ OpBuffer attention_saved(const AttnShape& s) {
 }
 
 OpCase attention_forward_case(const OpDims& d, uint64_t seed) {
-  const AttnShape s = attn_of(d);
+  const AttnShape s = attn_shape_of(d);
   const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk_cap * s.NKV * s.HS;
   OpCase c = make_case("attention_forward", attn_label(s), OpError::Attention,
                        {out("out", nq), attention_saved(s), in("q", uniform(nq, seed, -2, 2)),
@@ -491,7 +484,7 @@ OpCase attention_forward_case(const OpDims& d, uint64_t seed) {
 // Needs Tk_cap == Tk. The forward runs first (untimed) on the same backend: its out and saved
 // buffer are the backend's own.
 OpCase attention_backward_case(const OpDims& d, uint64_t seed) {
-  const AttnShape s = attn_of(d);
+  const AttnShape s = attn_shape_of(d);
   const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk_cap * s.NKV * s.HS;
   OpBuffer fwd_out = out("out", nq);
   fwd_out.role = OpRole::Scratch;
@@ -852,6 +845,20 @@ std::vector<OpRow> build_table() {
 }
 
 }  // namespace
+
+OpDims op_dims_of(const AttnShape& s) {
+  OpDims d;
+  d.B = s.B, d.NH = s.NH, d.NKV = s.NKV, d.HS = s.HS, d.T = s.Tq, d.Tk = s.Tk, d.Tk_cap = s.Tk_cap;
+  d.pos0 = s.q_pos0, d.causal = s.causal;
+  return d;
+}
+
+AttnShape attn_shape_of(const OpDims& d) {
+  AttnShape s;
+  s.B = d.B, s.NH = d.NH, s.NKV = d.NKV, s.HS = d.HS;
+  s.Tq = d.T, s.Tk = d.Tk, s.Tk_cap = d.Tk_cap, s.q_pos0 = d.pos0, s.causal = d.causal;
+  return s;
+}
 
 const std::vector<OpRow>& op_table() {
   static const std::vector<OpRow> table = build_table();

@@ -37,6 +37,11 @@ struct OpDims {
   int variant = 0;  // row-specific: accumulate, in place, bf16 weight, ... (see the row)
 };
 
+// An attention call's geometry as OpDims (T holds Tq) and back: the attention rows build their
+// cases from it, OpTraceBackend records it.
+OpDims op_dims_of(const AttnShape& s);
+AttnShape attn_shape_of(const OpDims& d);
+
 // How far a backend may sit from the reference, by the arithmetic of the op.
 enum class OpError {
   Exact,        // copies, gathers, single IEEE operations

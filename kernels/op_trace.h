@@ -117,12 +117,12 @@ class OpTraceBackend final : public Backend {
   size_t attention_saved_floats(const AttnShape& s) const override { return b_.attention_saved_floats(s); }
   void attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
                          const AttnShape& s) override {
-    note("attention_forward", attn(s));
+    note("attention_forward", op_dims_of(s));
     b_.attention_forward(out, saved, q, k, v, s);
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* out, const float* saved,
                           const float* q, const float* k, const float* v, const AttnShape& s) override {
-    note("attention_backward", attn(s));
+    note("attention_backward", op_dims_of(s));
     b_.attention_backward(dq, dk, dv, dout, out, saved, q, k, v, s);
   }
   void swiglu_forward(float* out, const float* gate, const float* up, size_t n) override {
@@ -230,13 +230,6 @@ class OpTraceBackend final : public Backend {
     d.B = B, d.T = T, d.NH = nh, d.HS = HS, d.pos0 = pos0;
     return d;
   }
-  static OpDims attn(const AttnShape& s) {
-    OpDims d;
-    d.B = s.B, d.NH = s.NH, d.NKV = s.NKV, d.HS = s.HS, d.T = s.Tq, d.Tk = s.Tk, d.Tk_cap = s.Tk_cap;
-    d.pos0 = s.q_pos0, d.causal = s.causal;
-    return d;
-  }
-
   Backend& b_;
   bool recording_ = false;
   std::vector<OpCall> calls_;
