@@ -38,9 +38,14 @@ Opened open_text(const TrainConfig& t, FieldName name) {
     return make_error(name(TextDataset::data_option().field) + ": required by dataset text (a file from ftx tokenize)");
   auto len = read_dataset_option(t.dataset_options, TextDataset::seq_len_option(), name);
   if (!len) return len.error();
+  auto windows_text = read_dataset_text_option(t.dataset_options, TextDataset::windows_option(), name);
+  if (!windows_text) return windows_text.error();
+  auto windows = TextDataset::parse_windows(*windows_text, name);
+  if (!windows) return windows.error();
   auto file = TokenFile::open(*path);
   if (!file) return file.error();
-  return std::unique_ptr<BatchSource>(std::make_unique<TextDataset>(std::move(*file), static_cast<int>(*len), t.seed));
+  return std::unique_ptr<BatchSource>(
+      std::make_unique<TextDataset>(std::move(*file), static_cast<int>(*len), t.seed, *windows));
 }
 
 }  // namespace
@@ -57,7 +62,7 @@ const std::vector<DatasetInfo>& registered_datasets() {
        open_coinflip},
       {"text",
        "Documents of a token data file packed into sequences (ftx tokenize)",
-       {TextDataset::data_option(), TextDataset::seq_len_option()},
+       {TextDataset::data_option(), TextDataset::seq_len_option(), TextDataset::windows_option()},
        open_text},
   };
   return list;

@@ -22,8 +22,25 @@ const DatasetOption& TextDataset::seq_len_option() {
   return o;
 }
 
-TextDataset::TextDataset(std::shared_ptr<const TokenFile> file, int seq_len, uint64_t seed)
-    : file_(std::move(file)), seq_len_(seq_len), seed_(seed) {
+const DatasetOption& TextDataset::windows_option() {
+  static const DatasetOption o{Field{.key = "text_windows",
+                                     .help = "packed (sequences cross documents) or document (one document per "
+                                             "sequence, after the end-of-text token)",
+                                     .option = "windows"},
+                               0, false, true};
+  return o;
+}
+
+const char* text_windows_name(TextWindows w) { return w == TextWindows::Document ? "document" : "packed"; }
+
+Result<TextWindows> TextDataset::parse_windows(const std::string& value, FieldName name) {
+  if (value.empty() || value == "packed") return TextWindows::Packed;
+  if (value == "document") return TextWindows::Document;
+  return make_error(name(windows_option().field) + " '" + value + "': must be packed or document");
+}
+
+TextDataset::TextDataset(std::shared_ptr<const TokenFile> file, int seq_len, uint64_t seed, TextWindows windows)
+    : file_(std::move(file)), seq_len_(seq_len), seed_(seed), windows_(windows) {
   FT_ASSERT(seq_len >= 2 && seq_len <= kMaxSeqLen, "text seq_len %d", seq_len);
   for (int64_t d = 0; d < file_->documents(); ++d) {
     Stream& s = file_->is_validation(d) ? val_ : train_;
@@ -36,7 +53,8 @@ TextDataset::TextDataset(std::shared_ptr<const TokenFile> file, int seq_len, uin
 
 nlohmann::json TextDataset::options() const {
   return {{data_option().field.key, file_->path()},
-          {seq_len_option().field.key, dataset_option_json(seq_len_option(), seq_len_)}};
+          {seq_len_option().field.key, dataset_option_json(seq_len_option(), seq_len_)},
+          {windows_option().field.key, text_windows_name(windows_)}};
 }
 
 int64_t TextDataset::training_offset(int64_t i) const {
@@ -46,6 +64,30 @@ int64_t TextDataset::training_offset(int64_t i) const {
 }
 
 void TextDataset::fill(const Stream& s, int64_t offset, int32_t* out) const {
+  if (windows_ == TextWindows::Document)
+    fill_document(s, offset, out);
+  else
+    fill_packed(s, offset, out);
+}
+
+void TextDataset::fill_document(const Stream& s, int64_t offset, int32_t* out) const {
+  const int64_t k = std::upper_bound(s.starts.begin(), s.starts.end(), offset) - s.starts.begin() - 1;
+  const int64_t d = s.docs[k], begin = file_->doc_begin(d), len = file_->doc_end(d) - begin;
+  const int64_t need = seq_len_ - 1;
+  out[0] = file_->eot();
+  if (len >= need) {
+    file_->copy_tokens(begin + std::min(offset - s.starts[k], len - need), need, out + 1);
+    return;
+  }
+  for (int n = 1; n < seq_len_;) {  // a short document, repeated after an end-of-text token
+    const int64_t take = std::min<int64_t>(len, seq_len_ - n);
+    file_->copy_tokens(begin, take, out + n);
+    n += static_cast<int>(take);
+    if (n < seq_len_) out[n++] = file_->eot();
+  }
+}
+
+void TextDataset::fill_packed(const Stream& s, int64_t offset, int32_t* out) const {
   int64_t k = std::upper_bound(s.starts.begin(), s.starts.end(), offset) - s.starts.begin() - 1;
   int64_t local = offset - s.starts[k];
   for (int n = 0; n < seq_len_;) {

@@ -6,8 +6,16 @@
 // seq_len-token window of the validation documents' stream (wrapping), never a training token.
 // The file is memory-mapped; only the per-document offsets (8 bytes a document) are in memory.
 //
-// Deliberately not here: tokenizing (ftx tokenize), document-aware attention masks (a sequence
-// may span documents; the end-of-text token between them is what the model sees).
+// Two ways to cut windows (--windows, dataset option "text_windows"):
+//   packed    (the default) the seq_len tokens at the offset, across document boundaries;
+//   document  one document per window: the end-of-text token, then seq_len - 1 tokens of the
+//             document holding the offset, moved back so they end inside it; a document shorter
+//             than that repeats (document, end-of-text, document, ...). Every window is then of one
+//             document's kind, and the end-of-text token is a neutral prompt that opens a window
+//             anywhere in a document (docs/text_latent.md: what Z must decide is the kind).
+//
+// Deliberately not here: tokenizing (ftx tokenize), document-aware attention masks (a packed
+// sequence may span documents; the end-of-text token between them is what the model sees).
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -23,14 +31,23 @@ namespace ftx {
 
 inline constexpr uint64_t kStreamTextTrain = kStreamData + 4;
 
+enum class TextWindows { Packed, Document };
+const char* text_windows_name(TextWindows w);  // "packed", "document"
+
 class TextDataset final : public BatchSource {
  public:
   static constexpr int kMaxSeqLen = 1 << 20;
   // "text_data" (--data: the token file) and "text_seq_len" (--seq-len, default 256).
   static const DatasetOption& data_option();
   static const DatasetOption& seq_len_option();
+  // "text_windows" (--windows): "packed" (also when empty) or "document".
+  static const DatasetOption& windows_option();
+  // The value of windows_option() ("" is packed); the error names the option and both words.
+  static Result<TextWindows> parse_windows(const std::string& value, FieldName name = field_key);
 
-  TextDataset(std::shared_ptr<const TokenFile> file, int seq_len, uint64_t seed);  // seq_len in [2, kMaxSeqLen]
+  // seq_len in [2, kMaxSeqLen]
+  TextDataset(std::shared_ptr<const TokenFile> file, int seq_len, uint64_t seed,
+              TextWindows windows = TextWindows::Packed);
 
   // "text (PATH)": the trainer's messages name the data file through it.
   std::string name() const override { return "text (" + file_->path() + ")"; }
@@ -56,10 +73,13 @@ class TextDataset final : public BatchSource {
     int64_t length = 0;
   };
   void fill(const Stream& s, int64_t offset, int32_t* out) const;
+  void fill_packed(const Stream& s, int64_t offset, int32_t* out) const;
+  void fill_document(const Stream& s, int64_t offset, int32_t* out) const;
 
   std::shared_ptr<const TokenFile> file_;
   int seq_len_;
   uint64_t seed_;
+  TextWindows windows_;
   int64_t position_ = 0;
   Stream train_, val_;
 };

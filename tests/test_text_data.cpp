@@ -7,6 +7,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -212,10 +213,11 @@ TEST_F(TextData, CorruptFilesAreOneLineErrors) {
   EXPECT_EQ(missing.error().message.rfind(in_dir("nope.tok"), 0), 0u);
 }
 
-std::unique_ptr<TextDataset> open_text(const std::string& path, int seq_len, uint64_t seed) {
+std::unique_ptr<TextDataset> open_text(const std::string& path, int seq_len, uint64_t seed,
+                                       TextWindows windows = TextWindows::Packed) {
   auto f = TokenFile::open(path);
   EXPECT_TRUE(f.ok()) << (f.ok() ? "" : f.error().message);
-  return std::make_unique<TextDataset>(std::move(*f), seq_len, seed);
+  return std::make_unique<TextDataset>(std::move(*f), seq_len, seed, windows);
 }
 
 TEST_F(TextData, BatchesAreAFunctionOfSeedAndPosition) {
@@ -291,6 +293,50 @@ TEST_F(TextData, TrainingNeverSeesValidationDocuments) {
   expect_packed_from(ds->file(), seqs, S, true);
 }
 
+// --windows document: every sequence is the end-of-text token, then one document of the wanted
+// split; a document at least seq_len - 1 long is cut inside it (never past its end), a shorter one
+// repeats after end-of-text tokens; offsets reach both the start and the end of long documents.
+TEST_F(TextData, DocumentWindowsHoldOneDocument) {
+  const std::string path = in_dir("w.tok");
+  Corpus c = make_docs(60);
+  for (int d = 0; d < 60; d += 3) c.docs[d].resize(40 + d, c.docs[d][0]);  // some long documents
+  write_file(path, chars_, c, 0.2);
+  const int S = 33, B = 64;
+  auto ds = open_text(path, S, 5, TextWindows::Document);
+  const TokenFile& f = ds->file();
+  std::map<int32_t, int64_t> len_of;
+  for (int64_t d = 0; d < f.documents(); ++d) len_of[1 + int32_t(d % (kVocab - 1))] = f.doc_end(d) - f.doc_begin(d);
+  std::vector<int32_t> seqs(B * S);
+  int long_rows = 0, short_rows = 0;
+  for (int k = 0; k < 6; ++k) {
+    const bool validation = k == 5;
+    if (validation)
+      ds->validation(seqs.data(), 0, B);
+    else
+      ds->next(seqs.data(), B);
+    expect_packed_from(f, seqs, S, validation);
+    for (int r = 0; r < B; ++r) {
+      const int32_t* row = seqs.data() + r * S;
+      ASSERT_EQ(row[0], 0) << "row " << r << " does not open with the end-of-text token";
+      const int32_t v = row[1];
+      ASSERT_NE(v, 0);
+      for (int t = 1; t < S; ++t) ASSERT_TRUE(row[t] == v || row[t] == 0) << "row " << r << " holds two documents";
+      const int64_t eots = std::count(row, row + S, 0);
+      if (len_of[v] >= S - 1) {
+        EXPECT_EQ(eots, 1) << "row " << r;
+        ++long_rows;
+      } else {
+        EXPECT_EQ(eots, 1 + (S - 1) / (len_of[v] + 1)) << "row " << r << ": a short document repeats";
+        ++short_rows;
+      }
+    }
+  }
+  EXPECT_GT(long_rows, 0);
+  EXPECT_GT(short_rows, 0);
+  EXPECT_EQ(ds->options()["text_windows"], "document");
+  EXPECT_EQ(open_text(path, S, 5)->options()["text_windows"], "packed");
+}
+
 TEST_F(TextData, RegistryOptions) {
   const std::string path = in_dir("r.tok");
   write_file(path, chars_, make_docs(20), 0.2);
@@ -299,6 +345,7 @@ TEST_F(TextData, RegistryOptions) {
   t.dataset_options = default_dataset_options();
   EXPECT_EQ(t.dataset_options["text_data"], "");
   EXPECT_EQ(t.dataset_options["text_seq_len"], 256);
+  EXPECT_EQ(t.dataset_options["text_windows"], "");  // packed
   auto none = open_dataset(t);
   ASSERT_FALSE(none.ok());
   EXPECT_NE(none.error().message.find("text_data: required"), std::string::npos) << none.error().message;
@@ -309,6 +356,15 @@ TEST_F(TextData, RegistryOptions) {
   EXPECT_EQ((*ds)->seq_len(), 17);
   EXPECT_EQ((*ds)->name(), "text (" + path + ")");
   EXPECT_EQ((*ds)->options()["text_data"], path);
+  t.dataset_options["text_windows"] = "document";
+  ds = open_dataset(t);
+  ASSERT_TRUE(ds.ok()) << ds.error().message;
+  EXPECT_EQ((*ds)->options()["text_windows"], "document");
+  t.dataset_options["text_windows"] = "documents";
+  auto bad = open_dataset(t);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().message, "text_windows 'documents': must be packed or document");
+  t.dataset_options["text_windows"] = "";
   t.dataset_options["text_seq_len"] = 1;
   EXPECT_FALSE(open_dataset(t).ok());
   t.dataset_options["text_seq_len"] = 17;

@@ -11,6 +11,7 @@
 #   resources/experiments/text_kinds.sh tokenize   # $EXP/text_kinds.tok (+ .kinds.json), SmolLM2's tokenizer
 #   resources/experiments/text_kinds.sh tokenize-bpe   # $EXP/text_kinds_4096.tok: a 4,096-token BPE of the corpus
 #   resources/experiments/text_kinds.sh train NAME H KAPPA_BITS  # the small preset on text_kinds_4096.tok
+#                                      (H 0: the baseline; WINDOWS=packed for run 1's packed sequences)
 #   resources/experiments/text_kinds.sh measure NAME   # groups from the neutral prompt, judged by kind
 #
 # Files are taken in a fixed pseudo-random order (the MD5 of their path) until BUDGET bytes per
@@ -69,7 +70,7 @@ case ${1:-} in
     if "$FTX" runs --db "$EXP/runs.db" 2>/dev/null | grep -q "^$run "; then
       exec "$FTX" train --db "$EXP/runs.db" --run "$run" --resume
     fi
-    exec "$FTX" train --dataset text --data "$EXP/text_kinds_4096.tok" --seq-len 256 --preset small \
+    exec "$FTX" train --dataset text --data "$EXP/text_kinds_4096.tok" --seq-len 256 --windows "${WINDOWS:-document}" --preset small \
       --latent-bits "$bits" --kappa-bits "$kappa" --batch 16 --steps "${STEPS:-2000}" --eval-every 250 \
       --val-sequences 64 --checkpoint-every 500 --db "$EXP/runs.db" --run "$run"
     ;;
