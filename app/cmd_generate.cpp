@@ -11,7 +11,6 @@
 #include "app/figure4_print.h"
 #include "core/eval/evaluator.h"
 #include "core/eval/synth_metrics.h"
-#include "core/eval/text_kind.h"
 #include "core/store/run_store.h"
 #include "core/train/run_config.h"
 #include "datasets/registry.h"
@@ -21,54 +20,14 @@ namespace {
 
 constexpr int64_t kMaxSequences = 4096;  // one call's batch of sequences through the KV cache
 
-// The generated part of a sequence (after the prompt) as text.
-std::string generated_text(const Generation& gen, size_t prompt_len, const Tokenizer& tokenizer) {
-  const size_t from = std::min(prompt_len, gen.tokens.size());
-  return tokenizer.decode(std::vector<int32_t>(gen.tokens.begin() + std::ptrdiff_t(from), gen.tokens.end()));
-}
-
-std::optional<TextKind> kind_of(const Generation& gen, size_t prompt_len, const Tokenizer& tokenizer) {
-  return classify_text_kind(generated_text(gen, prompt_len, tokenizer));
-}
-
-nlohmann::json to_json(const GroupResult& g, size_t i, const Tokenizer& tokenizer, size_t prompt_len, bool kinds) {
+nlohmann::json to_json(const GroupResult& g, size_t i, const Tokenizer& tokenizer) {
   const Generation& gen = g.gens[i];
-  nlohmann::json j = {{"group", g.group},
-                      {"policy", g.fixed ? "fixed" : "independent"},
-                      {"seed", g.latent_seeds[i]},
-                      {"sample_seed", gen.sample_seed},
-                      {"text", tokenizer.decode(gen.tokens)},
-                      {"codes", gen.codes}};
-  if (kinds) {
-    const auto k = kind_of(gen, prompt_len, tokenizer);
-    j["kind"] = k ? nlohmann::json(text_kind_name(*k)) : nlohmann::json(nullptr);
-  }
-  return j;
-}
-
-// --kinds: each group's kinds, validity and kind agreement, then the fixed groups' mean against
-// the independent group's (docs/text_latent.md).
-void print_kinds(const std::vector<GroupResult>& groups, size_t prompt_len, const Tokenizer& tokenizer) {
-  std::printf("\nkinds of text (core/eval/text_kind.h; '-' unknown):\n");
-  double fixed_agree = 0.0, fixed_valid = 0.0;
-  int fixed_n = 0;
-  for (const GroupResult& g : groups) {
-    if (g.gens.empty()) continue;
-    std::vector<std::optional<TextKind>> kinds;
-    std::string line;
-    for (const Generation& gen : g.gens) {
-      kinds.push_back(kind_of(gen, prompt_len, tokenizer));
-      line += std::string(" ") + (kinds.back() ? text_kind_name(*kinds.back()) : "-");
-    }
-    const KindAgreement k = kind_agreement(kinds);
-    std::printf("  %-18s valid %.2f  agreement %5.2f |%s\n",
-                g.fixed ? ("fixed group " + std::to_string(g.group)).c_str() : "independent", k.validity(),
-                k.agreement(), line.c_str());
-    if (g.fixed && k.pairs > 0) fixed_agree += k.agreement(), fixed_valid += k.validity(), ++fixed_n;
-  }
-  if (fixed_n > 0)
-    std::printf("  fixed groups' mean: agreement %.2f, valid %.2f (%d groups)\n", fixed_agree / fixed_n,
-                fixed_valid / fixed_n, fixed_n);
+  return {{"group", g.group},
+          {"policy", g.fixed ? "fixed" : "independent"},
+          {"seed", g.latent_seeds[i]},
+          {"sample_seed", gen.sample_seed},
+          {"text", tokenizer.decode(gen.tokens)},
+          {"codes", gen.codes}};
 }
 
 void record(const GenerateArgs& a, int step, const std::vector<GroupResult>& groups, const Tokenizer& tokenizer) {
@@ -123,7 +82,12 @@ void add_generate_options(CLI::App& app, GenerateArgs& a) {
   add_device_options(c, a.device, a.precision);
   c->add_flag("--json", a.json, "One JSON object per generated sequence");
   c->add_flag("--kinds", a.kinds,
-              "A run on text: judge each sequence's kind (python, c, perl, prose) and each group's kind agreement");
+              "A Free Transformer on the text-kinds corpus: judge each sequence's kind (python, c, perl, prose), "
+              "each group's kind agreement against the chance level, and where KL is spent "
+              "(docs/text_latent.md)");
+  c->add_option("--kinds-data", a.kinds_data,
+                "With --kinds: the corpus's token file (ftx tokenize --kinds; default: the run's), for the chance "
+                "level and the KL profile");
 }
 
 Status check_groups(int independent, int fixed_groups, int group_size) {
@@ -136,14 +100,14 @@ Status check_groups(int independent, int fixed_groups, int group_size) {
 }
 
 int run_generate(const GenerateArgs& a) {
+  if (a.kinds) return run_generate_kinds(a);
+  if (!a.kinds_data.empty()) return fail("--kinds-data: only with --kinds");
   if (!a.source.checkpoint.empty() || a.source.random_init) {
     if (!a.run.empty()) return fail("--run and --checkpoint: give one");
-    if (a.kinds) return fail("--kinds: for a run of the store (--run); not yet for a model file");
     return run_generate_text(a);
   }
   if (a.run.empty()) return fail("--run or --checkpoint: one is required");
   if (a.chat || !a.stop.empty()) return fail("--chat and --stop are for model files (--checkpoint)");
-  if (a.kinds && a.prompt.empty()) return fail("--kinds: give a neutral prompt, e.g. --prompt \"<|endoftext|>\"");
   const int independent = a.independent.value_or(8), fixed_groups = a.fixed_groups.value_or(3),
             group_size = a.group_size.value_or(8);
   if (auto s = check_groups(independent, fixed_groups, group_size); !s) return fail(s.error());
@@ -170,7 +134,7 @@ int run_generate(const GenerateArgs& a) {
   if (a.json) {
     for (const auto& g : groups)
       for (size_t i = 0; i < g.gens.size(); ++i)
-        std::printf("%s\n", to_json(g, i, tokenizer, prompt->size(), a.kinds)
+        std::printf("%s\n", to_json(g, i, tokenizer)
                                 .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)  // a cut character
                                 .c_str());
   } else {
@@ -179,7 +143,6 @@ int run_generate(const GenerateArgs& a) {
     for (const auto& g : groups)
       if (!g.gens.empty()) print_group(g, tokenizer);
     print_by_start(groups, tokenizer);
-    if (a.kinds) print_kinds(groups, prompt->size(), tokenizer);
   }
   record(a, lm->step, groups, tokenizer);
   return 0;

@@ -17,6 +17,7 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "core/eval/kind_groups.h"
 #include "core/data/token_file.h"
 #include "core/io/model_file.h"
 #include "core/text/bpe_train.h"
@@ -243,11 +244,11 @@ int tokenize_corpus(const TokenizeArgs& a, const Tokenizer& t) {
                             {"validation_tokens", c.validation_tokens}});
     }
     j["chance_agreement"] = chance;  // sum of squared token shares: two sequences of the same kind by chance
-    if (auto st = write_file_durable(a.out + ".kinds.json", j.dump(2) + "\n"); !st) return fail(st.error());
+    if (auto st = write_file_durable(kinds_json_path(a.out), j.dump(2) + "\n"); !st) return fail(st.error());
   }
   auto sum = (*w)->finish(a.val_frac);
   if (!sum) {
-    if (strict) std::filesystem::remove(a.out + ".kinds.json");
+    if (strict) std::filesystem::remove(kinds_json_path(a.out));
     return fail(sum.error());
   }
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

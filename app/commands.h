@@ -51,8 +51,10 @@ struct GenerateArgs {
   bool chat = false;
   std::vector<std::string> stop;
   bool kinds = false;  // judge each sequence's kind of text and each group's kind agreement
+  std::string kinds_data;  // the corpus's token file (chance level, KL profile); a run's own by default
 };
 int run_generate_text(const GenerateArgs& a);
+int run_generate_kinds(const GenerateArgs& a);  // --kinds (app/cmd_generate_kinds.cpp)
 void add_generate_options(CLI::App& app, GenerateArgs& a);
 int run_generate(const GenerateArgs& a);
 
