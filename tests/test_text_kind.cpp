@@ -20,7 +20,9 @@
 #include <vector>
 
 #include "core/data/token_file.h"
+#include "core/eval/kind_groups.h"
 #include "core/eval/text_kind.h"
+#include "tests/test_util.h"
 
 namespace ftx {
 namespace {
@@ -61,6 +63,46 @@ TEST(TextKind, GroupAgreement) {
   EXPECT_DOUBLE_EQ(kind_agreement({K(TextKind::Perl), K(TextKind::Perl)}).agreement(), 1.0);
   EXPECT_TRUE(std::isnan(kind_agreement({K(TextKind::Perl), K()}).agreement())) << "one valid sequence: no pair";
   EXPECT_EQ(kind_agreement({}).validity(), 0.0);
+}
+
+// The numbers of the text-kinds measurement travel as run-store metrics and come back whole.
+TEST(KindGroups, MetricsRoundTrip) {
+  KindsNumbers k;
+  k.valid = {0.8, 0.04, 96}, k.agree_indep = {0.3, 0.05, 25}, k.agree_fixed = {0.9, 0.03, 8};
+  k.valid_fixed = {0.85, 0.04, 64};
+  k.indep_share = {0.25, 0.25, 0.3, 0.2};
+  k.chance = 0.256;
+  k.kl_at = {1.5, 0.2, 0.1};
+  const auto metrics = kinds_metrics(k);
+  std::vector<MetricRow> rows;
+  for (const auto& [key, value] : metrics) rows.push_back(MetricRow{2000, key, value, 0.0});
+  rows.push_back(MetricRow{500, "kinds/valid", 0.1, 0.0});  // another step's row is not read
+  const auto back = stored_kinds(rows, 2000);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->valid.n, 96);
+  EXPECT_DOUBLE_EQ(back->valid.mean, 0.8);
+  EXPECT_DOUBLE_EQ(back->agree_fixed.se, 0.03);
+  EXPECT_DOUBLE_EQ(back->agree_indep.mean, 0.3);
+  EXPECT_DOUBLE_EQ(back->valid_fixed.mean, 0.85);
+  EXPECT_DOUBLE_EQ(back->indep_share[size_t(TextKind::Perl)], 0.3);
+  EXPECT_DOUBLE_EQ(back->chance, 0.256);
+  EXPECT_EQ(back->kl_at, k.kl_at);
+  EXPECT_FALSE(stored_kinds(rows, 1000));
+  EXPECT_TRUE(std::isnan(kinds_from_metrics({}).chance));
+}
+
+TEST(KindGroups, ChanceLevelFromTheCorpusSummary) {
+  test::TempDir dir("ftx_kind_chance_");
+  const std::string data = dir.path() + "/d.tok", json = kinds_json_path(data);
+  EXPECT_EQ(json, data + ".kinds.json");
+  test::write_file(json, R"({"chance_agreement": 0.2560, "kinds": []})");
+  auto c = read_kinds_chance(json);
+  ASSERT_TRUE(c.ok()) << c.error().message;
+  EXPECT_DOUBLE_EQ(*c, 0.256);
+  test::write_file(json, R"({"kinds": []})");
+  ASSERT_FALSE(read_kinds_chance(json).ok());
+  EXPECT_EQ(read_kinds_chance(json).error().message.rfind(json + ": no chance_agreement", 0), 0u);
+  EXPECT_FALSE(read_kinds_chance(dir.path() + "/none.json").ok());
 }
 
 // The held-out documents of one kind: files under `root` that `take` accepts, sorted.
