@@ -60,9 +60,11 @@ void print_numbers(const KindsNumbers& k) {
     return std::string(b);
   };
   std::printf("\n  valid (a kind named)        %s\n", pm(k.valid).c_str());
-  std::printf("  independent Z: agreement    %s   chance %s\n", pm(k.agree_indep).c_str(),
-              std::isnan(k.chance) ? "unknown (--kinds-data DATA.tok)" : (std::to_string(k.chance).substr(0, 4)).c_str());
-  std::printf("  fixed Z: agreement          %s   (groups; valid %.2f)\n", pm(k.agree_fixed).c_str(), k.valid_fixed.mean);
+  std::printf(
+      "  independent Z: agreement    %s   chance %s\n", pm(k.agree_indep).c_str(),
+      std::isnan(k.chance) ? "unknown (--kinds-data DATA.tok)" : (std::to_string(k.chance).substr(0, 4)).c_str());
+  std::printf("  fixed Z: agreement          %s   (groups; valid %.2f)\n", pm(k.agree_fixed).c_str(),
+              k.valid_fixed.mean);
   std::printf("  independent Z's kinds      ");
   for (TextKind kind : kAllTextKinds) std::printf(" %s %.2f", text_kind_name(kind), k.indep_share[size_t(kind)]);
   std::printf("\n");
@@ -94,7 +96,8 @@ int run_generate_kinds(const GenerateArgs& a) {
   if (auto s = check_groups(p.independent, p.fixed_groups, p.group_size); !s) return fail(s.error());
 
   // The model, and the corpus (for the chance level and the KL profile) when known.
-  auto lm = file ? load_model(a.source, a.device, a.precision) : load_run_model(a.db, a.run, a.step, a.device, a.precision);
+  auto lm =
+      file ? load_model(a.source, a.device, a.precision) : load_run_model(a.db, a.run, a.step, a.device, a.precision);
   if (!lm) return fail(lm.error());
   if (!lm->tokenizer) return fail(lm->dir + ": has no tokenizer: --prompt cannot be encoded");
   RunData data;
@@ -102,7 +105,8 @@ int run_generate_kinds(const GenerateArgs& a) {
     auto d = run_text_data(a.db, a.run);
     if (!d) return fail(d.error());
     data = *d;
-    p.new_tokens = data.seq_len - static_cast<int>(lm->tokenizer->encode(a.prompt).value_or(std::vector<int32_t>{}).size());
+    p.new_tokens =
+        data.seq_len - static_cast<int>(lm->tokenizer->encode(a.prompt).value_or(std::vector<int32_t>{}).size());
   }
   if (!a.kinds_data.empty()) data.path = a.kinds_data, data.windows = TextWindows::Document;
   auto m = measure_kind_groups(*lm->model, *lm->tokenizer, p);
@@ -147,7 +151,8 @@ int run_generate_kinds(const GenerateArgs& a) {
       }
     nlohmann::json summary = nlohmann::json::object();
     for (const auto& [key, value] : kinds_metrics(k))
-      if (key.rfind("kinds/kl_at/", 0) != 0) summary[key.substr(6)] = std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(value);
+      if (key.rfind("kinds/kl_at/", 0) != 0)
+        summary[key.substr(6)] = std::isnan(value) ? nlohmann::json(nullptr) : nlohmann::json(value);
     if (!k.kl_at.empty()) summary["kl_at"] = k.kl_at;
     std::printf("%s\n", nlohmann::json{{"kinds", summary}}.dump().c_str());
   } else {

@@ -17,8 +17,8 @@
 
 #include "app/commands.h"
 #include "app/common.h"
-#include "core/eval/kind_groups.h"
 #include "core/data/token_file.h"
+#include "core/eval/kind_groups.h"
 #include "core/io/model_file.h"
 #include "core/text/bpe_train.h"
 #include "core/text/tokenizer_json.h"

@@ -50,7 +50,7 @@ struct GenerateArgs {
   ModelSourceArgs source;
   bool chat = false;
   std::vector<std::string> stop;
-  bool kinds = false;  // judge each sequence's kind of text and each group's kind agreement
+  bool kinds = false;      // judge each sequence's kind of text and each group's kind agreement
   std::string kinds_data;  // the corpus's token file (chance level, KL profile); a run's own by default
 };
 int run_generate_text(const GenerateArgs& a);

@@ -795,7 +795,8 @@ TEST_F(CliTokenizeBpe, TrainsATokenizerThatTheTokenFileCarries) {
   ASSERT_EQ(r.code, 0) << test::describe(r);
   std::vector<json> lines;
   std::istringstream out(r.out);
-  for (std::string line; std::getline(out, line);) lines.push_back(json::parse(line));  // valid where a token cuts a character
+  for (std::string line; std::getline(out, line);)
+    lines.push_back(json::parse(line));  // valid where a token cuts a character
   ASSERT_EQ(lines.size(), 8u) << r.out;  // 3 + 2 x 2 sequences, then the summary
   for (size_t i = 0; i < 7; ++i) EXPECT_TRUE(lines[i].contains("kind")) << lines[i];
   const json& summary = lines[7]["kinds"];
@@ -803,7 +804,8 @@ TEST_F(CliTokenizeBpe, TrainsATokenizerThatTheTokenFileCarries) {
   EXPECT_EQ(summary["valid_n"], 7) << summary;
   EXPECT_EQ(summary["kl_at"].size(), 15u) << summary;  // one per input position of the 16-token windows
   expect_one_line_error(with_prompt("", {}), {"--kinds", "prompt"});
-  expect_one_line_error(with_prompt("<|endoftext|>", {"--kinds-data", in_dir("none.tok")}), {"none.tok", "no such file"});
+  expect_one_line_error(with_prompt("<|endoftext|>", {"--kinds-data", in_dir("none.tok")}),
+                        {"none.tok", "no such file"});
 
   expect_one_line_error(
       ftx({"tokenize", "--bpe-vocab", "300", "--checkpoint", "m.gguf", "--input", corpus, "--out", data}, dir_),

@@ -67,7 +67,8 @@ Result<KindsMeasurement> measure_kind_groups(Model& model, const Tokenizer& toke
       if (kind) ++per[size_t(*kind)];
     for (const auto& kind : kinds)
       if (kind && a.valid > 1) agree_indep.push_back(double(per[size_t(*kind)] - 1) / (a.valid - 1));
-    for (int i = 0; i < kTextKinds; ++i) k.indep_share[size_t(i)] = a.valid > 0 ? double(per[size_t(i)]) / a.valid : kNaN;
+    for (int i = 0; i < kTextKinds; ++i)
+      k.indep_share[size_t(i)] = a.valid > 0 ? double(per[size_t(i)]) / a.valid : kNaN;
   }
   k.valid = estimate(valid);
   k.valid_fixed = estimate(valid_fixed);

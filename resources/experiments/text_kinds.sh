@@ -13,6 +13,7 @@
 #   resources/experiments/text_kinds.sh train NAME H KAPPA_BITS  # the small preset on text_kinds_4096.tok
 #                                      (H 0: the baseline; WINDOWS=packed for run 1's packed sequences)
 #   resources/experiments/text_kinds.sh measure NAME   # groups from the neutral prompt, judged by kind
+#   resources/experiments/text_kinds.sh ship FREE BASE # both as resources/models/kinds-free, kinds-baseline
 #
 # Files are taken in a fixed pseudo-random order (the MD5 of their path) until BUDGET bytes per
 # kind (default 4 MB), so the corpus is the same on every Debian 12 machine with the same
@@ -78,8 +79,21 @@ case ${1:-} in
     "$FTX" generate --db "$EXP/runs.db" --run "${2:?run name}" --prompt "<|endoftext|>" --independent 32 \
       --fixed-groups 8 --group-size 8 --kinds --seed "${SEED:-1}"
     ;;
+  ship)
+    # Both runs exported in BF16 under the names the studio and the tests use; the Free Transformer
+    # measured again on those BF16 weights (its kinds/... metrics at the last checkpoint, what the
+    # shipped test re-measures), through a scratch store.
+    free=${2:?Free Transformer run} base=${3:?baseline run}
+    scratch=$EXP/ship && rm -rf "$scratch" && mkdir -p "$scratch"
+    "$FTX" export --db "$EXP/runs.db" --run "$free" --as kinds-free --out "$scratch/kinds-free"
+    "$FTX" import --db "$scratch/runs.db" "$scratch/kinds-free"
+    sqlite3 "$scratch/runs.db" "DELETE FROM metrics WHERE key LIKE 'kinds/%'"  # measured on F32 weights
+    "$FTX" generate --db "$scratch/runs.db" --run kinds-free --prompt "<|endoftext|>" --kinds --seed 1
+    "$FTX" export --db "$scratch/runs.db" --run kinds-free --out resources/models/kinds-free
+    "$FTX" export --db "$EXP/runs.db" --run "$base" --as kinds-baseline --out resources/models/kinds-baseline
+    ;;
   *)
-    sed -n '2,18p' "$0"
+    sed -n '2,19p' "$0"
     exit 2
     ;;
 esac
