@@ -7,6 +7,13 @@
 // - TextGenerationsView: the no-Z notice and one group for a plain decoder; Generate's job (seeds,
 //   sizes, sampling); Resample Z changes only the latent seed and Freeze Z only the token seed;
 //   replies to an older job are ignored; streamed pieces reach the cells, redrawn once per frame.
+// - Kinds (TextGroupsGrid, TextGenerationsView): a generation is judged when it ends, on its own
+//   text (not the prompt, not a streamed half): python, c, perl, prose badges and "?" for text no
+//   rule names; each group's line gives validity and kind agreement; ticking and unticking Kinds
+//   shows and hides them without a new request; the setters the kinds lesson uses reach the job.
+// - LessonsView's "Z picks the document": the stored numbers of the pair from show_kinds_lesson,
+//   the one line when the pair is not in the store, a missing baseline or measurement, and the
+//   button's request with the model folder.
 // - ModelWorker on its own thread with a small checkpoint of ours: progress up to done == total,
 //   loaded; a job's plan, its streamed pieces adding up to the final texts; Stop; a missing file and
 //   a plain decoder's latent as one-line messages; the latent of a text.
@@ -17,8 +24,10 @@
 #include <gtest/gtest.h>
 
 #include <QApplication>
+#include <QCheckBox>
 #include <QElapsedTimer>
 #include <QLabel>
+#include <QMouseEvent>
 #include <QPushButton>
 #include <QTableWidget>
 #include <QThread>
@@ -33,6 +42,8 @@
 #include "core/text/char_tokenizer.h"
 #include "test_util.h"
 #include "tests/real_model.h"
+#include "views/lessons_view.h"
+#include "views/meta_types.h"
 #include "views/model_worker.h"
 #include "views/models_view.h"
 #include "views/text_generations_view.h"
@@ -356,6 +367,184 @@ TEST(TextGenerationsView, StreamedPiecesReachTheCellsOncePerFrame) {
     EXPECT_FALSE(grid->text(s).contains("STALE"));
   }
   EXPECT_EQ(grid->text(0).size(), 13 * 2 + 12 * 1);  // ab at i = 0,4,..,48; c at i = 3,7,..,47
+}
+
+// ---------------------------------------------------------------------------------------------
+// Kinds of text: badges and group lines
+
+const char* const kPython = "import os\n\ndef walk(top):\n    for x in os.listdir(top):\n        yield x\n";
+const char* const kC = "#include <stdio.h>\n\nextern int puts(const char *s);\ntypedef int pid_t;\n";
+const char* const kPerl =
+    "package Foo;\nuse strict;\nsub new {\n    my $class = shift;\n    return bless {}, $class;\n}\n";
+const char* const kProse =
+    "This program is free software; you can redistribute it and/or modify it\nunder the terms of the license, "
+    "either version 2 of the License, or any later version.\nYou should have received a copy of the license along "
+    "with this program.\n";
+const char* const kNoise = "}}}} ((( ]]] @@@ !!! ~~~\n+-+-+-\n";
+
+// An independent group of three and a fixed-Z group of three.
+TextJobPlan two_groups_of_three(quint64 id) {
+  TextJobPlan plan;
+  plan.id = id, plan.has_latent = true;
+  plan.groups = {{0, false, 0, 3}, {1, true, 3, 3}};
+  plan.latent_seeds.assign(6, 1), plan.sample_seeds.assign(6, 2);
+  plan.prompt_text = kPython;  // the prompt is never judged
+  return plan;
+}
+
+TextJobResult result_of(quint64 id, std::vector<std::string> texts) {
+  TextJobResult r;
+  r.id = id;
+  r.finish.assign(texts.size(), "length");
+  r.texts = std::move(texts);
+  return r;
+}
+
+TEST(TextGroupsGrid, KindBadgesAreJudgedWhenASequenceEndsAndToggleWithoutRedrawingTheText) {
+  TextGroupsGrid grid;
+  EXPECT_FALSE(grid.kinds_shown());
+  grid.set_plan(two_groups_of_three(1), "caption");
+  ASSERT_EQ(grid.groups(), 2);
+  EXPECT_EQ(grid.badge_text(0), "") << "hidden until Kinds is ticked";
+  EXPECT_EQ(grid.group_kinds_text(0), "");
+  grid.set_kinds_shown(true);
+  EXPECT_EQ(grid.badge_text(0), "…") << "not judged before the sequence ends";
+  EXPECT_TRUE(grid.group_kinds_text(0).contains("judged when the sequences end"));
+  grid.append({{0, kPython}, {3, kProse}});
+  grid.flush();
+  EXPECT_FALSE(grid.kind(0).has_value()) << "streamed text is not judged";
+  EXPECT_EQ(grid.badge_text(0), "…");
+
+  grid.set_result(result_of(1, {kProse, kC, kPerl, kPython, kPython, kNoise}));
+  const std::vector<QString> want = {"prose", "c", "perl", "python", "python", "?"};
+  for (int s = 0; s < 6; ++s) EXPECT_EQ(grid.badge_text(s), want[size_t(s)]) << "sequence " << s;
+  EXPECT_EQ(grid.kind(0), std::optional<std::optional<ftx::TextKind>>(ftx::TextKind::Prose))
+      << "the generated text, not the (Python) prompt";
+  ASSERT_TRUE(grid.kind(5).has_value());
+  EXPECT_FALSE(grid.kind(5)->has_value()) << "noise: judged, unknown";
+  EXPECT_TRUE(grid.group_kinds_text(0).contains("valid 3/3")) << grid.group_kinds_text(0).toStdString();
+  EXPECT_TRUE(grid.group_kinds_text(0).contains("agreement 0.00")) << "three kinds, no pair agrees";
+  EXPECT_TRUE(grid.group_kinds_text(1).contains("valid 2/3")) << grid.group_kinds_text(1).toStdString();
+  EXPECT_TRUE(grid.group_kinds_text(1).contains("agreement 1.00")) << "the two valid ones agree";
+
+  const int redraws = grid.redraws();
+  const QString text = grid.cell_text(1);
+  grid.set_kinds_shown(false);
+  for (int s = 0; s < 6; ++s) EXPECT_EQ(grid.badge_text(s), "");
+  EXPECT_EQ(grid.group_kinds_text(1), "");
+  grid.set_kinds_shown(true);
+  EXPECT_EQ(grid.badge_text(5), "?") << "the judgment is kept, not made again";
+  EXPECT_EQ(grid.badge_text(3), "python");
+  EXPECT_EQ(grid.cell_text(1), text);
+  EXPECT_EQ(grid.redraws(), redraws) << "toggling redraws no text";
+
+  // A click on a badge is a click on its cell: one request for that sequence's latent.
+  std::vector<int> activated;
+  QObject::connect(&grid, &TextGroupsGrid::row_activated, [&](int seq) { activated.push_back(seq); });
+  QLabel* badge = nullptr;
+  for (QLabel* l : grid.findChildren<QLabel*>())
+    if (l->text() == "perl" && l->parentWidget() && l->parentWidget()->property("seq").isValid()) badge = l;
+  ASSERT_NE(badge, nullptr);
+  QMouseEvent release(QEvent::MouseButtonRelease, QPointF(3, 3), badge->mapToGlobal(QPointF(3, 3)), Qt::LeftButton,
+                      Qt::NoButton, Qt::NoModifier);
+  QApplication::sendEvent(badge, &release);
+  EXPECT_EQ(activated, std::vector<int>{2});
+
+  grid.set_plan(two_groups_of_three(2), "next");
+  EXPECT_EQ(grid.badge_text(0), "…") << "a new plan starts unjudged";
+}
+
+TEST(TextGenerationsView, KindsCheckboxShowsTheBadgesWithoutANewRequest) {
+  ViewHarness h;
+  h.view.add_model(1, info_of(8));
+  auto* box = [&]() -> QCheckBox* {
+    for (QCheckBox* c : h.view.findChildren<QCheckBox*>())
+      if (c->text() == "Kinds") return c;
+    return nullptr;
+  }();
+  ASSERT_NE(box, nullptr) << "a Kinds check box";
+  EXPECT_FALSE(box->isChecked());
+  // The kinds lesson's settings, through the setters.
+  h.view.set_prompt("<|endoftext|>");
+  h.view.set_groups(3, 4);
+  h.view.set_max_new_tokens(200);
+  h.view.set_sampling(1.0, 1.0);
+  h.view.set_kinds_shown(true);
+  EXPECT_TRUE(box->isChecked());
+  EXPECT_TRUE(h.view.kinds_shown());
+  EXPECT_TRUE(h.view.grid()->kinds_shown());
+  ASSERT_TRUE(h.view.generate());
+  const TextJob& j = h.jobs.back();
+  EXPECT_EQ(j.prompt, "<|endoftext|>");
+  EXPECT_EQ(j.groups.fixed_groups, 3);
+  EXPECT_EQ(j.groups.group_size, 4);
+  EXPECT_EQ(j.groups.sample.max_new_tokens, 200);
+  EXPECT_FLOAT_EQ(j.groups.sample.temperature, 1.0f);
+  EXPECT_FLOAT_EQ(j.groups.sample.top_p, 1.0f);
+  h.answer(4, 4, true);  // every text "done": no kind
+  TextGroupsGrid* grid = h.view.grid();
+  ASSERT_EQ(grid->sequences(), 16);
+  for (int s = 0; s < 16; ++s) EXPECT_EQ(grid->badge_text(s), "?");
+  EXPECT_TRUE(grid->group_kinds_text(2).contains("valid 0/4")) << grid->group_kinds_text(2).toStdString();
+  box->setChecked(false);  // as a click does
+  EXPECT_FALSE(grid->kinds_shown());
+  EXPECT_EQ(grid->badge_text(0), "");
+  box->setChecked(true);
+  EXPECT_EQ(grid->badge_text(0), "?");
+  EXPECT_EQ(h.jobs.size(), 1u) << "ticking Kinds generates nothing";
+}
+
+// ---------------------------------------------------------------------------------------------
+// LessonsView: "Z picks the document"
+
+ftx::KindsLesson measured_pair() {
+  ftx::KindsLesson l;
+  l.free.run = "kinds-free", l.free.step = 6000, l.free.latent_bits = 8, l.free.val_ce = 1.234;
+  ftx::KindsNumbers k;
+  k.agree_fixed = {0.94, 0.02, 8}, k.agree_indep = {0.31, 0.05, 30}, k.valid = {0.86, 0.03, 96};
+  k.valid_fixed = {0.9, 0.03, 64};
+  k.chance = 0.29;
+  l.free.kinds = k;
+  l.baseline.run = "kinds-baseline", l.baseline.step = 6000, l.baseline.val_ce = 1.221;
+  l.model_path = "/models/kinds-free";
+  return l;
+}
+
+TEST(LessonsView, KindsLessonShowsThePairsNumbersAndSaysWhenItIsMissing) {
+  ftx::register_view_meta_types();
+  ftx::LessonsView view;
+  EXPECT_FALSE(view.kinds_generate_enabled()) << "nothing to open before the store is read";
+  EXPECT_EQ(view.kinds_numbers(), "");
+
+  view.show_kinds_lesson(ftx::KindsLesson{});
+  EXPECT_EQ(view.kinds_numbers(), "");
+  EXPECT_TRUE(view.kinds_message().contains("not in this run store")) << view.kinds_message().toStdString();
+  EXPECT_TRUE(view.kinds_message().contains("./run.sh"));
+  EXPECT_FALSE(view.kinds_message().contains('\n')) << "one line";
+  EXPECT_FALSE(view.kinds_generate_enabled());
+
+  view.show_kinds_lesson(measured_pair());
+  const QString n = view.kinds_numbers();
+  for (const char* want :
+       {"kinds-free", "Free Transformer, H = 8", "step 6000", "0.94 ± 0.02", "(8 groups)", "0.31 ± 0.05", "chance 0.29",
+        "0.86 ± 0.03", "(96 sequences)", "1.234", "kinds-baseline", "1.221", "+0.013"})
+    EXPECT_TRUE(n.contains(QString::fromUtf8(want))) << want << " in " << n.toStdString();
+  EXPECT_TRUE(view.kinds_message().contains("ftx generate --kinds")) << view.kinds_message().toStdString();
+  ASSERT_TRUE(view.kinds_generate_enabled());
+  std::vector<QString> asked;
+  QObject::connect(&view, &ftx::LessonsView::kinds_generate_requested, [&](QString path) { asked.push_back(path); });
+  view.press_kinds_generate();
+  ASSERT_EQ(asked.size(), 1u);
+  EXPECT_EQ(asked[0], "/models/kinds-free");
+
+  ftx::KindsLesson no_base = measured_pair();
+  no_base.baseline = {};
+  no_base.free.kinds.reset();
+  view.show_kinds_lesson(no_base);
+  EXPECT_TRUE(view.kinds_numbers().contains("<b>kinds-baseline</b>: not in the store"))
+      << view.kinds_numbers().toStdString();
+  EXPECT_TRUE(view.kinds_numbers().contains("not measured")) << "no kinds/... metrics at the checkpoint";
+  EXPECT_FALSE(view.kinds_numbers().contains("+0.013")) << "no difference without the baseline";
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -2,8 +2,10 @@
 
 #include <omp.h>
 
+#include <QCoreApplication>
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 
 #include "core/eval/figure4.h"
 #include "core/model/kappa.h"
@@ -24,6 +26,28 @@ constexpr int kLatentBatchSequences = 64, kLatentBatchSequencesLarge = 8;
 constexpr int64_t kLargeModelParams = 20'000'000;
 
 QString qs(const std::string& s) { return QString::fromStdString(s); }
+
+// The text-kinds pair of issue 24, as ./run.sh imports them from resources/models.
+const char* const kKindsFreeRun = "kinds-free";
+const char* const kKindsBaselineRun = "kinds-baseline";
+
+// A folder ModelFile opens (config.json beside the weights).
+bool model_folder(const std::filesystem::path& dir) {
+  std::error_code ec;
+  return !dir.empty() && std::filesystem::exists(dir / "config.json", ec) &&
+         std::filesystem::exists(dir / "model.safetensors", ec);
+}
+
+// The shipped bundle resources/models/<name>: from the working folder (./run.sh's), else in the
+// source tree this binary was built in (build/app/ftx-studio).
+std::filesystem::path shipped_model(const std::string& name) {
+  const std::filesystem::path rel = std::filesystem::path("resources") / "models" / name;
+  std::error_code ec;
+  if (model_folder(rel)) return std::filesystem::absolute(rel, ec);
+  const std::filesystem::path beside =
+      std::filesystem::path(QCoreApplication::applicationDirPath().toStdString()).parent_path().parent_path() / rel;
+  return model_folder(beside) ? beside : std::filesystem::path();
+}
 
 }  // namespace
 
@@ -272,6 +296,40 @@ void ExploreWorker::kappa_lesson(quint64 seed) {
   }
   emit kappa_lesson_ready(std::move(columns), std::move(kappas), measured);
   emit busy_changed(false);
+}
+
+void ExploreWorker::kinds_lesson() {
+  ftx::KindsLesson lesson;
+  std::error_code ec;
+  if (!std::filesystem::exists(db_path_.toStdString(), ec)) {  // no store yet: no pair in it either
+    lesson.model_path = qs(shipped_model(kKindsFreeRun).string());
+    return emit kinds_lesson_ready(std::move(lesson));
+  }
+  auto store = ftx::RunStore::open_readonly(db_path_.toStdString(), 1000);
+  if (!store) return emit failed("kinds", qs(store.error().message));
+  // Fills `out` from the run's latest checkpoint; its checkpoint folder (empty: none).
+  auto read = [&](const std::string& name, ftx::KindsLessonRun& out) -> std::filesystem::path {
+    auto info = store->find_run(name);
+    if (!info) return {};
+    out.run = qs(name);
+    out.latent_bits = summarize_run(*info).latent_bits;
+    auto ref = ftx::find_run_checkpoint(*store, name, std::nullopt);
+    if (!ref) return {};
+    out.step = ref->step;
+    if (auto rows = store->metrics(info->id, ""); rows) {
+      out.kinds = ftx::stored_kinds(*rows, ref->step);
+      for (const ftx::MetricRow& r : *rows)  // at the checkpoint, else the last one before it
+        if (r.key == "val/ce_prior" && r.step <= ref->step && !std::isnan(r.value)) out.val_ce = r.value;
+    }
+    std::error_code ec;
+    return std::filesystem::absolute(ref->dir, ec);
+  };
+  const std::filesystem::path checkpoint = read(kKindsFreeRun, lesson.free);
+  read(kKindsBaselineRun, lesson.baseline);
+  // The shipped bundle when it is there (a model named like the run), else the run's checkpoint.
+  const std::filesystem::path shipped = shipped_model(kKindsFreeRun);
+  lesson.model_path = qs(!shipped.empty() ? shipped.string() : model_folder(checkpoint) ? checkpoint.string() : "");
+  emit kinds_lesson_ready(std::move(lesson));
 }
 
 }  // namespace ftx

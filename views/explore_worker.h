@@ -40,6 +40,9 @@ class ExploreWorker : public QObject {
   void inspect(QString run, int step, QString text, quint64 seed);  // empty text: a validation-like sequence
   void coinflip(quint64 seed);
   void kappa_lesson(quint64 seed);
+  // The "Z picks the document" lesson: the runs kinds-free and kinds-baseline as the store holds
+  // them (latest checkpoint, its kinds/... metrics, val/ce_prior) and the model folder to open.
+  void kinds_lesson();
 
  signals:
   void groups_ready(QString run, int step, std::vector<ftx::GroupView> groups);
@@ -50,7 +53,8 @@ class ExploreWorker : public QObject {
   // measured: per column, the stored Figure 4 numbers (ftx sweep / the shipped models) of the
   // checkpoint shown, as one line; empty when that checkpoint was never measured.
   void kappa_lesson_ready(GroupColumns columns, std::vector<double> kappa_bits, QStringList measured);
-  void failed(QString view, QString message);  // view: "generations", "latent", "lessons"
+  void kinds_lesson_ready(ftx::KindsLesson lesson);
+  void failed(QString view, QString message);  // view: "generations", "latent", "lessons", "kinds" (that lesson)
   void busy_changed(bool busy);
 
  private slots:

@@ -18,6 +18,7 @@
 
 #include "core/train/train_config.h"
 #include "views/sequence_grid.h"
+#include "views/text_groups_grid.h"
 
 namespace ftx {
 
@@ -52,6 +53,80 @@ const char* const kKappaText = QT_TRANSLATE_NOOP(
     "<b>independent</b> group draws a new Z for every row; each <b>fixed</b> group shares one Z. When Z "
     "carries something, the rows of a fixed group look aligned. Under each column: the run's numbers measured "
     "over many groups (docs/figure4.md). Hover a row for its seeds and codes.</p>");
+
+// %1: the badges' legend.
+const char* const kKindsText = QT_TRANSLATE_NOOP(
+    "LessonsView",
+    "<p><b>Four kinds of text.</b> These models learned from documents of four kinds: Python and C sources, "
+    "Perl scripts and English prose (licences, manuals). Every training window is one document, opened by the "
+    "end-of-text token. Given that token alone, a model has to decide what kind of document to write.</p>"
+    "<p><b>Z can make that decision.</b> The Free Transformer draws a random Z (8 bits per token) halfway up. "
+    "In each <b>fixed-Z</b> group the sequences share one Z: when Z carries the decision, they are all of one "
+    "kind. The <b>independent</b> group draws a new Z for every sequence, so its kinds mix about as the "
+    "training data does. The baseline has no Z: it must decide token by token.</p>"
+    "<p><b>The badges.</b> With Kinds ticked, every finished generation gets a badge, given by simple rules "
+    "on its syntax (no model): %1 The grey ? means the rules name no kind (too short, garbled or "
+    "mixed). Above each group: its validity (the share given a kind) and its agreement (the share of pairs "
+    "of valid sequences of the same kind).</p>"
+    "<p><b>Where to look next.</b> Click a generation to open it in the Latent view. The KL per token shows "
+    "where the encoder writes into Z: tall bars on the first tokens mean the kind is settled there. "
+    "<b>Resample Z</b> draws new Zs: a fixed group may switch kind, all together. <b>Freeze Z</b> keeps "
+    "every Z and draws new tokens: each fixed group should keep its kind. In the Latent view, click a bit to "
+    "flip it: some flips change the kind of the regenerated text.</p>");
+
+QString estimate_text(const ftx::Estimate& e) {
+  if (std::isnan(e.mean) || e.n == 0) return QStringLiteral("–");
+  return std::isnan(e.se) ? QString::number(e.mean, 'f', 2)
+                          : QStringLiteral("%1 ± %2").arg(e.mean, 0, 'f', 2).arg(e.se, 0, 'f', 2);
+}
+
+QString ce_text(double ce) { return std::isnan(ce) ? QStringLiteral("–") : QString::number(ce, 'f', 3); }
+
+// The pair's numbers as a small table: one column per run.
+QString kinds_table(const ftx::KindsLesson& l) {
+  auto head = [](const ftx::KindsLessonRun& r, const QString& name, const QString& what) {
+    if (r.run.isEmpty()) return LessonsView::tr("<b>%1</b>: not in the store").arg(name);
+    return LessonsView::tr("<b>%1</b> · %2 · step %3").arg(r.run.toHtmlEscaped(), what).arg(r.step);
+  };
+  const ftx::KindsLessonRun &f = l.free, &b = l.baseline;
+  const QString free_what =
+      f.latent_bits > 0 ? LessonsView::tr("Free Transformer, H = %1").arg(f.latent_bits) : LessonsView::tr("no Z");
+  QString rows;
+  auto row = [&rows](const QString& what, const QString& free, const QString& base) {
+    rows += QStringLiteral("<tr><td>%1</td><td>%2</td><td>%3</td></tr>").arg(what, free, base);
+  };
+  const QString no_z = b.run.isEmpty() ? QStringLiteral("–") : LessonsView::tr("– (no Z)");
+  if (f.run.isEmpty()) {
+    // nothing of the Free Transformer's to show but the baseline's CE
+  } else if (!f.kinds) {
+    row(LessonsView::tr("kinds"),
+        LessonsView::tr("not measured: <tt>ftx generate --run %1 --prompt \"&lt;|endoftext|&gt;\" --kinds</tt>")
+            .arg(f.run.toHtmlEscaped()),
+        no_z);
+  } else {
+    const ftx::KindsNumbers& k = *f.kinds;
+    row(LessonsView::tr("fixed-Z kind agreement"),
+        LessonsView::tr("<b>%1</b> (%2 groups)").arg(estimate_text(k.agree_fixed)).arg(k.agree_fixed.n), no_z);
+    QString indep = estimate_text(k.agree_indep);
+    if (!std::isnan(k.chance)) indep += LessonsView::tr(" (chance %1)").arg(k.chance, 0, 'f', 2);
+    row(LessonsView::tr("independent-Z kind agreement"), indep, no_z);
+    row(LessonsView::tr("validity (a kind named)"),
+        LessonsView::tr("%1 (%2 sequences)").arg(estimate_text(k.valid)).arg(k.valid.n), no_z);
+  }
+  row(LessonsView::tr("validation CE, nats per token"),
+      f.run.isEmpty() ? QStringLiteral("–") : ce_text(f.val_ce) + LessonsView::tr(" (Z from the prior)"),
+      b.run.isEmpty() ? QStringLiteral("–") : ce_text(b.val_ce));
+  QString html = QStringLiteral(
+                     "<table cellspacing='0' cellpadding='3'><tr><th></th><th align='left'>%1</th>"
+                     "<th align='left'>%2</th></tr>%3</table>")
+                     .arg(head(f, QStringLiteral("kinds-free"), free_what),
+                          head(b, QStringLiteral("kinds-baseline"), LessonsView::tr("same size, no Z")), rows);
+  if (!std::isnan(f.val_ce) && !std::isnan(b.val_ce))
+    html +=
+        LessonsView::tr("<p>Free Transformer (Z from the prior) − baseline: %1 nats per token of validation CE.</p>")
+            .arg(QString::asprintf("%+.3f", f.val_ce - b.val_ce));
+  return html;
+}
 
 // What the paper leads us to expect at a kappa (docs/figure4.md), by the same thresholds as its
 // four runs: 1/64 bit, 1/8 bit, 1 bit, 8 bits.
@@ -111,6 +186,7 @@ LessonsView::LessonsView(QWidget* parent) : QWidget(parent) {
   tabs_ = new QTabWidget;
   tabs_->addTab(build_coinflip_page(), tr("1. The coin flip: inference vs. a drawn Z"));
   tabs_->addTab(build_kappa_page(), tr("2. Figure 4: what Z carries at each kappa"));
+  tabs_->addTab(build_kinds_page(), tr("3. Z picks the document"));
   auto* layout = new QVBoxLayout(this);
   layout->setContentsMargins(0, 0, 0, 0);
   layout->addWidget(tabs_);
@@ -187,6 +263,42 @@ QWidget* LessonsView::build_kappa_page() {
   layout->addLayout(controls);
   layout->addWidget(scroll, 1);
   return page;
+}
+
+QWidget* LessonsView::build_kinds_page() {
+  kinds_generate_ = new QPushButton(tr("Generate in Models (text)"));
+  kinds_generate_->setToolTip(
+      tr("Open the Free Transformer as a model file and generate from the end-of-text token: the independent "
+         "group and three fixed-Z groups, with Kinds ticked"));
+  kinds_generate_->setEnabled(false);
+  connect(kinds_generate_, &QPushButton::clicked, this, [this] { emit kinds_generate_requested(kinds_model_path_); });
+  kinds_message_ = new QLabel(tr("Reading the run store…"));
+  kinds_message_->setWordWrap(true);
+  kinds_numbers_ = wrapped_label(QString());
+  kinds_numbers_->setObjectName("kinds_measured");
+  kinds_numbers_->setTextInteractionFlags(Qt::TextSelectableByMouse);
+  kinds_numbers_->hide();
+
+  QString legend;
+  for (ftx::TextKind k : ftx::kAllTextKinds) legend += TextGroupsGrid::kind_badge_html(k) + QStringLiteral(" ");
+  legend += TextGroupsGrid::kind_badge_html(std::nullopt) + QStringLiteral(".");
+
+  auto* controls = new QHBoxLayout;
+  controls->addWidget(kinds_generate_);
+  controls->addSpacing(12);
+  controls->addWidget(kinds_message_, 1);
+
+  auto* body = new QWidget;
+  auto* v = new QVBoxLayout(body);
+  v->addWidget(wrapped_label(tr(kKindsText).arg(legend)));
+  v->addLayout(controls);
+  v->addWidget(kinds_numbers_);
+  v->addStretch(1);
+  auto* scroll = new QScrollArea;
+  scroll->setWidget(body);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  return scroll;
 }
 
 void LessonsView::apply_chart_palette() {
@@ -300,6 +412,39 @@ void LessonsView::show_kappa_lesson(GroupColumns columns, std::vector<double> ka
     kappa_columns_->addWidget(column, 1);
   }
 }
+
+void LessonsView::show_kinds_tab() { tabs_->setCurrentIndex(2); }
+
+void LessonsView::show_kinds_lesson(ftx::KindsLesson lesson) {
+  kinds_model_path_ = lesson.model_path;
+  kinds_generate_->setEnabled(!lesson.model_path.isEmpty());
+  kinds_message_->setStyleSheet(QString());
+  if (lesson.free.run.isEmpty() && lesson.baseline.run.isEmpty()) {
+    kinds_numbers_->clear();
+    kinds_numbers_->hide();
+    kinds_message_->setText(
+        tr("The text-kinds pair (runs kinds-free and kinds-baseline) is not in this run store: ./run.sh imports "
+           "the shipped models (ftx import resources/models/*/)."));
+    return;
+  }
+  kinds_message_->setText(lesson.model_path.isEmpty() ? tr("No model to open: the Free Transformer has no checkpoint.")
+                          : lesson.free.kinds
+                              ? tr("Measured by ftx generate --kinds: from the end-of-text token, Z from the prior, "
+                                   "temperature 1 (docs/text_latent.md).")
+                              : tr("The Free Transformer's kinds were not measured yet."));
+  kinds_numbers_->setText(kinds_table(lesson));
+  kinds_numbers_->show();
+}
+
+void LessonsView::show_kinds_error(QString message) {
+  kinds_message_->setStyleSheet(QString::fromLatin1(kErrorStyle));
+  kinds_message_->setText(message);
+}
+
+QString LessonsView::kinds_numbers() const { return kinds_numbers_->isHidden() ? QString() : kinds_numbers_->text(); }
+QString LessonsView::kinds_message() const { return kinds_message_->text(); }
+bool LessonsView::kinds_generate_enabled() const { return kinds_generate_->isEnabled(); }
+void LessonsView::press_kinds_generate() { kinds_generate_->click(); }
 
 void LessonsView::show_error(QString message) {
   QLabel* label = tabs_->currentIndex() == 0 ? coin_message_ : kappa_message_;

@@ -6,10 +6,16 @@
 //     SequenceGrid column per run (an independent group and two fixed-Z groups of 8), each with the
 //     run's measured Figure 4 numbers when it has them and a note on what the paper leads us to
 //     expect at that kappa (docs/figure4.md).
+//  3. "Z picks the document": the text-kinds pair (issue 24, docs/text_latent.md) in plain words,
+//     what the kind badges of Generations -> Models (text) mean and where to look in the Latent
+//     view, the stored numbers of the Free Transformer and its baseline side by side (or one line
+//     saying they are not in the store), and "Generate in Models (text)", which asks the owner to
+//     open the model and generate there.
 // Requests go out as signals; the owner computes on its worker and calls the show_* slots back.
 //
 // Deliberately not here: the exact coin-flip math and the models' predictions (they arrive in
-// ftx::CoinflipLesson), choosing which runs a lesson uses (the owner names them).
+// ftx::CoinflipLesson), choosing which runs a lesson uses (the owner names them), reading the
+// store or opening models (the owner; the kinds numbers arrive in ftx::KindsLesson).
 #pragma once
 #include <QString>
 #include <QStringList>
@@ -35,17 +41,29 @@ class LessonsView : public QWidget {
   explicit LessonsView(QWidget* parent = nullptr);
   bool save_png(const QString& path);  // the current lesson
   void show_figure4_tab();             // the Figure 4 lesson in front
+  void show_kinds_tab();               // the "Z picks the document" lesson in front
+  // What the kinds lesson shows (for tests): its numbers (rich text; empty without runs), its
+  // message line, whether "Generate in Models (text)" can be pressed, and pressing it.
+  QString kinds_numbers() const;
+  QString kinds_message() const;
+  bool kinds_generate_enabled() const;
+  void press_kinds_generate();
 
  signals:
   void coinflip_requested(quint64 seed);
   void kappa_lesson_requested();
+  // Open `model_path` as a model file and generate the lesson's groups in Generations -> Models (text).
+  void kinds_generate_requested(QString model_path);
 
  public slots:
   // baseline_run / free_run: the runs behind the predictions, empty when there is none.
   void show_coinflip(ftx::CoinflipLesson lesson, double eps, QString baseline_run, QString free_run);
   // columns: (run caption, groups) per run, kappa_bits: each run's kappa in bits, same order.
   void show_kappa_lesson(GroupColumns columns, std::vector<double> kappa_bits, QStringList measured);
-  void show_error(QString message);  // on the current lesson
+  // The text-kinds pair as the store holds it; runs left empty are not in the store.
+  void show_kinds_lesson(ftx::KindsLesson lesson);
+  void show_error(QString message);        // on the coin flip or Figure 4, whichever is in front
+  void show_kinds_error(QString message);  // on "Z picks the document"
 
  protected:
   void changeEvent(QEvent* event) override;
@@ -53,6 +71,7 @@ class LessonsView : public QWidget {
  private:
   QWidget* build_coinflip_page();
   QWidget* build_kappa_page();
+  QWidget* build_kinds_page();
   void apply_chart_palette();
   void fill_chart(const ftx::CoinflipLesson& lesson, const QString& baseline_run, const QString& free_run);
   void show_runs(const QString& baseline_run, const QString& free_run);
@@ -72,6 +91,11 @@ class LessonsView : public QWidget {
   QHBoxLayout* kappa_columns_ = nullptr;
   QLabel* kappa_message_ = nullptr;
   QPushButton* regenerate_button_ = nullptr;
+
+  QLabel* kinds_numbers_ = nullptr;
+  QLabel* kinds_message_ = nullptr;
+  QPushButton* kinds_generate_ = nullptr;
+  QString kinds_model_path_;  // what the button opens
 };
 
 }  // namespace ftx

@@ -199,6 +199,10 @@ bool MainWindow::raise_view(const QString& name) {
     docks_.at("runs")->hide(), docks_.at("train")->hide();  // back from the View menu
     return raise_view("lessons");
   }
+  if (name == "kinds") {  // the "Z picks the document" lesson
+    lessons_->show_kinds_tab();
+    return raise_view("lessons");
+  }
   // "generations+latent": the second dock split off below the first, both shown.
   const QStringList parts = name.split('+');
   std::vector<QDockWidget*> docks;

@@ -44,7 +44,7 @@ class BenchmarksView;
 
 struct StudioOptions {
   QString db_path;
-  QString view;  // dock to raise: runs|train|curves|benchmarks|generations|latent|lessons
+  QString view;  // dock to raise: runs|train|curves|benchmarks|generations|latent|lessons, or figure4|kinds (a lesson)
   ftx::DatasetFactory datasets;
   QStringList open;        // model files to open at start (a checkpoint directory or a .gguf file)
   bool random_ft = false;  // also a random-weight Free Transformer with the first one's tokenizer
@@ -56,8 +56,8 @@ class MainWindow : public QMainWindow {
  public:
   explicit MainWindow(StudioOptions opts);
   ~MainWindow() override;
-  // Shows a dock (runs, train, ...), or two split one above the other ("generations+latent");
-  // false for an unknown name.
+  // Shows a dock (runs, train, ...), or two split one above the other ("generations+latent"), or a
+  // lesson: figure4 (the whole window) or kinds ("Z picks the document"); false for an unknown name.
   bool raise_view(const QString& name);
   bool save_view_png(const QString& path);
   void start_training(const QString& run, int steps);  // the form's settings under this name
@@ -99,10 +99,16 @@ class MainWindow : public QMainWindow {
   void show_model_generations(int id);
   // The Latent dock on model `id`: its no-Z message for a plain decoder, else the encoder over
   // `text` (empty: the text last inspected) whose first prompt_bytes bytes are its prompt (0: none).
-  void show_model_latent(int id, const QString& text, int prompt_bytes = 0);
+  // A text brings the Latent dock to the front unless `raise` is false.
+  void show_model_latent(int id, const QString& text, int prompt_bytes = 0, bool raise = true);
   void inspect_model_latent(int id, quint64 seed);
   int latent_model() const;  // the model chosen in the Latent dock, -1 for a run
   void fill_latent_sources(const QStringList& free_runs);
+  // The "Z picks the document" lesson's button: opens `path` as a model file (or takes the one
+  // already open), then generates the lesson's groups in Generations -> Models (text) once it is
+  // loaded and the view is idle.
+  void open_kinds_model(const QString& path);
+  void generate_kinds_lesson();
 
   StudioOptions opts_;
   ftx::MetricCache cache_;
@@ -118,6 +124,10 @@ class MainWindow : public QMainWindow {
   int next_model_ = 0;
   int auto_generate_ = -1;         // the model that generates opts_.prompt once loaded
   int random_pending_ = -1;        // the model whose tokenizer a --random-ft model borrows, once loaded
+  int kinds_model_ = -1;           // the model the kinds lesson opened
+  int kinds_pending_ = -1;         // the model that generates the kinds lesson's groups once loaded and idle
+  QString kinds_runs_;             // the kinds pair's runs and checkpoints last asked about (a change asks again)
+  bool kinds_in_front_ = false;    // the running job is the kinds lesson's: Generations stays in front when it ends
   std::string latent_model_text_;  // the exact text of a model inspection (the line edit flattens it)
   int latent_model_prompt_ = 0;    // bytes of it that are a prompt (a generation's), 0: none
   quint64 latent_request_ = 0;     // the newest model inspection asked for

@@ -1,5 +1,6 @@
 // MainWindow's model files: File → Open model (or --open), the Models list, the Generations page
-// for models and the Latent dock's model sources, all through the ModelWorker on its thread.
+// for models and the Latent dock's model sources, all through the ModelWorker on its thread; and
+// the kinds lesson's "Generate in Models (text)", which opens its model and generates there.
 #include <QComboBox>
 #include <QDockWidget>
 #include <QFileDialog>
@@ -8,9 +9,11 @@
 #include <QSignalBlocker>
 #include <QStatusBar>
 #include <QTabWidget>
+#include <algorithm>
 
 #include "core/model/config.h"
 #include "views/latent_view.h"
+#include "views/lessons_view.h"
 #include "views/main_window.h"
 #include "views/model_worker.h"
 #include "views/models_view.h"
@@ -24,6 +27,11 @@ namespace {
 
 constexpr int kRandomLayers = 4, kRandomDim = 128, kRandomLatentBits = 8, kRandomContext = 1024;
 constexpr quint64 kRandomSeed = 1;
+// The kinds lesson's generation: the measurement's neutral prompt and temperature (core/eval/kind_groups.h),
+// three fixed-Z groups beside the independent one.
+const char* const kKindsPrompt = "<|endoftext|>";
+constexpr int kKindsFixedGroups = 3, kKindsGroupSize = 4, kKindsNewTokens = 200;
+constexpr double kKindsTemperature = 1.0, kKindsTopP = 1.0;
 const char* const kNoLatent =
     "This model has no latent Z (plain decoder): nothing to inspect here. Its Generations "
     "differ only by token sampling.";
@@ -54,6 +62,8 @@ void MainWindow::connect_models() {
       qInfo("generations: generated %d tokens in %zu sequences in %.1f s%s", r.new_tokens, r.texts.size(), r.seconds,
             r.cancelled ? " (stopped)" : "");
     }
+    kinds_in_front_ = false;
+    if (kinds_pending_ >= 0) generate_kinds_lesson();  // the job it waited for has ended
   });
   connect(model_worker_, &ModelWorker::latent_ready, this,
           [this](quint64 request, const ftx::LatentInspection& li, const QString& model) {
@@ -95,7 +105,7 @@ void MainWindow::connect_model_views() {
     if (it == models_.end() || !it->second->config.is_free() || !text_generations_->last_plan()) return;
     const std::string& prompt = text_generations_->last_plan()->prompt_text;
     show_model_latent(id, QString::fromStdString(prompt) + text_generations_->grid()->text(0),
-                      static_cast<int>(prompt.size()));
+                      static_cast<int>(prompt.size()), !kinds_in_front_);
   });
   connect(latent_run_, &QComboBox::currentIndexChanged, this, [this] {
     if (latent_model() >= 0) show_model_latent(latent_model(), QString());
@@ -168,6 +178,7 @@ void MainWindow::on_model_loaded(int id, double seconds) {
     return;
   }
   if (latent_model() < 0 || latent_model() == id) show_model_latent(id, QString());
+  if (id == kinds_pending_) return generate_kinds_lesson();
   if (id == auto_generate_ && !opts_.prompt.isEmpty()) {
     auto_generate_ = -1;
     generations_tabs_->setCurrentWidget(text_generations_);
@@ -178,6 +189,10 @@ void MainWindow::on_model_loaded(int id, double seconds) {
 }
 
 void MainWindow::on_model_failed(int id, const QString& message) {
+  if (id == kinds_pending_) {
+    kinds_pending_ = -1;
+    lessons_->show_kinds_error(message);
+  }
   models_.erase(id);
   models_view_->set_failed(id, message);
   text_generations_->remove_model(id);
@@ -201,7 +216,7 @@ void MainWindow::show_model_generations(int id) {
   text_generations_->select_model(id);
 }
 
-void MainWindow::show_model_latent(int id, const QString& text, int prompt_bytes) {
+void MainWindow::show_model_latent(int id, const QString& text, int prompt_bytes, bool raise) {
   auto it = models_.find(id);
   if (it == models_.end()) return;
   const int i = latent_run_->findData(id);
@@ -209,7 +224,7 @@ void MainWindow::show_model_latent(int id, const QString& text, int prompt_bytes
     const QSignalBlocker block(latent_run_);
     latent_run_->setCurrentIndex(i);
   }
-  if (!text.isEmpty()) raise_view("latent");
+  if (!text.isEmpty() && raise) raise_view("latent");
   if (!it->second->config.is_free()) {
     latent_->clear(QString("%1: ").arg(model_name(*it->second)) + kNoLatent);
     qInfo("latent: model '%s' has no latent Z (plain decoder)", qPrintable(model_name(*it->second)));
@@ -250,6 +265,41 @@ void MainWindow::fill_latent_sources(const QStringList& free_runs) {
   for (const auto& [id, info] : models_)
     if (models_view_->loaded(id)) latent_run_->addItem("model: " + model_name(*info), id);
   if (latent_run_->findText(keep) >= 0) latent_run_->setCurrentText(keep);
+}
+
+void MainWindow::open_kinds_model(const QString& path) {
+  if (path.isEmpty()) return;
+  const QString canonical = QFileInfo(path).canonicalFilePath();
+  int id = kinds_model_ >= 0 && models_view_->row_of(kinds_model_) >= 0 ? kinds_model_ : -1;
+  for (const auto& [mid, info] : models_)  // opened before (File → Open model, --open)
+    if (id < 0 && QFileInfo(QString::fromStdString(info->path)).canonicalFilePath() == canonical) id = mid;
+  if (id < 0) id = open_model(path);
+  kinds_model_ = kinds_pending_ = id;
+  models_view_->select(id);
+  if (models_view_->loaded(id))
+    generate_kinds_lesson();
+  else
+    statusBar()->showMessage("Loading " + path + " for the kinds lesson…", 8000);
+}
+
+void MainWindow::generate_kinds_lesson() {
+  const int id = kinds_pending_;
+  auto it = models_.find(id);
+  if (it == models_.end() || !models_view_->loaded(id)) return;     // on_model_loaded calls again
+  if (text_generations_->busy()) return text_generations_->stop();  // the finished handler calls again
+  kinds_pending_ = -1;
+  models_view_->select(id);
+  raise_view("generations");
+  generations_tabs_->setCurrentWidget(text_generations_);
+  text_generations_->select_model(id);
+  text_generations_->set_prompt(kKindsPrompt);
+  text_generations_->set_kinds_shown(true);
+  text_generations_->set_groups(kKindsFixedGroups, kKindsGroupSize);
+  // The prompt (and a BOS) must fit in the context beside the new tokens.
+  text_generations_->set_max_new_tokens(std::min(kKindsNewTokens, it->second->config.max_seq_len - 2));
+  text_generations_->set_sampling(kKindsTemperature, kKindsTopP);
+  kinds_in_front_ = text_generations_->generate();  // the badges, not the Latent dock, in front when it ends
+  qInfo("lessons: the kinds lesson generates with model '%s'", qPrintable(model_name(*it->second)));
 }
 
 }  // namespace ftx

@@ -100,17 +100,22 @@ void MainWindow::connect_explorer() {
   });
   connect(explorer_, &ExploreWorker::coinflip_ready, lessons_, &LessonsView::show_coinflip);
   connect(explorer_, &ExploreWorker::kappa_lesson_ready, lessons_, &LessonsView::show_kappa_lesson);
+  connect(explorer_, &ExploreWorker::kinds_lesson_ready, lessons_, &LessonsView::show_kinds_lesson);
+  connect(lessons_, &LessonsView::kinds_generate_requested, this, &MainWindow::open_kinds_model);
   connect(explorer_, &ExploreWorker::failed, this, [this](const QString& view, const QString& message) {
     if (view == "generations")
       generations_->show_error(message);
     else if (view == "latent")
       latent_->set_message(message);
+    else if (view == "kinds")
+      lessons_->show_kinds_error(message);
     else
       lessons_->show_error(message);
     statusBar()->showMessage(message, 8000);
     qWarning("%s: %s", qPrintable(view), qPrintable(message));
   });
   explore_thread_.start();
+  QMetaObject::invokeMethod(explorer_, "kinds_lesson", Qt::QueuedConnection);  // says so when the pair is absent
 }
 
 void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
@@ -127,10 +132,13 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
   }
   QStringList all, free_runs, sweep;
   QString first_synthetic;  // the first synthetic-task Free Transformer: what Generations opens on
+  QString kinds_runs;       // the kinds lesson's pair and their checkpoints: a change reads them again
   const QString keep = latent_run_->currentText();
   for (const RunSummary& r : runs) {
     if (r.checkpoint_steps.empty()) continue;
     const QString name = QString::fromStdString(r.info.name);
+    if (name == "kinds-free" || name == "kinds-baseline")
+      kinds_runs += QString("%1@%2;").arg(name).arg(r.checkpoint_steps.back());
     all << name;
     generations_->set_steps(name, QList<int>(r.checkpoint_steps.begin(), r.checkpoint_steps.end()));
     if (r.latent_bits > 0) free_runs << name;
@@ -139,6 +147,10 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
   }
   generations_->set_runs(all);
   generations_->set_sweep_runs(sweep);
+  if (kinds_runs != kinds_runs_) {
+    kinds_runs_ = kinds_runs;
+    QMetaObject::invokeMethod(explorer_, "kinds_lesson", Qt::QueuedConnection);
+  }
   fill_latent_sources(free_runs);
   if (latent_run_->findText(keep) >= 0) latent_run_->setCurrentText(keep);
   if (first_runs_ && !all.isEmpty()) {  // something to look at in every view from the first frame

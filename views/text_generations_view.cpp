@@ -125,11 +125,18 @@ QWidget* TextGenerationsView::build_buttons() {
   resample_->setToolTip(tr("New latent seeds for the same prompt; token seeds kept"));
   freeze_ = new QPushButton(tr("Freeze Z"));
   freeze_->setToolTip(tr("Keep every group's Z; new token sampling seeds"));
+  kinds_ = new QCheckBox(tr("Kinds"));
+  kinds_->setToolTip(
+      tr("Mark each finished generation with its kind of text (python, c, perl, prose; ? when the rules name none) "
+         "and each group with its validity and kind agreement"));
   auto* row = new QWidget;
   auto* h = new QHBoxLayout(row);
   h->setContentsMargins(0, 0, 0, 0);
   for (QPushButton* b : {generate_, stop_, resample_, freeze_}) h->addWidget(b);
+  h->addSpacing(12);
+  h->addWidget(kinds_);
   h->addStretch(1);
+  connect(kinds_, &QCheckBox::toggled, grid_, &TextGroupsGrid::set_kinds_shown);
   connect(generate_, &QPushButton::clicked, this, [this] { generate(); });
   connect(stop_, &QPushButton::clicked, this, [this] { stop(); });
   connect(resample_, &QPushButton::clicked, this, [this] { resample_z(); });
@@ -166,6 +173,17 @@ int TextGenerationsView::current_model() const {
 }
 
 void TextGenerationsView::set_prompt(const QString& prompt) { prompt_->setPlainText(prompt); }
+void TextGenerationsView::set_max_new_tokens(int n) { max_new_->setValue(n); }
+void TextGenerationsView::set_groups(int fixed_groups, int group_size) {
+  fixed_groups_->setValue(fixed_groups);
+  group_size_->setValue(group_size);
+}
+void TextGenerationsView::set_sampling(double temperature, double top_p) {
+  temperature_->setValue(temperature);
+  top_p_->setValue(top_p);
+}
+void TextGenerationsView::set_kinds_shown(bool shown) { kinds_->setChecked(shown); }
+bool TextGenerationsView::kinds_shown() const { return kinds_->isChecked(); }
 
 QString TextGenerationsView::notice() const { return notice_->isHidden() ? QString() : notice_->text(); }
 QString TextGenerationsView::status() const { return status_->text(); }

@@ -4,7 +4,9 @@
 // Transformer the independent-Z group and the fixed-Z groups, for a plain decoder one group of
 // samples) and the text streams into the grid; Stop cancels; Resample Z draws new latent seeds
 // for the same prompt (token seeds kept), Freeze Z keeps every Z and draws new token seeds.
-// Clicking a generation asks for its latent (prompt + that text) in the Latent view.
+// Clicking a generation asks for its latent (prompt + that text) in the Latent view. Kinds marks
+// each finished generation with the kind of text it is (python, c, perl, prose or "?") and each
+// group with its validity and kind agreement (TextGroupsGrid), without generating again.
 //
 // Deliberately not here: tokenizing, planning or generating (ModelWorker on its thread, with
 // core/explore/text_explorer.h), knowing where models come from (the owner adds them).
@@ -40,6 +42,13 @@ class TextGenerationsView : public QWidget {
   void select_model(int id);
   int current_model() const;  // -1: none
   void set_prompt(const QString& prompt);
+  // The controls, as a user would set them (the Lessons view's "Generate in Models (text)");
+  // values are clamped to the controls' ranges.
+  void set_max_new_tokens(int n);
+  void set_groups(int fixed_groups, int group_size);
+  void set_sampling(double temperature, double top_p);
+  void set_kinds_shown(bool shown);  // ticks or unticks Kinds
+  bool kinds_shown() const;
   // Generate / Resample Z / Freeze Z as the buttons do; false (with the reason shown) when
   // nothing was requested.
   bool generate();
@@ -79,7 +88,7 @@ class TextGenerationsView : public QWidget {
 
   QComboBox* model_box_ = nullptr;
   QPlainTextEdit* prompt_ = nullptr;
-  QCheckBox* chat_ = nullptr;
+  QCheckBox *chat_ = nullptr, *kinds_ = nullptr;
   QSpinBox *max_new_ = nullptr, *seed_ = nullptr, *group_size_ = nullptr, *fixed_groups_ = nullptr;
   QDoubleSpinBox *temperature_ = nullptr, *top_p_ = nullptr;
   QPushButton *generate_ = nullptr, *stop_ = nullptr, *resample_ = nullptr, *freeze_ = nullptr;
