@@ -311,7 +311,8 @@ TEST(DatasetRegistry, OptionKeysAreNoTrainingFieldKeys) {
                                                        {"coinflip_len", 32},
                                                        {"synthetic_noise", 0.0625},
                                                        {"text_data", ""},
-                                                       {"text_seq_len", 256}}));
+                                                       {"text_seq_len", 256},
+                                                       {"text_windows", ""}}));
 }
 
 TEST(DatasetRegistry, CoinflipReadsItsOptionsAndReportsThem) {
