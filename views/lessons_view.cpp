@@ -131,9 +131,10 @@ QString kinds_table(const ftx::KindsLesson& l) {
     const ftx::KindsNumbers& k = *f.kinds;
     const bool picks = k.agree_fixed.mean - 2 * k.agree_fixed.se > k.chance + 0.1;
     html += picks ? LessonsView::tr("<p><b>Here Z picks the kind:</b> fixed-Z groups agree far above chance.</p>")
-                  : LessonsView::tr("<p><b>Here Z does not pick the kind (yet):</b> the fixed-Z groups agree about as "
-                                    "often as chance. The encoder spends its free bits on the next tokens, not on the "
-                                    "kind, which the text gives away within a few tokens (docs/text_latent.md).</p>");
+                  : LessonsView::tr(
+                        "<p><b>Here Z does not pick the kind (yet):</b> the fixed-Z groups agree about as "
+                        "often as chance. The encoder spends its free bits on the next tokens, not on the "
+                        "kind, which the text gives away within a few tokens (docs/text_latent.md).</p>");
   }
   return html;
 }

@@ -1,0 +1,99 @@
+// The shipped text-kinds pair (resources/models/kinds-free and kinds-baseline, docs/text_latent.md)
+// measured again here as `ftx generate --kinds` measures it (KindsProtocol's defaults: 32
+// independent sequences and 8 fixed-Z groups of 8 from the end-of-text token, seed 1), on the
+// shipped BF16 weights. The targets the pair reaches are asserted as targets; the ones it
+// does not reach are asserted at the measured figure less two standard errors, so that a shipped
+// model that does worse fails; and the numbers shipped with the model (its kinds/... metrics)
+// are the ones measured here.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "core/eval/kind_groups.h"
+#include "core/io/model_file.h"
+#include "core/store/run_store.h"
+#include "core/train/run_bundle.h"
+#include "kernels/backend.h"
+#include "tests/test_util.h"
+
+namespace ftx {
+namespace {
+
+const std::string kModels = std::string(FTX_RESOURCE_DIR) + "/models/";
+
+class ShippedTextModels : public test::TempDirTest {
+ protected:
+  ShippedTextModels() : TempDirTest("ftx_test_shipped_text_") {}
+  void SetUp() override {
+    TempDirTest::SetUp();
+    for (const char* run : {"kinds-free", "kinds-baseline"}) {
+      bool imported = false;
+      auto st = import_run(db(), kModels + run, &imported);
+      ASSERT_TRUE(st.ok()) << st.error().message;
+      ASSERT_TRUE(imported) << run;
+    }
+  }
+  std::string db() const { return dir_ + "/runs.db"; }
+  // The last value of `key` the run stored.
+  double last(const std::string& run, const std::string& key) {
+    auto store = RunStore::open_readonly(db());
+    EXPECT_TRUE(store.ok());
+    auto info = store->find_run(run);
+    EXPECT_TRUE(info.ok()) << run;
+    auto rows = store->metrics(info->id, key);
+    EXPECT_TRUE(rows.ok() && !rows->empty()) << run << " " << key;
+    return rows.ok() && !rows->empty() ? rows->back().value : std::nan("");
+  }
+  std::unique_ptr<Backend> be_ = make_cpu_backend();
+};
+
+TEST_F(ShippedTextModels, MeasuredAgain) {
+  auto file = ModelFile::open(kModels + "kinds-free");
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  const ModelInfo& info = (*file)->info();
+  ASSERT_TRUE(info.tokenizer);
+  ASSERT_EQ(info.config.latent_bits, 8);
+  auto model = (*file)->load(*be_);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  auto m = measure_kind_groups(**model, *info.tokenizer, KindsProtocol{});
+  ASSERT_TRUE(m.ok()) << m.error().message;
+  const KindsNumbers& k = m->numbers;
+  EXPECT_EQ(k.valid.n, 32 + 8 * 8);
+  const double chance = last("kinds-free", "kinds/chance");
+  EXPECT_NEAR(chance, 0.256, 0.001);  // the corpus's kind shares (docs/text_latent.md)
+
+  // Reached: the independent group mixes the kinds as the data does (0.24 +- 0.01 against 0.256).
+  EXPECT_LE(std::abs(k.agree_indep.mean - chance), 0.1);
+  // Not reached (docs/text_latent.md, "The shipped pair"), asserted at the documented level less
+  // two standard errors: validity 0.79 +- 0.04 (target 0.8), fixed-Z agreement 0.25 +- 0.04
+  // (target 0.9: a fixed Z does not pick the kind), and validation CE with Z from the prior
+  // +0.026 above the baseline's (target at most +0.02).
+  EXPECT_GE(k.valid.mean, 0.79 - 2 * 0.04);
+  EXPECT_GE(k.agree_fixed.mean, 0.25 - 2 * 0.04);
+  EXPECT_EQ(k.agree_fixed.n, 8);
+  const double gap = last("kinds-free", "val/ce_prior") - last("kinds-baseline", "val/ce_prior");
+  EXPECT_LE(gap, 0.03);
+  // The encoder spends KL evenly along the sequence (no decision at the start): the stored
+  // profile's first position is within 50 % of the mean of the rest.
+  auto store = RunStore::open_readonly(db());
+  ASSERT_TRUE(store.ok());
+  auto run = store->find_run("kinds-free");
+  ASSERT_TRUE(run.ok());
+  auto rows = store->metrics(run->id, "");
+  ASSERT_TRUE(rows.ok());
+  const auto stored = stored_kinds(*rows, 2000);
+  ASSERT_TRUE(stored);
+  ASSERT_EQ(stored->kl_at.size(), 255u);
+  double rest = 0;
+  for (size_t t = 1; t < stored->kl_at.size(); ++t) rest += stored->kl_at[t] / 254;
+  EXPECT_NEAR(stored->kl_at[0], rest, 0.5 * rest);
+
+  // The shipped numbers are these.
+  EXPECT_NEAR(last("kinds-free", "kinds/valid"), k.valid.mean, 2 * k.valid.se + 1e-9);
+  EXPECT_NEAR(last("kinds-free", "kinds/agree_fixed"), k.agree_fixed.mean, 2 * k.agree_fixed.se + 1e-9);
+  EXPECT_NEAR(last("kinds-free", "kinds/agree_indep"), k.agree_indep.mean, 2 * k.agree_indep.se + 1e-9);
+}
+
+}  // namespace
+}  // namespace ftx
