@@ -143,12 +143,7 @@ constexpr Fig4Field kFields[] = {{"valid", &Figure4Numbers::valid},
 
 std::vector<std::pair<std::string, double>> figure4_metrics(const Figure4Numbers& f) {
   std::vector<std::pair<std::string, double>> out;
-  for (const Fig4Field& k : kFields) {
-    const Estimate& e = f.*k.member;
-    out.emplace_back(std::string("fig4/") + k.key, e.mean);
-    out.emplace_back(std::string("fig4/") + k.key + "_se", e.se);
-    out.emplace_back(std::string("fig4/") + k.key + "_n", e.n);
-  }
+  for (const Fig4Field& k : kFields) append_estimate(&out, std::string("fig4/") + k.key, f.*k.member);
   out.emplace_back("fig4/start_tv", f.start_tv);
   for (size_t t = 0; t < f.kl.at.size(); ++t) out.emplace_back("fig4/kl_at/" + std::to_string(t), f.kl.at[t]);
   for (size_t i = 0; i < f.kl.around_start.size(); ++i)
@@ -181,13 +176,7 @@ Figure4Numbers figure4_from_metrics(const std::vector<std::pair<std::string, dou
     if (key == "fig4/bits_elsewhere") f.kl.bits_elsewhere = value;
     numbered(key, "fig4/kl_at/", 0, value, &f.kl.at);
     numbered(key, "fig4/kl_start/", kStartWindow, value, &f.kl.around_start);
-    for (const Fig4Field& k : kFields) {
-      const std::string base = std::string("fig4/") + k.key;
-      Estimate& e = f.*k.member;
-      if (key == base) e.mean = value;
-      if (key == base + "_se") e.se = value;
-      if (key == base + "_n") e.n = static_cast<int>(value);
-    }
+    for (const Fig4Field& k : kFields) read_estimate(key, value, std::string("fig4/") + k.key, &(f.*k.member));
   }
   return f;
 }

@@ -79,12 +79,7 @@ Result<KindsMeasurement> measure_kind_groups(Model& model, const Tokenizer& toke
 
 std::vector<std::pair<std::string, double>> kinds_metrics(const KindsNumbers& k) {
   std::vector<std::pair<std::string, double>> out;
-  for (const KindsField& f : kFields) {
-    const Estimate& e = k.*f.member;
-    out.emplace_back(std::string("kinds/") + f.key, e.mean);
-    out.emplace_back(std::string("kinds/") + f.key + "_se", e.se);
-    out.emplace_back(std::string("kinds/") + f.key + "_n", e.n);
-  }
+  for (const KindsField& f : kFields) append_estimate(&out, std::string("kinds/") + f.key, k.*f.member);
   for (TextKind kind : kAllTextKinds)
     out.emplace_back(std::string("kinds/share/") + text_kind_name(kind), k.indep_share[size_t(kind)]);
   if (!std::isnan(k.chance)) out.emplace_back("kinds/chance", k.chance);
@@ -106,13 +101,7 @@ KindsNumbers kinds_from_metrics(const std::vector<std::pair<std::string, double>
       if (k.kl_at.size() <= size_t(t)) k.kl_at.resize(size_t(t) + 1, kNaN);
       k.kl_at[size_t(t)] = value;
     }
-    for (const KindsField& f : kFields) {
-      const std::string base = std::string("kinds/") + f.key;
-      Estimate& e = k.*f.member;
-      if (key == base) e.mean = value;
-      if (key == base + "_se") e.se = value;
-      if (key == base + "_n") e.n = static_cast<int>(value);
-    }
+    for (const KindsField& f : kFields) read_estimate(key, value, std::string("kinds/") + f.key, &(k.*f.member));
   }
   return k;
 }

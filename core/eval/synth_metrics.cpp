@@ -6,6 +6,7 @@
 #include <cmath>
 #include <iterator>
 #include <limits>
+#include <string_view>
 
 namespace ftx {
 namespace {
@@ -140,6 +141,20 @@ Estimate estimate(const std::vector<double>& values) {
     if (!std::isnan(v)) ss += (v - e.mean) * (v - e.mean);
   e.se = e.n > 1 ? std::sqrt(ss / (e.n - 1) / e.n) : 0.0;
   return e;
+}
+
+void append_estimate(std::vector<std::pair<std::string, double>>* out, const std::string& key, const Estimate& e) {
+  out->emplace_back(key, e.mean);
+  out->emplace_back(key + "_se", e.se);
+  out->emplace_back(key + "_n", e.n);
+}
+
+void read_estimate(const std::string& metric_key, double value, const std::string& key, Estimate* e) {
+  if (metric_key.size() < key.size() || metric_key.compare(0, key.size(), key) != 0) return;
+  const std::string_view rest = std::string_view(metric_key).substr(key.size());
+  if (rest.empty()) e->mean = value;
+  if (rest == "_se") e->se = value;
+  if (rest == "_n") e->n = static_cast<int>(value);
 }
 
 namespace {

@@ -76,6 +76,10 @@ struct Estimate {
   int n = 0;
 };
 Estimate estimate(const std::vector<double>& values);
+// An estimate as run-store metrics KEY, KEY_se, KEY_n (the Figure 4 and text-kinds numbers), and
+// back: read_estimate sets the part of `e` a metric (metric_key, value) holds when it is one of them.
+void append_estimate(std::vector<std::pair<std::string, double>>* out, const std::string& key, const Estimate& e);
+void read_estimate(const std::string& metric_key, double value, const std::string& key, Estimate* e);
 
 struct StartBin {
   int lo = 0, hi = 0;
