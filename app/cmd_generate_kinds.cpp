@@ -3,8 +3,9 @@
 // file (--checkpoint). Prints each group's generations with their kinds, each group's validity and
 // kind agreement, the independent group against the chance level, and where along the sequence
 // the encoder spends KL (on the corpus's held-out windows, when the token file is at hand). For a
-// run, the numbers are stored as its "kinds/..." metrics at the checkpoint's step (what export
-// ships and the studio shows). --json: one object per sequence with its "kind", then a summary.
+// run, the first measurement of a checkpoint is stored as its "kinds/..." metrics at that step
+// (what export ships and the studio shows); later ones are printed only. --json: one object per sequence with its
+// "kind", then a summary.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
