@@ -4,8 +4,8 @@
 // kind agreement, the independent group against the chance level, and where along the sequence
 // the encoder spends KL (on the corpus's held-out windows, when the token file is at hand). For a
 // run, the first measurement of a checkpoint is stored as its "kinds/..." metrics at that step
-// (what export ships and the studio shows); later ones are printed only. --json: one object per sequence with its
-// "kind", then a summary.
+// (what export ships and the studio shows); later ones are printed only. --json: one object per
+// sequence with its "kind", then a summary.
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
