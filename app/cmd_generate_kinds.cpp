@@ -47,13 +47,6 @@ Result<RunData> run_text_data(const std::string& db, const std::string& run) {
   return d;
 }
 
-// Mean KL over input positions [lo, hi] of the profile.
-double mean_kl(const std::vector<double>& at, size_t lo, size_t hi) {
-  double s = 0;
-  for (size_t t = lo; t <= hi && t < at.size(); ++t) s += at[t];
-  return s / double(std::min(hi, at.size() - 1) - lo + 1);
-}
-
 void print_numbers(const KindsNumbers& k) {
   auto pm = [](const Estimate& e) {
     char b[64];
@@ -77,7 +70,7 @@ void print_numbers(const KindsNumbers& k) {
     const size_t hi = std::min(lo == 0 ? size_t{0} : lo * 2 - 1, k.kl_at.size() - 1);
     double part = 0;
     for (size_t t = lo; t <= hi; ++t) part += k.kl_at[t];
-    std::printf(" [%zu-%zu] %.3f %.0f%%", lo, hi, mean_kl(k.kl_at, lo, hi), total > 0 ? 100 * part / total : 0.0);
+    std::printf(" [%zu-%zu] %.3f %.0f%%", lo, hi, part / double(hi - lo + 1), total > 0 ? 100 * part / total : 0.0);
   }
   std::printf("\n");
 }

@@ -160,22 +160,13 @@ Figure4Numbers figure4_from_metrics(const std::vector<std::pair<std::string, dou
   Figure4Numbers f;
   for (const Fig4Field& k : kFields) f.*k.member = Estimate{kNaN, kNaN, 0};
   f.start_tv = kNaN;
-  // A numbered key "<prefix><i>" sets v[i + shift], growing v.
-  auto numbered = [](const std::string& key, const std::string& prefix, int shift, double value,
-                     std::vector<double>* v) {
-    if (key.rfind(prefix, 0) != 0) return;
-    const int i = std::atoi(key.c_str() + prefix.size()) + shift;
-    if (i < 0 || i > 4096) return;
-    if (v->size() <= size_t(i)) v->resize(size_t(i) + 1, kNaN);
-    (*v)[size_t(i)] = value;
-  };
   for (const auto& [key, value] : metrics) {
     if (key == "fig4/start_tv") f.start_tv = value;
     if (key == "fig4/kl_elsewhere") f.kl.elsewhere = value;
     if (key == "fig4/bits_start") f.kl.bits_at_start = value;
     if (key == "fig4/bits_elsewhere") f.kl.bits_elsewhere = value;
-    numbered(key, "fig4/kl_at/", 0, value, &f.kl.at);
-    numbered(key, "fig4/kl_start/", kStartWindow, value, &f.kl.around_start);
+    read_numbered(key, value, "fig4/kl_at/", 0, 4096, &f.kl.at);
+    read_numbered(key, value, "fig4/kl_start/", kStartWindow, 4096, &f.kl.around_start);
     for (const Fig4Field& k : kFields) read_estimate(key, value, std::string("fig4/") + k.key, &(f.*k.member));
   }
   return f;

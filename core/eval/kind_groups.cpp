@@ -95,12 +95,7 @@ KindsNumbers kinds_from_metrics(const std::vector<std::pair<std::string, double>
     if (key == "kinds/chance") k.chance = value;
     for (TextKind kind : kAllTextKinds)
       if (key == std::string("kinds/share/") + text_kind_name(kind)) k.indep_share[size_t(kind)] = value;
-    if (const std::string prefix = "kinds/kl_at/"; key.rfind(prefix, 0) == 0) {
-      const int t = std::atoi(key.c_str() + prefix.size());
-      if (t < 0 || t > (1 << 20)) continue;
-      if (k.kl_at.size() <= size_t(t)) k.kl_at.resize(size_t(t) + 1, kNaN);
-      k.kl_at[size_t(t)] = value;
-    }
+    read_numbered(key, value, "kinds/kl_at/", 0, 1 << 20, &k.kl_at);
     for (const KindsField& f : kFields) read_estimate(key, value, std::string("kinds/") + f.key, &(k.*f.member));
   }
   return k;

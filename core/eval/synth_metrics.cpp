@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <iterator>
 #include <limits>
 #include <string_view>
@@ -155,6 +156,15 @@ void read_estimate(const std::string& metric_key, double value, const std::strin
   if (rest.empty()) e->mean = value;
   if (rest == "_se") e->se = value;
   if (rest == "_n") e->n = static_cast<int>(value);
+}
+
+void read_numbered(const std::string& metric_key, double value, const std::string& prefix, int shift, int max_index,
+                   std::vector<double>* v) {
+  if (metric_key.rfind(prefix, 0) != 0) return;
+  const int i = std::atoi(metric_key.c_str() + prefix.size()) + shift;
+  if (i < 0 || i > max_index) return;
+  if (v->size() <= size_t(i)) v->resize(size_t(i) + 1, kNaN);
+  (*v)[size_t(i)] = value;
 }
 
 namespace {

@@ -80,6 +80,10 @@ Estimate estimate(const std::vector<double>& values);
 // back: read_estimate sets the part of `e` a metric (metric_key, value) holds when it is one of them.
 void append_estimate(std::vector<std::pair<std::string, double>>* out, const std::string& key, const Estimate& e);
 void read_estimate(const std::string& metric_key, double value, const std::string& key, Estimate* e);
+// A numbered metric "<prefix><i>" (a profile along the sequence) sets (*v)[i + shift], growing v
+// with NaN; other keys and indices outside [0, max_index] are ignored.
+void read_numbered(const std::string& metric_key, double value, const std::string& prefix, int shift, int max_index,
+                   std::vector<double>* v);
 
 struct StartBin {
   int lo = 0, hi = 0;
