@@ -111,12 +111,16 @@ void TextDataset::next(int32_t* tokens, int B) {
   position_ += B;
 }
 
+int64_t TextDataset::validation_offset(int64_t j) const {
+  const auto n = static_cast<uint64_t>(val_.length);
+  if (windows_ == TextWindows::Packed) return static_cast<int64_t>((static_cast<unsigned __int128>(j) * seq_len_) % n);
+  // frac((j + 1) / golden ratio) of the stream: any first J windows spread evenly over it.
+  const uint64_t weyl = static_cast<uint64_t>(j + 1) * 0x9E3779B97F4A7C15ull;
+  return static_cast<int64_t>((static_cast<unsigned __int128>(weyl) * n) >> 64);
+}
+
 void TextDataset::validation(int32_t* tokens, int64_t first, int B) const {
-  for (int b = 0; b < B; ++b) {
-    const auto off = static_cast<int64_t>((static_cast<unsigned __int128>(first + b) * seq_len_) %
-                                          static_cast<uint64_t>(val_.length));
-    fill(val_, off, tokens + int64_t{b} * seq_len_);
-  }
+  for (int b = 0; b < B; ++b) fill(val_, validation_offset(first + b), tokens + int64_t{b} * seq_len_);
 }
 
 void TextDataset::seek(int64_t position) {

@@ -2,8 +2,11 @@
 // Documents are packed: the training documents, each followed by the end-of-text token, form one
 // circular stream, and training sequence i is the seq_len tokens of that stream starting at an
 // offset drawn by Philox from (seed, i): a pure function of (seed, i), so position() is all a
-// resumed run needs to see the same batches. Validation sequence j is the j-th consecutive
-// seq_len-token window of the validation documents' stream (wrapping), never a training token.
+// resumed run needs to see the same batches. Validation sequence j is cut at validation_offset(j)
+// of the validation documents' stream, never a training token: packed, the j-th consecutive
+// seq_len-token window (wrapping); document windows, the point frac((j + 1) / golden ratio) of the
+// stream, so that any number of validation sequences spreads over all held-out documents (in a
+// file ordered by kind, consecutive windows would hold the first kind's documents only).
 // The file is memory-mapped; only the per-document offsets (8 bytes a document) are in memory.
 //
 // Two ways to cut windows (--windows, dataset option "text_windows"):
@@ -61,6 +64,8 @@ class TextDataset final : public BatchSource {
 
   // Where training sequence i starts in the training stream (for tests).
   int64_t training_offset(int64_t i) const;
+  // Where validation sequence j is cut in the validation stream (see the top of this file).
+  int64_t validation_offset(int64_t j) const;
   int64_t training_stream_length() const { return train_.length; }
   int64_t validation_stream_length() const { return val_.length; }
   const TokenFile& file() const { return *file_; }

@@ -335,6 +335,21 @@ TEST_F(TextData, DocumentWindowsHoldOneDocument) {
   EXPECT_GT(short_rows, 0);
   EXPECT_EQ(ds->options()["text_windows"], "document");
   EXPECT_EQ(open_text(path, S, 5)->options()["text_windows"], "packed");
+
+  // Document-window validation spreads over the held-out stream: its first 16 offsets fall in 16
+  // different sixteenths of it (consecutive windows would stay in the first documents), and 64
+  // windows reach every held-out document of at least 1/32 of the stream.
+  const int64_t n = ds->validation_stream_length();
+  std::set<int64_t> sixteenths;
+  for (int j = 0; j < 16; ++j) sixteenths.insert(ds->validation_offset(j) * 16 / n);
+  EXPECT_EQ(sixteenths.size(), 16u);
+  std::set<int32_t> seen, big;
+  ds->validation(seqs.data(), 0, B);
+  for (int r = 0; r < B; ++r) seen.insert(seqs[r * S + 1]);
+  for (int64_t d = 0; d < f.documents(); ++d)
+    if (f.is_validation(d) && (f.doc_end(d) - f.doc_begin(d) + 1) * 32 >= n) big.insert(1 + int32_t(d % (kVocab - 1)));
+  ASSERT_FALSE(big.empty());
+  for (int32_t v : big) EXPECT_TRUE(seen.count(v)) << "held-out document " << v << " never validated";
 }
 
 TEST_F(TextData, RegistryOptions) {
