@@ -19,6 +19,7 @@
 #   resources/experiments/text_kinds.sh upcycle-prepare   # text_kinds.tok, smol-kinds-base (H 0), smol-kinds-ft (H 8)
 #   resources/experiments/text_kinds.sh upcycle-train base|ft   # STEPS (450), LR (1e-4), KAPPA_START (anneal from)
 #   resources/experiments/text_kinds.sh measure smol-kinds-ft
+#   EVAL_STEPS="0 150" resources/experiments/text_kinds.sh upcycle-eval base|ft   # HumanEval
 #
 # Files are taken in a fixed pseudo-random order (the MD5 of their path) until BUDGET bytes per
 # kind (default 4 MB), so the corpus is the same on every Debian 12 machine with the same
@@ -103,6 +104,11 @@ case ${1:-} in
       --batch 8 --lr "${LR:-1e-4}" --warmup 20 --steps "${STEPS:-450}" --eval-every 50 --val-sequences 64 \
       --checkpoint-every 75 "${anneal[@]}" --db "$EXP/runs.db" --run "$run"
     ;;
+  upcycle-eval)
+    # HumanEval (greedy pass@1, the canonical solutions' NLL) at EVAL_STEPS (kept checkpoints, or 0
+    # for the starting point), stored with the run for the Benchmarks view: the stdlib recipe's loop.
+    EXP=$EXP exec "$(dirname "$0")/smollm2_stdlib.sh" eval "kinds-${2:?base or ft}"
+    ;;
   ship)
     # Both runs exported in BF16 under the names the studio and the tests use; the Free Transformer
     # measured again on those BF16 weights (its kinds/... metrics at the last checkpoint, what the
@@ -117,7 +123,7 @@ case ${1:-} in
     "$FTX" export --db "$EXP/runs.db" --run "$base" --as kinds-baseline --out resources/models/kinds-baseline
     ;;
   *)
-    sed -n '2,25p' "$0"
+    sed -n '2,26p' "$0"
     exit 2
     ;;
 esac
