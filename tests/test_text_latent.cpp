@@ -4,16 +4,20 @@
 // shipped BF16 weights. The targets the pair reaches are asserted as targets; the ones it
 // does not reach are asserted at the measured figure less two standard errors, so that a shipped
 // model that does worse fails; and the numbers shipped with the model (its kinds/... metrics)
-// are the ones measured here.
+// are the ones measured here. The Latent view's computations (core/explore) on the shipped Free
+// Transformer: BPE tokens labelled, generations judged by kind, and one flipped bit that changes
+// the kind.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <string>
 
 #include "core/eval/kind_groups.h"
+#include "core/explore/explorer.h"
 #include "core/io/model_file.h"
 #include "core/store/run_store.h"
 #include "core/train/run_bundle.h"
+#include "core/train/run_config.h"
 #include "kernels/backend.h"
 #include "tests/test_util.h"
 
@@ -93,6 +97,61 @@ TEST_F(ShippedTextModels, MeasuredAgain) {
   EXPECT_NEAR(last("kinds-free", "kinds/valid"), k.valid.mean, 2 * k.valid.se + 1e-9);
   EXPECT_NEAR(last("kinds-free", "kinds/agree_fixed"), k.agree_fixed.mean, 2 * k.agree_fixed.se + 1e-9);
   EXPECT_NEAR(last("kinds-free", "kinds/agree_indep"), k.agree_indep.mean, 2 * k.agree_indep.se + 1e-9);
+}
+
+// What the studio's Latent view computes for the run kinds-free, built from the shipped folder
+// (the run's token file is not needed: the inspected text is given). A Python snippet's codes
+// (seed 2) regenerate Python from the end-of-text token; flipping bit 5 of Z_0 alone makes prose
+// of it (with the same token seed). A scan of every bit at positions 0..3 (32 flips) over 6
+// inspections (3 held-out sequences, this snippet at 3 seeds) found 131 of 192 flips changing the
+// kind, 89 to another named kind: one early flip makes the rest of the sample diverge, and the
+// diverged sample's kind is close to a fresh draw (fixed-Z agreement 0.25, chance 0.256).
+TEST_F(ShippedTextModels, LatentFlipChangesTheKind) {
+  auto file = ModelFile::open(kModels + "kinds-free");
+  ASSERT_TRUE(file.ok()) << file.error().message;
+  auto model = (*file)->load(*be_);
+  ASSERT_TRUE(model.ok()) << model.error().message;
+  auto store = RunStore::open_readonly(db());
+  ASSERT_TRUE(store.ok());
+  auto train = read_train_config(*store, "kinds-free");
+  ASSERT_TRUE(train.ok()) << train.error().message;
+  ExplorerModel m;
+  m.run = "kinds-free", m.step = 2000, m.train = *train, m.tokenizer = (*file)->info().tokenizer;
+  m.seq_len = 256, m.model = std::move(*model), m.judges_kinds = true;
+
+  const std::string text =
+      "<|endoftext|>import os\nimport sys\n\n\ndef main(argv):\n    for name in argv[1:]:\n        print(name)\n";
+  auto li = inspect_latent(m, text, 1, 2);
+  ASSERT_TRUE(li.ok()) << li.error().message;
+  ASSERT_EQ(li->tokens.size(), size_t(li->T) + 1) << "a BPE run's columns are its tokens";
+  EXPECT_EQ(li->tokens[0], "<|endoftext|>");
+  std::string joined;
+  for (const std::string& t : li->tokens) joined += t;
+  EXPECT_EQ(joined, text);
+  ASSERT_EQ(li->regenerated_tokens.size(), size_t(m.seq_len)) << "the prompt token and 255 generated";
+  EXPECT_TRUE(li->judges_kinds);
+  ASSERT_EQ(li->regenerated.rfind("<|endoftext|>", 0), 0u);
+  const auto judged = classify_text_kind(li->regenerated.substr(std::string("<|endoftext|>").size()));
+  EXPECT_EQ(li->regenerated_kind, judged) << "the generated part is judged, not the prompt";
+  EXPECT_EQ(li->regenerated_kind, TextKind::Python) << li->regenerated;
+
+  auto same = regenerate_edited(m, *li, 1, {});
+  ASSERT_TRUE(same.ok()) << same.error().message;
+  EXPECT_EQ(same->text, li->regenerated);
+  EXPECT_EQ(same->tokens, li->regenerated_tokens);
+  EXPECT_EQ(same->kind, li->regenerated_kind);
+
+  auto flipped = regenerate_edited(m, *li, 1, {{0, 5}});
+  ASSERT_TRUE(flipped.ok()) << flipped.error().message;
+  EXPECT_NE(flipped->text, li->regenerated);
+  EXPECT_EQ(flipped->kind, TextKind::Prose) << flipped->text;
+
+  LatentInspection unjudged = *li;
+  unjudged.judges_kinds = false;
+  auto plain = regenerate_edited(m, unjudged, 1, {{0, 5}});
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(plain->text, flipped->text);
+  EXPECT_FALSE(plain->kind) << "no kinds for data without them";
 }
 
 }  // namespace

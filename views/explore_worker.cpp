@@ -8,9 +8,11 @@
 #include <filesystem>
 
 #include "core/eval/figure4.h"
+#include "core/eval/kind_groups.h"
 #include "core/model/kappa.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
+#include "datasets/text.h"
 #include "kernels/base/philox.h"
 #include "views/store_poller.h"
 
@@ -49,6 +51,15 @@ std::filesystem::path shipped_model(const std::string& name) {
   return model_folder(beside) ? beside : std::filesystem::path();
 }
 
+// A text run whose token file has the corpus summary of ftx tokenize --kinds beside it
+// (DATA.kinds.json): its data has kinds, so the Latent view labels generations with theirs.
+bool has_kinds(const ftx::TrainConfig& t) {
+  if (t.dataset != "text") return false;
+  auto path = ftx::read_dataset_text_option(t.dataset_options, ftx::TextDataset::data_option());
+  std::error_code ec;
+  return path && !path->empty() && std::filesystem::exists(ftx::kinds_json_path(*path), ec);
+}
+
 }  // namespace
 
 ExploreWorker::ExploreWorker(QString db_path, ftx::DatasetFactory datasets)
@@ -65,6 +76,7 @@ ftx::Result<ftx::ExplorerModel*> ExploreWorker::model(const std::string& run, in
   if (it != models_.end()) return &it->second;
   auto m = ftx::load_explorer_model(*be_, datasets_, db_path_.toStdString(), run, ref->step);
   if (!m) return m.error();
+  m->judges_kinds = has_kinds(m->train);
   if (models_.size() >= kMaxCachedModels) models_.clear();
   return &models_.emplace(ref->dir, std::move(*m)).first->second;
 }
@@ -173,11 +185,12 @@ void ExploreWorker::process_edit() {
   if (!inspection_) return;
   auto m = model(inspection_run_, inspection_step_);
   const int prompt_len = m && (*m)->train.dataset == "synthetic" ? 2 : 1;
-  auto text = m ? ftx::regenerate_edited(**m, *inspection_, prompt_len, flips) : ftx::Result<std::string>(m.error());
-  if (text)
-    emit edited_ready(qs(*text));
+  auto edited =
+      m ? ftx::regenerate_edited(**m, *inspection_, prompt_len, flips) : ftx::Result<ftx::LatentGeneration>(m.error());
+  if (edited)
+    emit edited_ready(std::move(*edited));
   else
-    emit failed("latent", qs(text.error().message));
+    emit failed("latent", qs(edited.error().message));
 }
 
 // Runs of `dataset` with a checkpoint, Free Transformers (H > 0) or baselines, newest last, with

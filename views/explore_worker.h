@@ -1,7 +1,8 @@
 // ExploreWorker: runs the explorer (core/explore) for the Generations, Latent and Lessons views on
 // its own thread, so a generation never blocks the window. Requests arrive as queued slot calls,
 // results leave as signals. Loaded models are cached per checkpoint directory. Bit flips from the
-// Latent view are coalesced: only the newest set of flips is computed.
+// Latent view are coalesced: only the newest set of flips is computed. A text run whose token file
+// has DATA.kinds.json beside it judges its Latent generations' kinds (ExplorerModel::judges_kinds).
 //
 // Deliberately not here: drawing, the choice of what to show (the views ask), training.
 #pragma once
@@ -48,7 +49,7 @@ class ExploreWorker : public QObject {
   void groups_ready(QString run, int step, std::vector<ftx::GroupView> groups);
   void comparison_ready(GroupColumns columns);
   void latent_ready(ftx::LatentInspection inspection, QString run, int step);
-  void edited_ready(QString text);
+  void edited_ready(ftx::LatentGeneration edited);
   void coinflip_ready(ftx::CoinflipLesson lesson, double eps, QString baseline_run, QString free_run);
   // measured: per column, the stored Figure 4 numbers (ftx sweep / the shipped models) of the
   // checkpoint shown, as one line; empty when that checkpoint was never measured.

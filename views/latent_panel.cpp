@@ -12,6 +12,7 @@
 #include <cstdio>
 
 #include "imgui.h"
+#include "views/kind_style.h"
 #include "views/token_label.h"
 
 namespace ftx {
@@ -647,12 +648,55 @@ std::pair<int, size_t> differences(const Seq& a, const Seq& b) {
   return {differ, std::max(a.size(), b.size())};
 }
 
+// A kind's badge (kind_style.h) at the cursor, on the current line.
+void kind_badge(std::optional<ftx::TextKind> kind) {
+  const uint32_t rgb = kind_rgb(kind);
+  const char* s = kind_badge_text(kind);
+  const ImVec2 size = ImGui::CalcTextSize(s), at = ImGui::GetCursorScreenPos();
+  const float pad = 5, h = ImGui::GetTextLineHeight() + 2;
+  ImDrawList* dl = ImGui::GetWindowDrawList();
+  dl->AddRectFilled(at, ImVec2(at.x + size.x + 2 * pad, at.y + h),
+                    IM_COL32((rgb >> 16) & 0xff, (rgb >> 8) & 0xff, rgb & 0xff, 255), 3.0f);
+  dl->AddText(ImVec2(at.x + pad, at.y + 1), IM_COL32_WHITE, s);
+  ImGui::Dummy(ImVec2(size.x + 2 * pad, h));
+}
+
+// For a run whose data has kinds: the original generation's kind, then the edited one's once it
+// is computed, marked in the flip colour when the flips changed it.
+void draw_kinds(const LatentPanelData& d, bool edited) {
+  const ftx::LatentInspection& li = *d.inspection;
+  if (!li.judges_kinds || li.regenerated.empty()) return;
+  ImGui::Spacing();
+  ImGui::TextUnformatted("kind of the original");
+  ImGui::SameLine();
+  kind_badge(li.regenerated_kind);
+  ImGui::SameLine();
+  if (d.flips.empty() || d.regenerating || !edited) {
+    ImGui::TextDisabled("%s", d.flips.empty() ? "  flip bits: does the edited generation change kind?" : "");
+  } else {
+    ImGui::Text("%s edited", arrow(ImGui::GetFont()));
+    ImGui::SameLine();
+    kind_badge(d.edited_kind);
+    ImGui::SameLine(0, 14);
+    if (d.edited_kind != li.regenerated_kind)
+      ImGui::TextColored(ImColor(kFlipAccent), "the flip%s changed the kind: %s %s %s", d.flips.size() == 1 ? "" : "s",
+                         kind_badge_text(li.regenerated_kind), arrow(ImGui::GetFont()), kind_badge_text(d.edited_kind));
+    else
+      ImGui::TextDisabled("same kind");
+  }
+  if (ImGui::IsItemHovered())
+    ImGui::SetTooltip(
+        "Judged by rules on the syntax of the generated text (after the prompt), as ftx generate --kinds "
+        "judges; ? is unknown");
+}
+
 void draw_summary(const LatentPanelData& d) {
   const std::string& a = d.inspection->regenerated;
   const bool tokens = !d.inspection->tokens.empty();
   const bool edited = tokens ? !d.edited_tokens.empty() : !d.edited.empty();
   const auto [differ, n] =
       tokens ? differences(d.inspection->regenerated_tokens, d.edited_tokens) : differences(a, d.edited);
+  draw_kinds(d, edited);
   ImGui::Spacing();
   if (!d.flips.empty() && !d.regenerating && edited)
     ImGui::Text("%zu bit%s flipped: the edited generation differs from the original at %d of %zu %s", d.flips.size(),

@@ -93,6 +93,7 @@ void LatentView::set_inspection(const ftx::LatentInspection& inspection, QString
   flips_.clear();
   edited_.clear();
   edited_tokens_.clear();
+  edited_kind_.reset();
   regenerating_ = false;
   message_.clear();
   schedule_frames(2);
@@ -103,6 +104,7 @@ void LatentView::clear(QString text) {
   flips_.clear();
   edited_.clear();
   edited_tokens_.clear();
+  edited_kind_.reset();
   regenerating_ = false;
   message_.clear();
   empty_text_ = text.toStdString();
@@ -110,15 +112,18 @@ void LatentView::clear(QString text) {
   schedule_frames(2);
 }
 
-void LatentView::set_edited(QString text) {
-  edited_ = text.toStdString();
-  regenerating_ = false;
-  schedule_frames(2);
-}
+void LatentView::set_edited(QString text) { set_edited_generation({text.toStdString(), {}, std::nullopt}); }
 
 void LatentView::set_edited_tokens(std::vector<std::string> tokens, QString text) {
-  edited_tokens_ = std::move(tokens);
-  set_edited(std::move(text));
+  set_edited_generation({text.toStdString(), std::move(tokens), std::nullopt});
+}
+
+void LatentView::set_edited_generation(ftx::LatentGeneration edited) {
+  edited_ = std::move(edited.text);
+  edited_tokens_ = std::move(edited.tokens);
+  edited_kind_ = edited.kind;
+  regenerating_ = false;
+  schedule_frames(2);
 }
 
 void LatentView::set_message(QString message) {
@@ -207,6 +212,7 @@ bool LatentView::render_frame() {
   d.flips = flips_;
   d.edited = edited_;
   d.edited_tokens = edited_tokens_;
+  d.edited_kind = edited_kind_;
   d.regenerating = regenerating_;
   d.message = message_;
   d.empty_text = empty_text_;
@@ -239,6 +245,7 @@ void LatentView::apply(const LatentPanelActions& a) {
     flips_.clear();
     edited_.clear();
     edited_tokens_.clear();
+    edited_kind_.reset();
     regenerating_ = false;
     QMetaObject::invokeMethod(
         this, [this, f = flips_] { emit flips_changed(f); }, Qt::QueuedConnection);
@@ -258,6 +265,7 @@ void LatentView::toggle_flip(int t, int h) {
     flips_.insert(it, bit);
   edited_.clear();
   edited_tokens_.clear();
+  edited_kind_.reset();
   regenerating_ = !flips_.empty();
   QMetaObject::invokeMethod(
       this, [this, f = flips_] { emit flips_changed(f); }, Qt::QueuedConnection);

@@ -50,6 +50,8 @@ class LatentView : public QWidget {
   void set_edited(QString text);
   // The same for an inspection with tokens: each token's bytes (prompt included), and the text.
   void set_edited_tokens(std::vector<std::string> tokens, QString text);
+  // The same for a run's inspection: text, tokens when it has them, and the kind when it judges kinds.
+  void set_edited_generation(ftx::LatentGeneration edited);
   // One status line (errors from the owner's worker); a non-empty one also ends "regenerating".
   void set_message(QString message);
   // Renders one frame and writes it as PNG; false when OpenGL or the file failed.
@@ -98,6 +100,7 @@ class LatentView : public QWidget {
   std::vector<std::pair<int, int>> flips_;  // (t, h), sorted
   std::string edited_;
   std::vector<std::string> edited_tokens_;
+  std::optional<ftx::TextKind> edited_kind_;
   bool regenerating_ = false;
   std::string message_;
   std::string empty_text_;    // the empty state's text; empty: the panel's default

@@ -87,7 +87,7 @@ void MainWindow::connect_explorer() {
             qInfo("latent: shown %d positions x %d bits of run '%s' at step %d", li.T, li.H, qPrintable(run), step);
             latent_text_->setText(QString::fromStdString(li.text));
           });
-  connect(explorer_, &ExploreWorker::edited_ready, latent_, &LatentView::set_edited);
+  connect(explorer_, &ExploreWorker::edited_ready, latent_, &LatentView::set_edited_generation);
   connect(latent_, &LatentView::flips_changed, this, [this](const BitFlips& f) {
     if (latent_model() >= 0)
       model_worker_->request_edit(f);

@@ -41,6 +41,7 @@ inline void register_view_meta_types() {
   qRegisterMetaType<std::vector<ftx::GroupView>>("std::vector<ftx::GroupView>");
   qRegisterMetaType<GroupColumns>("ftx::GroupColumns");
   qRegisterMetaType<ftx::LatentInspection>("ftx::LatentInspection");
+  qRegisterMetaType<ftx::LatentGeneration>("ftx::LatentGeneration");
   qRegisterMetaType<ftx::CoinflipLesson>("ftx::CoinflipLesson");
   qRegisterMetaType<std::vector<double>>("std::vector<double>");
   qRegisterMetaType<ftx::KindsLesson>("ftx::KindsLesson");

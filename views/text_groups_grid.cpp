@@ -9,6 +9,8 @@
 #include <QVBoxLayout>
 #include <cmath>
 
+#include "views/kind_style.h"
+
 namespace ftx {
 
 namespace {
@@ -258,22 +260,11 @@ QString TextGroupsGrid::group_kinds_text(int group) const {
 }
 
 QString TextGroupsGrid::kind_label(std::optional<ftx::TextKind> kind) {
-  return kind ? QString::fromLatin1(ftx::text_kind_name(*kind)) : QStringLiteral("?");
+  return QString::fromLatin1(ftx::kind_badge_text(kind));
 }
 
 QString TextGroupsGrid::kind_colour(std::optional<ftx::TextKind> kind) {
-  if (!kind) return QStringLiteral("#6c757d");  // grey: unknown
-  switch (*kind) {
-    case ftx::TextKind::Python:
-      return QStringLiteral("#1971c2");  // blue
-    case ftx::TextKind::C:
-      return QStringLiteral("#6741d9");  // violet
-    case ftx::TextKind::Perl:
-      return QStringLiteral("#0b7285");  // teal
-    case ftx::TextKind::Prose:
-      return QStringLiteral("#c2410c");  // burnt orange
-  }
-  return QStringLiteral("#6c757d");
+  return QStringLiteral("#%1").arg(ftx::kind_rgb(kind), 6, 16, QLatin1Char('0'));
 }
 
 QString TextGroupsGrid::kind_badge_html(std::optional<ftx::TextKind> kind) {

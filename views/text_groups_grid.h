@@ -60,7 +60,8 @@ class TextGroupsGrid : public QWidget {
   int groups() const { return static_cast<int>(groups_.size()); }
 
   // The badge's words and colours, shared with the Lessons view's legend: "python", "c", "perl",
-  // "prose", "?" for unknown; white on a colour, legible on light and dark palettes alike.
+  // "prose", "?" for unknown; white on a colour, legible on light and dark palettes alike (the
+  // table is kind_style.h's, which the Latent panel draws with too).
   static QString kind_label(std::optional<ftx::TextKind> kind);
   static QString kind_colour(std::optional<ftx::TextKind> kind);
   static QString kind_badge_html(std::optional<ftx::TextKind> kind);  // for rich-text labels

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/eval/coinflip_exact.h"
+#include "core/eval/kind_groups.h"
 #include "core/eval/synth_metrics.h"
 #include "core/io/checkpoint.h"
 #include "core/sample/sampler.h"
@@ -60,6 +61,9 @@ Result<std::vector<int32_t>> check_prompt(const ExplorerModel& m, Result<std::ve
 Result<std::vector<int32_t>> encode_prompt(const ExplorerModel& m, const std::string& prompt) {
   return check_prompt(m, encode_text(m, prompt, "prompt"));
 }
+
+// The Latent view labels a run's columns by token unless its tokenizer has one character per token.
+bool labels_tokens(const ExplorerModel& m) { return m.tokenizer->type() != "chars"; }
 
 SampleConfig sample_config(const ExplorerModel& m, size_t prompt_len, float temperature) {
   SampleConfig sc;
@@ -154,6 +158,9 @@ Result<LatentInspection> inspect_latent(ExplorerModel& m, const std::string& tex
   li.text = text, li.T = n - 1, li.H = cfg.latent_bits;
   li.kappa_nats = m.train.kappa_at(m.step);
   li.free_bits = m.train.free_bits;
+  li.judges_kinds = m.judges_kinds;
+  if (labels_tokens(m))
+    for (int32_t id : *tokens) li.tokens.emplace_back(m.tokenizer->token_bytes(id));
   auto state = m.model->make_state(1, li.T);
   (void)m.model->forward(*state, tokens->data(), tokens->data() + 1, nullptr, seed, kStreamEval, float(li.kappa_nats),
                          m.train.free_bits_form());
@@ -164,12 +171,14 @@ Result<LatentInspection> inspect_latent(ExplorerModel& m, const std::string& tex
   li.sample_seed = derive_seed(seed, kLaneLatentSample, 0);
   auto regen = regenerate_edited(m, li, prompt_len, {});
   if (!regen) return regen.error();
-  li.regenerated = *regen;
+  li.regenerated = std::move(regen->text);
+  li.regenerated_tokens = std::move(regen->tokens);
+  li.regenerated_kind = regen->kind;
   return li;
 }
 
-Result<std::string> regenerate_edited(ExplorerModel& m, const LatentInspection& base, int prompt_len,
-                                      const std::vector<std::pair<int, int>>& flips) {
+Result<LatentGeneration> regenerate_edited(ExplorerModel& m, const LatentInspection& base, int prompt_len,
+                                           const std::vector<std::pair<int, int>>& flips) {
   auto prompt = encode_text(m, base.text, "sequence");
   if (prompt && prompt_len >= 0 && prompt_len < static_cast<int>(prompt->size())) prompt->resize(prompt_len);
   prompt = check_prompt(m, std::move(prompt));
@@ -184,7 +193,13 @@ Result<std::string> regenerate_edited(ExplorerModel& m, const LatentInspection& 
   std::copy(base.codes.begin(), base.codes.begin() + std::min<size_t>(base.codes.size(), n_in), codes.begin());
   std::vector<SequenceSpec> specs{{LatentPolicy::edited(std::move(codes), flips), base.sample_seed}};
   FTX_TRY(check_generation_request(m.model->config(), static_cast<int>(prompt->size()), sc, specs));
-  return m.tokenizer->decode(generate(*m.model, *prompt, specs, sc)[0].tokens);
+  const Generation gen = std::move(generate(*m.model, *prompt, specs, sc)[0]);
+  LatentGeneration out;
+  out.text = m.tokenizer->decode(gen.tokens);
+  if (!base.tokens.empty())
+    for (int32_t id : gen.tokens) out.tokens.emplace_back(m.tokenizer->token_bytes(id));
+  if (base.judges_kinds) out.kind = classify_text_kind(generated_text(gen, prompt->size(), *m.tokenizer));
+  return out;
 }
 
 CoinflipLesson coinflip_example(uint64_t seed, int T, double eps) {

@@ -15,6 +15,7 @@
 
 #include "core/data/batch_source.h"
 #include "core/eval/synth_metrics.h"
+#include "core/eval/text_kind.h"
 #include "core/model/model.h"
 #include "core/text/tokenizer.h"
 #include "core/train/train_config.h"
@@ -30,6 +31,10 @@ struct ExplorerModel {
   std::shared_ptr<const Tokenizer> tokenizer;  // the checkpoint's (else the dataset's); never null
   int seq_len = 0;                             // the dataset's tokens per sequence (prompt + body)
   std::unique_ptr<Model> model;
+  // Its data has kinds (a text corpus of kinds, docs/text_latent.md: DATA.kinds.json beside the
+  // token file): the Latent inspection judges its generations with classify_text_kind. Set by the
+  // caller that knows the data's files (the studio's explore worker); false from the loader.
+  bool judges_kinds = false;
 };
 // Loads `run` from the store at `db_path` at checkpoint `step` (the latest when absent); the
 // run's dataset (through `datasets`) gives the sequence length, and the tokenizer when the
@@ -76,6 +81,7 @@ Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::strin
 struct LatentInspection {
   std::string text;                 // the inspected sequence (prompt + body)
   std::vector<std::string> tokens;  // (T + 1) each token's bytes; empty: one character per token
+                                    // (a run's inspection fills them unless its tokenizer is "chars")
   int T = 0, H = 0;                 // positions (tokens - 1), latent bits
   std::vector<float> bit_probs;     // (T, H) encoder's P(bit h of Z_t = 1)
   std::vector<float> kl;            // (T) nats
@@ -90,15 +96,27 @@ struct LatentInspection {
   std::string regenerated;                      // generated from the prompt with these codes (sample seed)
   std::vector<std::string> regenerated_tokens;  // its tokens' bytes, when `tokens` is set (else empty)
   uint64_t sample_seed = 0;
+  // Kinds (ExplorerModel::judges_kinds): the generations are judged, and the regeneration's kind
+  // (of its generated part, as ftx generate --kinds judges; nullopt: unknown).
+  bool judges_kinds = false;
+  std::optional<TextKind> regenerated_kind;
+};
+// A regeneration of an inspection (original or with bits flipped).
+struct LatentGeneration {
+  std::string text;                 // prompt + generated
+  std::vector<std::string> tokens;  // each token's bytes, when the inspection has tokens (else empty)
+  std::optional<TextKind> kind;     // of the generated part, when the inspection judges kinds (nullopt: unknown)
 };
 // Runs the encoder on `text` (prompt + at most seq_len-1 more tokens), samples codes with `seed`,
-// and regenerates from the first `prompt_len` tokens with those codes. Error for a model without
-// a latent (H = 0), or a text the run's tokenizer cannot encode.
+// and regenerates from the first `prompt_len` tokens with those codes (with its kind when the
+// model judges kinds). Error for a model without a latent (H = 0), or a text the run's tokenizer
+// cannot encode.
 Result<LatentInspection> inspect_latent(ExplorerModel& m, const std::string& text, int prompt_len, uint64_t seed);
 // The generation from the same prompt and the same token seed with some bits flipped:
-// flips = (position, bit) pairs (the Edited policy).
-Result<std::string> regenerate_edited(ExplorerModel& m, const LatentInspection& base, int prompt_len,
-                                      const std::vector<std::pair<int, int>>& flips);
+// flips = (position, bit) pairs (the Edited policy); no flips: the inspection's own regeneration.
+// Its kind is judged when base.judges_kinds.
+Result<LatentGeneration> regenerate_edited(ExplorerModel& m, const LatentInspection& base, int prompt_len,
+                                           const std::vector<std::pair<int, int>>& flips);
 
 // ---- Lessons ----
 // The coin-flip lesson for one sequence of the coin-flip task (docs/design.md section 3): per position t
