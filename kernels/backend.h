@@ -92,6 +92,38 @@ class Backend {
   virtual void broadcast_rows(float* out, const float* v, int N, int C) = 0;   // out[n,:] = v  (N,C)
   virtual void sum_rows(float* dv, const float* dout, int N, int C) = 0;       // dv += sum_n dout[n,:]
 
+  // ---- row scaling: out[n,:] = s[n] * x[n,:] (x, out (N, C), s (N); out may alias x) ---------
+  // A routed block's gate on each selected token's change (docs/subjective_depth.md; gathering
+  // the selected rows and adding the change back are the embedding ops on an fp32 table).
+  virtual void scale_rows_forward(float* out, const float* x, const float* s, int N, int C) = 0;
+  // dx[n,:] = s[n] * dout[n,:] (overwritten; not aliasing dout), ds[n] += <dout[n,:], x[n,:]>.
+  virtual void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N,
+                                   int C) = 0;
+
+  // ---- the surprise gate of a routed block (docs/subjective_depth.md) -------------------------
+  // Two steps, so that the moving average's stop gradient is part of the contract. Statistics,
+  // per token n of (B, T), from the block's change dx (N, C) and its prediction dx_hat (N, C):
+  // st_ch (2N) = d_st = |dx_n|^2 / C, then d_ch = |dx_n - dx_hat_n|^2 / C; ma (N) = the mean of
+  // d_st over positions t-W+1..t of its sequence (those that exist), which takes no gradient.
+  virtual void route_stats_forward(float* st_ch, float* ma, const float* dx, const float* dx_hat, int B, int T, int C,
+                                   int W) = 0;
+  // d_dx, d_dx_hat (N, C) overwritten from d_st_ch (2N).
+  virtual void route_stats_backward(float* d_dx, float* d_dx_hat, const float* d_st_ch, const float* dx,
+                                    const float* dx_hat, int N, int C) = 0;
+  // The gate: CE = d_st - d_ch + log o_ce, CU = d_st - m_cu ma, g = a + c - a c with a =
+  // sigmoid(beta_ce CE), c = sigmoid(beta_cu CU); (o_ce, m_cu, beta_ce, beta_cu) = softplus(params (4)).
+  virtual void route_gate_forward(float* g, const float* st_ch, const float* ma, const float* params, int N) = 0;
+  // d_st_ch (2N) overwritten, dparams (4) accumulated (summed over tokens in double).
+  virtual void route_gate_backward(float* d_st_ch, float* dparams, const float* dg, const float* st_ch, const float* ma,
+                                   const float* params, int N) = 0;
+
+  // ---- top-k per sequence: a routed block's selection (docs/subjective_depth.md) ------------
+  // For each row b of score (B, T), the positions of its k largest values, ties to the earlier
+  // position, in increasing position order: pos (B, k), and the same tokens as rows of the (B*T)
+  // token matrix, rows[b*k + i] = b*T + pos[b*k + i] (what the embedding ops gather and scatter
+  // by). 0 <= k <= T; scores are finite.
+  virtual void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k) = 0;
+
   // ---- embedding: out[n,:] = wte[tok[n],:]; backward scatter-adds into dwte -----------------
   // wte (V, C) of any dtype (widened exactly to fp32); the backward is fp32 only.
   virtual void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) = 0;
@@ -120,6 +152,11 @@ class Backend {
   // the inverse rotation.
   virtual void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq) = 0;
   virtual void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, const float* inv_freq) = 0;
+
+  // The same rotations with token (b, t) at position pos[b * T + t] (pos (B, T) int32 in backend
+  // memory): the tokens a routed block gathered keep their places in the sequence.
+  virtual void rope_forward_at(float* x, const int32_t* pos, int B, int T, int nh, int HS, const float* inv_freq) = 0;
+  virtual void rope_backward_at(float* dx, const int32_t* pos, int B, int T, int nh, int HS, const float* inv_freq) = 0;
 
   // ---- attention (see AttnShape) ---------------------------------------------------------------
   // `saved` is what the backward needs besides q, k, v and out; its size is backend-specific

@@ -2,6 +2,7 @@
 #include "kernels/op_table.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +20,7 @@
 #include "kernels/cpu/ops_matmul.h"
 #include "kernels/cpu/ops_rmsnorm.h"
 #include "kernels/cpu/ops_rope.h"
+#include "kernels/cpu/ops_route.h"
 #include "kernels/cpu/ops_swiglu.h"
 
 namespace ftx {
@@ -311,6 +313,125 @@ OpCase sum_rows_case(const OpDims& d, uint64_t seed) {
   return c;
 }
 
+// The surprise statistics over B sequences of T tokens of width C, window W (OpDims::Tk): the
+// change dx and its prediction in [-1, 1). The moving average is an output without gradient, so
+// the finite differences see d_st and d_ch only (the stop gradient is in the contract).
+std::string stats_label(const OpDims& d) { return kv({{"B", d.B}, {"T", d.T}, {"C", d.C}, {"W", d.Tk}}); }
+
+OpCase route_stats_forward_case(const OpDims& d, uint64_t seed) {
+  const int B = d.B, T = d.T, C = d.C, W = d.Tk;
+  const size_t N = size_t(B) * T;
+  OpCase c = make_case(
+      "route_stats_forward", stats_label(d), OpError::Reduction,
+      {out("st_ch", 2 * N), out("ma", N), in("dx", uniform(N * C, seed)), in("dx_hat", uniform(N * C, seed + 1))});
+  c.run = [=](Backend& be, const OpArgs& a) { be.route_stats_forward(a.f(0), a.f(1), a.f(2), a.f(3), B, T, C, W); };
+  c.reference = [=](OpHost& h) { cpu::route_stats_forward(h.f(0), h.f(1), h.f(2), h.f(3), B, T, C, W); };
+  c.grad.wrt = {2, 3};
+  c.grad.outputs = {0};
+  c.grad.backward = [=](OpHost& h, const auto& seeds, auto& grads) {
+    cpu::route_stats_backward(grads[0].data(), grads[1].data(), seeds[0].data(), h.f(2), h.f(3), int(N), C);
+  };
+  return c;
+}
+
+OpCase route_stats_backward_case(const OpDims& d, uint64_t seed) {
+  const int N = d.B * d.T, C = d.C;
+  OpCase c = make_case(
+      "route_stats_backward", kv({{"N", N}, {"C", C}}), OpError::Elementwise,
+      {out("d_dx", size_t(N) * C), out("d_dx_hat", size_t(N) * C), in("d_st_ch", uniform(2 * size_t(N), seed + 2)),
+       in("dx", uniform(size_t(N) * C, seed)), in("dx_hat", uniform(size_t(N) * C, seed + 1))});
+  c.run = [=](Backend& be, const OpArgs& a) { be.route_stats_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), N, C); };
+  c.reference = [=](OpHost& h) { cpu::route_stats_backward(h.f(0), h.f(1), h.f(2), h.f(3), h.f(4), N, C); };
+  return c;
+}
+
+// The gate over N = B*T tokens: d_st, d_ch and the moving average in [0, 1.5), the four raw
+// parameters spread over softplus' curve.
+std::vector<float> route_params(uint64_t seed) { return uniform(4, seed, -1.5, 1.5); }
+
+OpCase route_gate_forward_case(const OpDims& d, uint64_t seed) {
+  const int N = d.B * d.T;
+  OpCase c = make_case("route_gate_forward", kv({{"N", N}}), OpError::Elementwise,
+                       {out("g", size_t(N)), in("st_ch", uniform(2 * size_t(N), seed, 0, 1.5)),
+                        in("ma", uniform(size_t(N), seed + 1, 0, 1.5)), in("params", route_params(seed + 2))});
+  c.run = [=](Backend& be, const OpArgs& a) { be.route_gate_forward(a.f(0), a.f(1), a.f(2), a.f(3), N); };
+  c.reference = [=](OpHost& h) { cpu::route_gate_forward(h.f(0), h.f(1), h.f(2), h.f(3), N); };
+  c.grad.wrt = {1, 3};
+  c.grad.outputs = {0};
+  c.grad.backward = [=](OpHost& h, const auto& seeds, auto& grads) {
+    cpu::route_gate_backward(grads[0].data(), grads[1].data(), seeds[0].data(), h.f(1), h.f(2), h.f(3), N);
+  };
+  return c;
+}
+
+OpCase route_gate_backward_case(const OpDims& d, uint64_t seed) {
+  const int N = d.B * d.T;
+  OpCase c = make_case("route_gate_backward", kv({{"N", N}}), OpError::Reduction,
+                       {out("d_st_ch", 2 * size_t(N)), inout("dparams", uniform(4, seed + 3)),
+                        in("dg", uniform(size_t(N), seed + 4)), in("st_ch", uniform(2 * size_t(N), seed, 0, 1.5)),
+                        in("ma", uniform(size_t(N), seed + 1, 0, 1.5)), in("params", route_params(seed + 2))});
+  c.run = [=](Backend& be, const OpArgs& a) {
+    be.route_gate_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), a.f(5), N);
+  };
+  c.reference = [=](OpHost& h) { cpu::route_gate_backward(h.f(0), h.f(1), h.f(2), h.f(3), h.f(4), h.f(5), N); };
+  return c;
+}
+
+// B sequences of T scores, k chosen (OpDims::N). variant 1: scores on a grid of eighths, so that
+// many tie and the earlier position must win.
+OpCase topk_rows_case(const OpDims& d, uint64_t seed) {
+  const int B = d.B, T = d.T, k = d.N;
+  std::vector<float> score = uniform(size_t(B) * T, seed);
+  if (d.variant == 1)
+    for (float& v : score) v = std::floor(v * 8.0f) / 8.0f;
+  const std::vector<uint32_t> unwritten(size_t(B) * k, kUnwritten);
+  OpCase c =
+      make_case("topk_rows", kv({{"B", B}, {"T", T}, {"k", k}}) + (d.variant == 1 ? " ties" : ""), OpError::Exact,
+                {words("pos", OpRole::Out, OpElem::I32, unwritten), words("rows", OpRole::Out, OpElem::I32, unwritten),
+                 in("score", score)});
+  c.run = [=](Backend& be, const OpArgs& a) { be.topk_rows(a.i32(0), a.i32(1), a.f(2), B, T, k); };
+  c.reference = [=](OpHost& h) { cpu::topk_rows(h.i32(0), h.i32(1), h.f(2), B, T, k); };
+  return c;
+}
+
+// variant 1: in place (out is x; no gradient: the backward needs x before the op).
+OpCase scale_rows_forward_case(const OpDims& d, uint64_t seed) {
+  const int N = d.N, C = d.C;
+  const bool in_place = d.variant == 1;
+  const std::string label = kv({{"N", N}, {"C", C}}) + (in_place ? " in place" : "");
+  if (in_place) {
+    OpCase c = make_case("scale_rows_forward", label, OpError::Exact,
+                         {inout("x", uniform(size_t(N) * C, seed)), in("s", uniform(size_t(N), seed + 1))});
+    c.run = [N, C](Backend& be, const OpArgs& a) { be.scale_rows_forward(a.f(0), a.f(0), a.f(1), N, C); };
+    c.reference = [N, C](OpHost& h) { cpu::scale_rows_forward(h.f(0), h.f(0), h.f(1), N, C); };
+    return c;
+  }
+  OpCase c = make_case(
+      "scale_rows_forward", label, OpError::Exact,
+      {out("out", size_t(N) * C), in("x", uniform(size_t(N) * C, seed)), in("s", uniform(size_t(N), seed + 1))});
+  c.run = [N, C](Backend& be, const OpArgs& a) { be.scale_rows_forward(a.f(0), a.f(1), a.f(2), N, C); };
+  c.reference = [N, C](OpHost& h) { cpu::scale_rows_forward(h.f(0), h.f(1), h.f(2), N, C); };
+  c.grad.wrt = {1, 2};
+  c.grad.outputs = {0};
+  c.grad.backward = [N, C](OpHost& h, const auto& seeds, auto& grads) {
+    cpu::scale_rows_backward(grads[0].data(), grads[1].data(), seeds[0].data(), h.f(1), h.f(2), N, C);
+  };
+  return c;
+}
+
+OpCase scale_rows_backward_case(const OpDims& d, uint64_t seed) {
+  const int N = d.N, C = d.C;
+  OpCase c = make_case(
+      "scale_rows_backward", kv({{"N", N}, {"C", C}}), OpError::Reduction,
+      {out("dx", size_t(N) * C), inout("ds", uniform(size_t(N), seed)), in("dout", uniform(size_t(N) * C, seed + 1)),
+       in("x", uniform(size_t(N) * C, seed + 2)), in("s", uniform(size_t(N), seed + 3))});
+  c.run = [N, C](Backend& be, const OpArgs& a) {
+    be.scale_rows_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), N, C);
+  };
+  c.reference = [N, C](OpHost& h) { cpu::scale_rows_backward(h.f(0), h.f(1), h.f(2), h.f(3), h.f(4), N, C); };
+  return c;
+}
+
 // variant 1: a bf16 table.
 OpCase embedding_forward_case(const OpDims& d, uint64_t seed) {
   const bool bf16 = d.variant == 1;
@@ -448,6 +569,42 @@ OpCase rope_case(const OpDims& d, uint64_t seed, bool forward) {
     c.grad.backward = [=](OpHost&, const auto& seeds, auto& grads) {
       grads[0] = seeds[0];
       cpu::rope_backward(grads[0].data(), B, T, NH, HS, pos0, freq.data());
+    };
+  }
+  return c;
+}
+
+// Positions out of time order and beyond T (a routed block's gathered tokens): B * T of them in
+// [0, 4096), a pure function of (seed, index).
+std::vector<uint32_t> rope_positions(size_t n, uint64_t seed) {
+  std::vector<uint32_t> p(n);
+  for (size_t i = 0; i < n; ++i) p[i] = uint32_t(philox_uniform(seed, kStreamEval, i) * 4096.0);
+  return p;
+}
+
+OpCase rope_at_case(const OpDims& d, uint64_t seed, bool forward) {
+  const std::vector<float> freq = rope_freq(d);
+  const size_t tokens = size_t(d.B) * d.T;
+  OpCase c = make_case(forward ? "rope_forward_at" : "rope_backward_at",
+                       kv({{"B", d.B}, {"T", d.T}, {"NH", d.NH}, {"HS", d.HS}}) + (d.variant == 1 ? " theta=5e5" : ""),
+                       OpError::Rope,
+                       {inout("x", uniform(tokens * d.NH * d.HS, seed)),
+                        words("pos", OpRole::In, OpElem::I32, rope_positions(tokens, seed + 1)), in("inv_freq", freq)});
+  const int B = d.B, T = d.T, NH = d.NH, HS = d.HS;
+  c.run = [=](Backend& be, const OpArgs& a) {
+    forward ? be.rope_forward_at(a.f(0), a.i32(1), B, T, NH, HS, a.f(2))
+            : be.rope_backward_at(a.f(0), a.i32(1), B, T, NH, HS, a.f(2));
+  };
+  c.reference = [=](OpHost& h) {
+    forward ? cpu::rope_forward_at(h.f(0), h.i32(1), B, T, NH, HS, freq.data())
+            : cpu::rope_backward_at(h.f(0), h.i32(1), B, T, NH, HS, freq.data());
+  };
+  if (forward) {
+    c.grad.wrt = {0};
+    c.grad.outputs = {0};
+    c.grad.backward = [=](OpHost& h, const auto& seeds, auto& grads) {
+      grads[0] = seeds[0];
+      cpu::rope_backward_at(grads[0].data(), h.i32(1), B, T, NH, HS, freq.data());
     };
   }
   return c;
@@ -784,6 +941,21 @@ std::vector<OpRow> build_table() {
                                           attn(1, 4, 2, 64, 1024, 1024, 1024, 0, true)};
   std::vector<OpDims> attn_fwd_sizes = attn_sizes;
   attn_fwd_sizes.push_back(attn(2, 4, 1, 32, 1, 70, 80, 69, true));  // decode: 10 cache rows beyond Tk
+  std::vector<OpDims> gate_sizes;
+  for (auto [B, T, C, W] : {std::array{2, 33, 40, 5}, {1, 1, 1, 1}, {3, 70, 16, 100}, {2, 300, 64, 100}}) {
+    OpDims d;
+    d.B = B, d.T = T, d.C = C, d.Tk = W;
+    gate_sizes.push_back(d);
+  }
+  std::vector<OpDims> topk_sizes;
+  for (auto [B, T, k, ties] :
+       {std::array{3, 65, 32, 1}, {1, 1, 1, 0}, {4, 66, 66, 1}, {2, 1024, 128, 0}, {5, 9, 1, 1}}) {
+    OpDims d;
+    d.B = B, d.T = T, d.N = k, d.variant = ties;
+    topk_sizes.push_back(d);
+  }
+  std::vector<OpDims> scale_fwd = row_sizes;
+  scale_fwd.push_back(rows(100, 33, 1));  // in place
   std::vector<OpDims> emb_fwd = emb_sizes;
   emb_fwd.push_back(nvc(333, 50, 130, 1));  // a bf16 table
   OpDims ce_big = nvc(64, 50257, 1);
@@ -841,6 +1013,16 @@ std::vector<OpRow> build_table() {
       {"kl_backward", kl_backward_case, {nch(500, 1, 16), nch(7, 1, 1), nch(300, 1, 8), kl_mean, kl_mean_small}},
       {"clip_grad_norm", clip_grad_norm_case, clip},
       {"adamw_update", adamw_update_case, {flat(1), flat(1000), flat(100003)}},
+      // The routed block (docs/subjective_depth.md), last so that the rows above keep their seeds.
+      {"route_stats_forward", route_stats_forward_case, gate_sizes},
+      {"route_stats_backward", route_stats_backward_case, gate_sizes},
+      {"route_gate_forward", route_gate_forward_case, gate_sizes},
+      {"route_gate_backward", route_gate_backward_case, gate_sizes},
+      {"topk_rows", topk_rows_case, topk_sizes},
+      {"scale_rows_forward", scale_rows_forward_case, scale_fwd},
+      {"scale_rows_backward", scale_rows_backward_case, row_sizes},
+      {"rope_forward_at", [](const OpDims& d, uint64_t s) { return rope_at_case(d, s, true); }, rope_sizes},
+      {"rope_backward_at", [](const OpDims& d, uint64_t s) { return rope_at_case(d, s, false); }, rope_sizes},
   };
 }
 

@@ -71,6 +71,40 @@ class OpTraceBackend final : public Backend {
     note("sum_rows", nc(N, C));
     b_.sum_rows(dv, dout, N, C);
   }
+  void route_stats_forward(float* st_ch, float* ma, const float* dx, const float* dx_hat, int B, int T, int C,
+                           int W) override {
+    note("route_stats_forward", gate(B, T, C, W));
+    b_.route_stats_forward(st_ch, ma, dx, dx_hat, B, T, C, W);
+  }
+  void route_stats_backward(float* d_dx, float* d_dx_hat, const float* d_st_ch, const float* dx, const float* dx_hat,
+                            int N, int C) override {
+    note("route_stats_backward", gate(1, N, C, 1));
+    b_.route_stats_backward(d_dx, d_dx_hat, d_st_ch, dx, dx_hat, N, C);
+  }
+  void route_gate_forward(float* g, const float* st_ch, const float* ma, const float* params, int N) override {
+    note("route_gate_forward", gate(1, N, 1, 1));
+    b_.route_gate_forward(g, st_ch, ma, params, N);
+  }
+  void route_gate_backward(float* d_st_ch, float* dparams, const float* dg, const float* st_ch, const float* ma,
+                           const float* params, int N) override {
+    note("route_gate_backward", gate(1, N, 1, 1));
+    b_.route_gate_backward(d_st_ch, dparams, dg, st_ch, ma, params, N);
+  }
+  void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k) override {
+    OpDims d;
+    d.B = B, d.T = T, d.N = k;
+    note("topk_rows", d);
+    b_.topk_rows(pos, rows, score, B, T, k);
+  }
+  void scale_rows_forward(float* out, const float* x, const float* s, int N, int C) override {
+    note("scale_rows_forward", nc(N, C, out == x ? 1 : 0));
+    b_.scale_rows_forward(out, x, s, N, C);
+  }
+  void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N,
+                           int C) override {
+    note("scale_rows_backward", nc(N, C));
+    b_.scale_rows_backward(dx, ds, dout, x, s, N, C);
+  }
   void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
     OpDims d = nc(N, C, wte.dtype == DType::BF16 ? 1 : 0);
     d.V = kTraceVocab;
@@ -113,6 +147,14 @@ class OpTraceBackend final : public Backend {
   void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
     note("rope_backward", rope(B, T, nh, HS, pos0));
     b_.rope_backward(dx, B, T, nh, HS, pos0, inv_freq);
+  }
+  void rope_forward_at(float* x, const int32_t* pos, int B, int T, int nh, int HS, const float* inv_freq) override {
+    note("rope_forward_at", rope(B, T, nh, HS, 0));
+    b_.rope_forward_at(x, pos, B, T, nh, HS, inv_freq);
+  }
+  void rope_backward_at(float* dx, const int32_t* pos, int B, int T, int nh, int HS, const float* inv_freq) override {
+    note("rope_backward_at", rope(B, T, nh, HS, 0));
+    b_.rope_backward_at(dx, pos, B, T, nh, HS, inv_freq);
   }
   size_t attention_saved_floats(const AttnShape& s) const override { return b_.attention_saved_floats(s); }
   void attention_forward(float* out, float* saved, const float* q, const float* k, const float* v,
@@ -223,6 +265,11 @@ class OpTraceBackend final : public Backend {
   static OpDims nch(int N, int C, int H) {
     OpDims d;
     d.N = N, d.C = C, d.H = H;
+    return d;
+  }
+  static OpDims gate(int B, int T, int C, int W) {  // the window in Tk
+    OpDims d;
+    d.B = B, d.T = T, d.C = C, d.Tk = W;
     return d;
   }
   static OpDims rope(int B, int T, int nh, int HS, int pos0) {

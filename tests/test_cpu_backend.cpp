@@ -229,6 +229,61 @@ TEST_F(CpuBackendTest, RopeMatchesDoubleAtLargePositions) {
   }
 }
 
+// A routed block's tokens keep their positions: RoPE at positions pos0 + t given one by one is
+// RoPE from pos0, bit for bit, forward and backward (what makes capacity 1 equal the dense model).
+TEST_F(CpuBackendTest, RopeAtConsecutivePositionsIsRopeFromPos0) {
+  const int B = 3, T = 17, nh = 2, HS = 16, pos0 = 40;
+  const std::vector<float> x = to_float(random_vec(size_t(B) * T * nh * HS, 61));
+  const std::vector<float> freq = cpu::rope_default_inv_freq(10000.0, HS);
+  std::vector<int32_t> pos(size_t(B) * T);
+  for (size_t r = 0; r < pos.size(); ++r) pos[r] = pos0 + int32_t(r % T);
+  for (bool forward : {true, false}) {
+    std::vector<float> a = x, b = x;
+    if (forward) {
+      be_->rope_forward(a.data(), B, T, nh, HS, pos0, freq.data());
+      be_->rope_forward_at(b.data(), pos.data(), B, T, nh, HS, freq.data());
+    } else {
+      be_->rope_backward(a.data(), B, T, nh, HS, pos0, freq.data());
+      be_->rope_backward_at(b.data(), pos.data(), B, T, nh, HS, freq.data());
+    }
+    EXPECT_EQ(a, b) << (forward ? "forward" : "backward");
+  }
+}
+
+// Top-k per sequence against its definition, checked pair by pair rather than by sorting: k
+// positions in increasing order, each chosen one above every one left out or equal and earlier
+// (ties to the earlier position), rows = b*T + pos; at k = T all, at k = 0 none written.
+TEST_F(CpuBackendTest, TopkRowsChoosesTheLargestAndBreaksTiesEarly) {
+  const int B = 4, T = 50;
+  std::vector<float> score = to_float(random_vec(size_t(B) * T, 62));
+  for (size_t i = 0; i < score.size(); i += 3) score[i] = std::floor(score[i] * 4.0f) / 4.0f;  // many ties
+  for (int k : {0, 1, 7, 25, 49, 50}) {
+    std::vector<int32_t> pos(size_t(B) * k + 1, -7), rows(size_t(B) * k + 1, -7);
+    be_->topk_rows(pos.data(), rows.data(), score.data(), B, T, k);
+    EXPECT_EQ(pos.back(), -7) << "wrote past B*k";
+    for (int b = 0; b < B; ++b) {
+      const float* s = score.data() + size_t(b) * T;
+      std::vector<bool> chosen(size_t(T), false);
+      for (int i = 0; i < k; ++i) {
+        const int32_t p = pos[size_t(b) * k + i];
+        ASSERT_TRUE(p >= 0 && p < T);
+        if (i > 0) {
+          ASSERT_LT(pos[size_t(b) * k + i - 1], p) << "not in position order";
+        }
+        EXPECT_EQ(rows[size_t(b) * k + i], b * T + p);
+        chosen[size_t(p)] = true;
+      }
+      for (int c = 0; c < T; ++c) {
+        for (int o = 0; o < T; ++o) {
+          if (!chosen[size_t(c)] || chosen[size_t(o)]) continue;
+          ASSERT_TRUE(s[c] > s[o] || (s[c] == s[o] && c < o))
+              << "k " << k << " row " << b << ": chose " << c << " over " << o;
+        }
+      }
+    }
+  }
+}
+
 TEST_F(CpuBackendTest, SwigluMatchesDoubleOverTheExpRange) {
   const size_t n = 100003;  // not a multiple of any vector width
   Vec gate = random_vec(n, 70, -30, 30);

@@ -20,6 +20,7 @@
 #include "kernels/cpu/ops_matmul.h"
 #include "kernels/cpu/ops_rmsnorm.h"
 #include "kernels/cpu/ops_rope.h"
+#include "kernels/cpu/ops_route.h"
 #include "kernels/cpu/ops_swiglu.h"
 
 namespace ftx {
@@ -70,6 +71,31 @@ class CpuBackend final : public Backend {
   double sum_squares(const float* x, size_t n) override { return cpu::sum_squares(x, n); }
   void broadcast_rows(float* out, const float* v, int N, int C) override { cpu::broadcast_rows(out, v, N, C); }
   void sum_rows(float* dv, const float* dout, int N, int C) override { cpu::sum_rows(dv, dout, N, C); }
+  void route_stats_forward(float* st_ch, float* ma, const float* dx, const float* dx_hat, int B, int T, int C,
+                           int W) override {
+    cpu::route_stats_forward(st_ch, ma, dx, dx_hat, B, T, C, W);
+  }
+  void route_stats_backward(float* d_dx, float* d_dx_hat, const float* d_st_ch, const float* dx, const float* dx_hat,
+                            int N, int C) override {
+    cpu::route_stats_backward(d_dx, d_dx_hat, d_st_ch, dx, dx_hat, N, C);
+  }
+  void route_gate_forward(float* g, const float* st_ch, const float* ma, const float* params, int N) override {
+    cpu::route_gate_forward(g, st_ch, ma, params, N);
+  }
+  void route_gate_backward(float* d_st_ch, float* dparams, const float* dg, const float* st_ch, const float* ma,
+                           const float* params, int N) override {
+    cpu::route_gate_backward(d_st_ch, dparams, dg, st_ch, ma, params, N);
+  }
+  void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k) override {
+    cpu::topk_rows(pos, rows, score, B, T, k);
+  }
+  void scale_rows_forward(float* out, const float* x, const float* s, int N, int C) override {
+    cpu::scale_rows_forward(out, x, s, N, C);
+  }
+  void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N,
+                           int C) override {
+    cpu::scale_rows_backward(dx, ds, dout, x, s, N, C);
+  }
 
   // ---- embedding ----
   void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
@@ -122,6 +148,12 @@ class CpuBackend final : public Backend {
   }
   void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
     cpu::rope_backward(dx, B, T, nh, HS, pos0, inv_freq);
+  }
+  void rope_forward_at(float* x, const int32_t* pos, int B, int T, int nh, int HS, const float* inv_freq) override {
+    cpu::rope_forward_at(x, pos, B, T, nh, HS, inv_freq);
+  }
+  void rope_backward_at(float* dx, const int32_t* pos, int B, int T, int nh, int HS, const float* inv_freq) override {
+    cpu::rope_backward_at(dx, pos, B, T, nh, HS, inv_freq);
   }
 
   // ---- attention ----

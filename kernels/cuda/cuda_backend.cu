@@ -204,6 +204,40 @@ class CudaBackend final : public Backend {
     if (C == 0) return;
     op("sum_rows", cuda::sum_rows, dv, dout, N, C);
   }
+  void route_stats_forward(float* st_ch, float* ma, const float* dx, const float* dx_hat, int B, int T, int C,
+                           int W) override {
+    FT_ASSERT(W >= 1 && C >= 1, "route_stats: window %d, width %d", W, C);
+    if (B * T == 0) return;
+    op("route_stats_forward", cuda::route_stats_forward, st_ch, ma, dx, dx_hat, B, T, C, W);
+  }
+  void route_stats_backward(float* d_dx, float* d_dx_hat, const float* d_st_ch, const float* dx, const float* dx_hat,
+                            int N, int C) override {
+    if (size_t(N) * C == 0) return;
+    op("route_stats_backward", cuda::route_stats_backward, d_dx, d_dx_hat, d_st_ch, dx, dx_hat, N, C);
+  }
+  void route_gate_forward(float* g, const float* st_ch, const float* ma, const float* params, int N) override {
+    if (N == 0) return;
+    op("route_gate_forward", cuda::route_gate_forward, g, st_ch, ma, params, N);
+  }
+  void route_gate_backward(float* d_st_ch, float* dparams, const float* dg, const float* st_ch, const float* ma,
+                           const float* params, int N) override {
+    if (N == 0) return;
+    op("route_gate_backward", cuda::route_gate_backward, d_st_ch, dparams, dg, st_ch, ma, params, N);
+  }
+  void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k) override {
+    FT_ASSERT(k >= 0 && k <= T, "topk_rows: k %d of T %d", k, T);
+    if (B == 0 || k == 0) return;
+    op("topk_rows", cuda::topk_rows, pos, rows, score, B, T, k);
+  }
+  void scale_rows_forward(float* out, const float* x, const float* s, int N, int C) override {
+    if (size_t(N) * C == 0) return;
+    op("scale_rows_forward", cuda::scale_rows_forward, out, x, s, N, C);
+  }
+  void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N,
+                           int C) override {
+    if (N == 0) return;
+    op("scale_rows_backward", cuda::scale_rows_backward, dx, ds, dout, x, s, N, C);
+  }
 
   // ---- embedding ----
   void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
@@ -253,10 +287,16 @@ class CudaBackend final : public Backend {
 
   // ---- RoPE ----
   void rope_forward(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
-    rope(x, B, T, nh, HS, pos0, inv_freq, 1.0);
+    rope(x, B, T, nh, HS, pos0, nullptr, inv_freq, 1.0);
   }
   void rope_backward(float* dx, int B, int T, int nh, int HS, int pos0, const float* inv_freq) override {
-    rope(dx, B, T, nh, HS, pos0, inv_freq, -1.0);
+    rope(dx, B, T, nh, HS, pos0, nullptr, inv_freq, -1.0);
+  }
+  void rope_forward_at(float* x, const int32_t* pos, int B, int T, int nh, int HS, const float* inv_freq) override {
+    rope(x, B, T, nh, HS, 0, pos, inv_freq, 1.0);
+  }
+  void rope_backward_at(float* dx, const int32_t* pos, int B, int T, int nh, int HS, const float* inv_freq) override {
+    rope(dx, B, T, nh, HS, 0, pos, inv_freq, -1.0);
   }
 
   // ---- attention ----
@@ -573,10 +613,10 @@ class CudaBackend final : public Backend {
     };
     cuda::binary_mapper_backward(dlogits, dR, W, p, N, C, H, tile, st);
   }
-  void rope(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq, double sign) {
+  void rope(float* x, int B, int T, int nh, int HS, int pos0, const int32_t* pos, const float* inv_freq, double sign) {
     FT_ASSERT(HS % 2 == 0, "rope: head size %d", HS);
     if (size_t(B) * T * nh * (HS / 2) == 0) return;
-    op("rope", cuda::rope, x, B, T, nh, HS, pos0, inv_freq, sign);
+    op("rope", cuda::rope, x, B, T, nh, HS, pos0, pos, inv_freq, sign);
   }
 
   int device_;

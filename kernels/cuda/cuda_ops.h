@@ -25,13 +25,27 @@ void scale(float* x, float s, size_t n, cudaStream_t st);
 void sum_squares_partials(double* partial, const float* x, size_t n, cudaStream_t st);  // (kReduceBlocks)
 void broadcast_rows(float* out, const float* v, int N, int C, cudaStream_t st);
 void sum_rows(float* dv, const float* dout, int N, int C, cudaStream_t st);
+void route_stats_forward(float* st_ch, float* ma, const float* dx, const float* dx_hat, int B, int T, int C, int W,
+                         cudaStream_t st);
+void route_stats_backward(float* d_dx, float* d_dx_hat, const float* d_st_ch, const float* dx, const float* dx_hat,
+                          int N, int C, cudaStream_t st);
+void route_gate_forward(float* g, const float* st_ch, const float* ma, const float* params, int N, cudaStream_t st);
+void route_gate_backward(float* d_st_ch, float* dparams, const float* dg, const float* st_ch, const float* ma,
+                         const float* params, int N, cudaStream_t st);
+constexpr int kTopkMaxT = 48 * 1024;  // topk_rows: a byte of shared memory per position
+void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k, cudaStream_t st);
+void scale_rows_forward(float* out, const float* x, const float* s, int N, int C, cudaStream_t st);
+void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N, int C,
+                         cudaStream_t st);
 void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C, cudaStream_t st);
 void embedding_forward(float* out, const int32_t* tok, const __nv_bfloat16* wte, int N, int C, cudaStream_t st);
 void embedding_backward(float* dwte, const float* dout, const int32_t* tok, int N, int C, cudaStream_t st);
 void rmsnorm_forward(float* out, float* rstd, const float* x, const float* w, int N, int C, float eps, cudaStream_t st);
 void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, const float* w, const float* rstd, int N,
                       int C, cudaStream_t st);
-void rope(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq, double sign, cudaStream_t st);
+// pos (B, T) null: token (b, t) at pos0 + t.
+void rope(float* x, int B, int T, int nh, int HS, int pos0, const int32_t* pos, const float* inv_freq, double sign,
+          cudaStream_t st);
 void swiglu_forward(float* out, const float* gate, const float* up, size_t n, cudaStream_t st);
 void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up, size_t n,
                      cudaStream_t st);

@@ -98,6 +98,161 @@ __global__ void sum_rows_kernel(float* dv, const float* dout, int N, int C) {
   column_sum(dv, N, C, [=] __device__(int n, int c) { return double(dout[size_t(n) * C + c]); });
 }
 
+// ---- row scaling ---------------------------------------------------------------------------
+
+__global__ void scale_rows_forward_kernel(float* out, const float* x, const float* s, int N, int C) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < size_t(N) * C) out[i] = s[i / C] * x[i];
+}
+
+// One warp a row: ds in double over the row, dx overwritten.
+__global__ void scale_rows_backward_kernel(float* dx, float* ds, const float* dout, const float* x, const float* s,
+                                           int N, int C) {
+  const int n = blockIdx.x * kRowWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (n >= N) return;
+  const float* g = dout + size_t(n) * C;
+  const float* xr = x + size_t(n) * C;
+  float* d = dx + size_t(n) * C;
+  const float k = s[n];
+  double dot = 0.0;
+  for (int c = lane; c < C; c += 32) {
+    dot += double(g[c]) * double(xr[c]);
+    d[c] = k * g[c];
+  }
+  for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
+  if (lane == 0) ds[n] += float(dot);
+}
+
+// ---- the surprise statistics and gate -----------------------------------------------------------
+
+__device__ __forceinline__ double route_softplus(double p) { return p > 20.0 ? p : log1p(exp(p)); }
+__device__ __forceinline__ double route_sigmoid(double x) { return 1.0 / (1.0 + exp(-x)); }
+
+// One warp a token: d_st and d_ch.
+__global__ void route_norms_kernel(float* st_ch, const float* dx, const float* dx_hat, int N, int C) {
+  const int n = blockIdx.x * kRowWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (n >= N) return;
+  const float* x = dx + size_t(n) * C;
+  const float* h = dx_hat + size_t(n) * C;
+  double st = 0.0, ch = 0.0;
+  for (int c = lane; c < C; c += 32) {
+    st += double(x[c]) * double(x[c]);
+    const double e = double(x[c]) - double(h[c]);
+    ch += e * e;
+  }
+  for (int o = 16; o > 0; o >>= 1) {
+    st += __shfl_xor_sync(0xffffffffu, st, o);
+    ch += __shfl_xor_sync(0xffffffffu, ch, o);
+  }
+  if (lane != 0) return;
+  st_ch[n] = float(st / C);
+  st_ch[size_t(N) + n] = float(ch / C);
+}
+
+// One thread a token: the mean of d_st over its window.
+__global__ void route_average_kernel(float* ma, const float* st_ch, int N, int T, int W) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const int t = n % T, t0 = max(0, t - W + 1);
+  double sum = 0.0;
+  for (int u = n - (t - t0); u <= n; ++u) sum += double(st_ch[u]);
+  ma[n] = float(sum / (t - t0 + 1));
+}
+
+__global__ void route_stats_backward_kernel(float* d_dx, float* d_dx_hat, const float* d_st_ch, const float* dx,
+                                            const float* dx_hat, int N, int C) {
+  const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= size_t(N) * C) return;
+  const size_t n = i / C;
+  const double k_st = 2.0 / C * double(d_st_ch[n]), k_ch = 2.0 / C * double(d_st_ch[size_t(N) + n]);
+  const double e = double(dx[i]) - double(dx_hat[i]);
+  d_dx[i] = float(k_st * double(dx[i]) + k_ch * e);
+  d_dx_hat[i] = float(-k_ch * e);
+}
+
+// CE, CU and their sigmoids a and c at token n; k = softplus(params): o_ce, m_cu, beta_ce, beta_cu.
+struct RouteGateAt {
+  double ce, cu, a, c;
+};
+__device__ RouteGateAt route_gate_at(const float* st_ch, const float* ma, const float* params, int N, int n) {
+  RouteGateAt r;
+  const double d_st = st_ch[n], d_ch = st_ch[size_t(N) + n];
+  r.ce = d_st - d_ch + log(route_softplus(params[0]));
+  r.cu = d_st - route_softplus(params[1]) * double(ma[n]);
+  r.a = route_sigmoid(route_softplus(params[2]) * r.ce);
+  r.c = route_sigmoid(route_softplus(params[3]) * r.cu);
+  return r;
+}
+
+__global__ void route_gate_forward_kernel(float* g, const float* st_ch, const float* ma, const float* params, int N) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  const RouteGateAt r = route_gate_at(st_ch, ma, params, N, n);
+  g[n] = float(r.a + r.c - r.a * r.c);
+}
+
+// dL/d(beta_ce CE) and dL/d(beta_cu CU) at token n.
+__device__ void route_gate_grads(double& da, double& dc, RouteGateAt& r, const float* dg, const float* st_ch,
+                                 const float* ma, const float* params, int N, int n) {
+  r = route_gate_at(st_ch, ma, params, N, n);
+  da = double(dg[n]) * (1.0 - r.c) * r.a * (1.0 - r.a);
+  dc = double(dg[n]) * (1.0 - r.a) * r.c * (1.0 - r.c);
+}
+
+__global__ void route_gate_backward_kernel(float* d_st_ch, const float* dg, const float* st_ch, const float* ma,
+                                           const float* params, int N) {
+  const int n = blockIdx.x * blockDim.x + threadIdx.x;
+  if (n >= N) return;
+  double da, dc;
+  RouteGateAt r;
+  route_gate_grads(da, dc, r, dg, st_ch, ma, params, N, n);
+  const double b_ce = route_softplus(params[2]), b_cu = route_softplus(params[3]);
+  d_st_ch[n] = float(da * b_ce + dc * b_cu);
+  d_st_ch[size_t(N) + n] = float(-da * b_ce);
+}
+
+// dparams (4) += the sum over tokens, each column's through softplus' derivative.
+__global__ void route_gate_params_kernel(float* dparams, const float* dg, const float* st_ch, const float* ma,
+                                         const float* params, int N) {
+  column_sum(dparams, N, 4, [=] __device__(int n, int j) {
+    double da, dc;
+    RouteGateAt r;
+    route_gate_grads(da, dc, r, dg, st_ch, ma, params, N, n);
+    const double b = j == 0   ? da * route_softplus(params[2]) / route_softplus(params[0])
+                     : j == 1 ? -dc * route_softplus(params[3]) * double(ma[n])
+                     : j == 2 ? da * r.ce
+                              : dc * r.cu;
+    return b * route_sigmoid(params[j]);
+  });
+}
+
+// ---- top-k per sequence ----------------------------------------------------------------------
+
+// One block a sequence. Each thread ranks its positions against the whole row (values above, or
+// equal and earlier: ties to the earlier position) and flags those ranked under k in dynamic
+// shared memory (T bytes); then thread 0 writes the flagged positions in order. O(T^2) compares a
+// row, which at training lengths is far below the block it routes.
+__global__ void topk_rows_kernel(int32_t* pos, int32_t* rows, const float* score, int T, int k) {
+  FTX_DYNAMIC_SHARED(unsigned char, chosen);
+  const int b = blockIdx.x;
+  const float* s = score + size_t(b) * T;
+  for (int t = threadIdx.x; t < T; t += blockDim.x) {
+    const float v = s[t];
+    int above = 0;
+    for (int j = 0; j < T && above < k; ++j) above += s[j] > v || (s[j] == v && j < t);
+    chosen[t] = above < k ? 1 : 0;
+  }
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  int n = 0;
+  for (int t = 0; t < T && n < k; ++t) {
+    if (!chosen[t]) continue;
+    pos[size_t(b) * k + n] = t;
+    rows[size_t(b) * k + n] = b * T + t;
+    ++n;
+  }
+}
+
 // ---- embedding -----------------------------------------------------------------------------
 
 __device__ __forceinline__ float widen(float x) { return x; }
@@ -160,14 +315,17 @@ __global__ void rmsnorm_backward_dw_kernel(float* dw, const float* dout, const f
 
 // ---- RoPE: angles in double as the CPU computes them, one thread per rotated pair -------------
 
-__global__ void rope_kernel(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq, double sign) {
+// Token (b, t) at pos[b * T + t] when pos is given, else at pos0 + t.
+__global__ void rope_kernel(float* x, int B, int T, int nh, int HS, int pos0, const int32_t* pos, const float* inv_freq,
+                            double sign) {
   const int half = HS / 2;
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= size_t(B) * T * nh * half) return;
   const int pair = int(i % half);
   const size_t row = i / half;  // (b, t, h)
-  const int t = int((row / nh) % T);
-  const double angle = double(pos0 + t) * double(inv_freq[pair]);
+  const size_t token = row / nh;
+  const int at = pos ? pos[token] : pos0 + int(token % T);
+  const double angle = double(at) * double(inv_freq[pair]);
   const float cs = float(cos(angle)), sn = float(sign * sin(angle));
   float* r = x + row * HS;
   const float x1 = r[pair], x2 = r[pair + half];
@@ -348,6 +506,63 @@ void sum_rows(float* dv, const float* dout, int N, int C, cudaStream_t st) {
   FTX_CUDA_LAUNCHED();
 }
 
+void route_stats_forward(float* st_ch, float* ma, const float* dx, const float* dx_hat, int B, int T, int C, int W,
+                         cudaStream_t st) {
+  const int N = B * T;
+  if (N == 0) return;
+  FTX_LAUNCH(route_norms_kernel, blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, st, st_ch, dx, dx_hat, N, C);
+  FTX_CUDA_LAUNCHED();
+  FTX_LAUNCH(route_average_kernel, blocks_for(size_t(N), kThreads), kThreads, 0, st, ma, st_ch, N, T, W);
+  FTX_CUDA_LAUNCHED();
+}
+
+void route_stats_backward(float* d_dx, float* d_dx_hat, const float* d_st_ch, const float* dx, const float* dx_hat,
+                          int N, int C, cudaStream_t st) {
+  const size_t n = size_t(N) * C;
+  if (n == 0) return;
+  FTX_LAUNCH(route_stats_backward_kernel, blocks_for(n, kThreads), kThreads, 0, st, d_dx, d_dx_hat, d_st_ch, dx, dx_hat,
+             N, C);
+  FTX_CUDA_LAUNCHED();
+}
+
+void route_gate_forward(float* g, const float* st_ch, const float* ma, const float* params, int N, cudaStream_t st) {
+  if (N == 0) return;
+  FTX_LAUNCH(route_gate_forward_kernel, blocks_for(size_t(N), kThreads), kThreads, 0, st, g, st_ch, ma, params, N);
+  FTX_CUDA_LAUNCHED();
+}
+
+void route_gate_backward(float* d_st_ch, float* dparams, const float* dg, const float* st_ch, const float* ma,
+                         const float* params, int N, cudaStream_t st) {
+  if (N == 0) return;
+  FTX_LAUNCH(route_gate_backward_kernel, blocks_for(size_t(N), kThreads), kThreads, 0, st, d_st_ch, dg, st_ch, ma,
+             params, N);
+  FTX_CUDA_LAUNCHED();
+  FTX_LAUNCH(route_gate_params_kernel, 1, dim3(32, kColumnRows), 0, st, dparams, dg, st_ch, ma, params, N);
+  FTX_CUDA_LAUNCHED();
+}
+
+void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k, cudaStream_t st) {
+  FT_ASSERT(k >= 0 && k <= T && T <= kTopkMaxT, "topk_rows: k %d of T %d (at most %d)", k, T, kTopkMaxT);
+  if (B == 0 || k == 0) return;
+  FTX_LAUNCH(topk_rows_kernel, unsigned(B), kThreads, size_t(T), st, pos, rows, score, T, k);
+  FTX_CUDA_LAUNCHED();
+}
+
+void scale_rows_forward(float* out, const float* x, const float* s, int N, int C, cudaStream_t st) {
+  const size_t n = size_t(N) * C;
+  if (n == 0) return;
+  FTX_LAUNCH(scale_rows_forward_kernel, blocks_for(n, kThreads), kThreads, 0, st, out, x, s, N, C);
+  FTX_CUDA_LAUNCHED();
+}
+
+void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N, int C,
+                         cudaStream_t st) {
+  if (N == 0) return;
+  FTX_LAUNCH(scale_rows_backward_kernel, blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, st, dx, ds, dout, x, s, N,
+             C);
+  FTX_CUDA_LAUNCHED();
+}
+
 void embedding_forward(float* out, const int32_t* tok, const float* wte, int N, int C, cudaStream_t st) {
   const size_t n = size_t(N) * C;
   if (n == 0) return;
@@ -388,11 +603,12 @@ void rmsnorm_backward(float* dx, float* dw, const float* dout, const float* x, c
   FTX_CUDA_LAUNCHED();
 }
 
-void rope(float* x, int B, int T, int nh, int HS, int pos0, const float* inv_freq, double sign, cudaStream_t st) {
+void rope(float* x, int B, int T, int nh, int HS, int pos0, const int32_t* pos, const float* inv_freq, double sign,
+          cudaStream_t st) {
   FT_ASSERT(HS % 2 == 0, "rope: head size %d", HS);
   const size_t n = size_t(B) * T * nh * (HS / 2);
   if (n == 0) return;
-  FTX_LAUNCH(rope_kernel, blocks_for(n, kThreads), kThreads, 0, st, x, B, T, nh, HS, pos0, inv_freq, sign);
+  FTX_LAUNCH(rope_kernel, blocks_for(n, kThreads), kThreads, 0, st, x, B, T, nh, HS, pos0, pos, inv_freq, sign);
   FTX_CUDA_LAUNCHED();
 }
 
