@@ -614,7 +614,7 @@ TEST(CudaEmu, EmbeddingRmsnormRopeSwiglu) {
   const std::vector<float> xr = rnd(size_t(B) * T * nh * HS, 414);
   std::vector<float> fwd = xr, freq(HS / 2);
   for (int i = 0; i < HS / 2; ++i) freq[i] = float(std::pow(double(theta), -2.0 * i / HS));
-  cuda::rope(fwd.data(), B, T, nh, HS, pos0, freq.data(), 1.0, nullptr);
+  cuda::rope(fwd.data(), B, T, nh, HS, pos0, nullptr, freq.data(), 1.0, nullptr);
   Vec fwd_ref(xr.size());
   for (int bt = 0; bt < B * T; ++bt)
     for (int h = 0; h < nh; ++h)
@@ -625,7 +625,7 @@ TEST(CudaEmu, EmbeddingRmsnormRopeSwiglu) {
         fwd_ref[k + HS / 2] = xr[k + HS / 2] * std::cos(ang) + xr[k] * std::sin(ang);
       }
   EXPECT_LE(rel_error(fwd, fwd_ref), 1e-6);
-  cuda::rope(fwd.data(), B, T, nh, HS, pos0, freq.data(), -1.0, nullptr);
+  cuda::rope(fwd.data(), B, T, nh, HS, pos0, nullptr, freq.data(), -1.0, nullptr);
   EXPECT_LE(rel_error(fwd, Vec(xr.begin(), xr.end())), 1e-6);
 
   const size_t m = 1000;

@@ -11,6 +11,7 @@ namespace ftx {
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+constexpr int64_t kStateBudget = int64_t{2} << 30;  // bytes of activations kl_profile holds at once
 
 // The per-sequence shares of a group (agreement_at) as plain values.
 void append_shares(const GroupResult& g, std::vector<double>* out) {
@@ -23,7 +24,11 @@ Result<KlProfile> kl_profile(Model& model, const BatchSource& data, int n_seq) {
   const int H = model.config().latent_bits;
   if (H == 0) return make_error("KL profile: the model has no latent (H = 0)");
   if (n_seq < 1) return make_error("KL profile: needs at least one sequence");
-  const int S = data.seq_len(), T = S - 1, B = std::min(n_seq, 64);
+  const int S = data.seq_len(), T = S - 1;
+  // Up to 64 sequences a forward, fewer where their activations would pass kStateBudget (a 135M
+  // model's 64 x 255 tokens would take 24 GiB).
+  int B = std::min(n_seq, 64);
+  while (B > 1 && Model::state_bytes(model.config(), B, T) > kStateBudget) B /= 2;
   auto state = model.make_state(B, T);
   std::vector<int32_t> tok(size_t(B) * S), in(size_t(B) * T), tg(size_t(B) * T);
   std::vector<float> kl(size_t(B) * T), p(size_t(B) * T * H);
