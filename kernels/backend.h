@@ -92,14 +92,6 @@ class Backend {
   virtual void broadcast_rows(float* out, const float* v, int N, int C) = 0;   // out[n,:] = v  (N,C)
   virtual void sum_rows(float* dv, const float* dout, int N, int C) = 0;       // dv += sum_n dout[n,:]
 
-  // ---- row scaling: out[n,:] = s[n] * x[n,:] (x, out (N, C), s (N); out may alias x) ---------
-  // A routed block's gate on each selected token's change (docs/subjective_depth.md; gathering
-  // the selected rows and adding the change back are the embedding ops on an fp32 table).
-  virtual void scale_rows_forward(float* out, const float* x, const float* s, int N, int C) = 0;
-  // dx[n,:] = s[n] * dout[n,:] (overwritten; not aliasing dout), ds[n] += <dout[n,:], x[n,:]>.
-  virtual void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N,
-                                   int C) = 0;
-
   // ---- the surprise gate of a routed block (docs/subjective_depth.md) -------------------------
   // Two steps, so that the moving average's stop gradient is part of the contract. Statistics,
   // per token n of (B, T), from the block's change dx (N, C) and its prediction dx_hat (N, C):
@@ -123,6 +115,18 @@ class Backend {
   // token matrix, rows[b*k + i] = b*T + pos[b*k + i] (what the embedding ops gather and scatter
   // by). 0 <= k <= T; scores are finite.
   virtual void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k) = 0;
+
+  // ---- the routed block's write-back: its selected tokens' rows take the gated change --------
+  // out (N, C) = x, then row r = rows[i] (i < M, distinct rows) = g[r] y[i] + (1 - g[r]) x[r], where
+  // y (M, C) is the block's output on the gathered selection (gathering is embedding_forward on
+  // an fp32 table) and g (N) the gate per token: with g = 1 the row is y[i] bit for bit. out may
+  // alias x.
+  virtual void route_scatter_forward(float* out, const float* x, const float* y, const float* g, const int32_t* rows,
+                                     int N, int M, int C) = 0;
+  // dx (N, C) = dout with the selected rows scaled by 1 - g (dx may alias dout); dy (M, C) =
+  // g dout at the selected rows (overwritten); dg (N) += <dout[r], y[i] - x[r]> at the selected rows.
+  virtual void route_scatter_backward(float* dx, float* dy, float* dg, const float* dout, const float* x,
+                                      const float* y, const float* g, const int32_t* rows, int N, int M, int C) = 0;
 
   // ---- embedding: out[n,:] = wte[tok[n],:]; backward scatter-adds into dwte -----------------
   // wte (V, C) of any dtype (widened exactly to fp32); the backward is fp32 only.

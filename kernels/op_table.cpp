@@ -394,41 +394,79 @@ OpCase topk_rows_case(const OpDims& d, uint64_t seed) {
   return c;
 }
 
-// variant 1: in place (out is x; no gradient: the backward needs x before the op).
-OpCase scale_rows_forward_case(const OpDims& d, uint64_t seed) {
-  const int N = d.N, C = d.C;
+// M distinct rows of N, in an order that is not increasing (a routed block's selection, shuffled).
+std::vector<uint32_t> distinct_rows(int N, int M, uint64_t seed) {
+  std::vector<uint32_t> all(static_cast<size_t>(N));
+  for (int n = 0; n < N; ++n) all[size_t(n)] = uint32_t(n);
+  for (int n = N - 1; n > 0; --n)
+    std::swap(all[size_t(n)],
+              all[size_t(philox_uniform(seed, kStreamEval, uint64_t(n)) * float(n + 1)) % size_t(n + 1)]);
+  all.resize(static_cast<size_t>(M));
+  return all;
+}
+
+// N rows, M of them selected (OpDims::OC). variant 1: in place (out is x; no gradient: the
+// backward needs x before the op). The gate is near 1 on some rows and exactly 1 on one.
+OpCase route_scatter_forward_case(const OpDims& d, uint64_t seed) {
+  const int N = d.N, M = d.OC, C = d.C;
   const bool in_place = d.variant == 1;
-  const std::string label = kv({{"N", N}, {"C", C}}) + (in_place ? " in place" : "");
+  std::vector<float> g = uniform(size_t(N), seed + 2, 0.0, 1.0);
+  g[0] = 1.0f;
+  auto sel = words("rows", OpRole::In, OpElem::I32, distinct_rows(N, M, seed + 3));
+  const std::string label = kv({{"N", N}, {"M", M}, {"C", C}}) + (in_place ? " in place" : "");
   if (in_place) {
-    OpCase c = make_case("scale_rows_forward", label, OpError::Exact,
-                         {inout("x", uniform(size_t(N) * C, seed)), in("s", uniform(size_t(N), seed + 1))});
-    c.run = [N, C](Backend& be, const OpArgs& a) { be.scale_rows_forward(a.f(0), a.f(0), a.f(1), N, C); };
-    c.reference = [N, C](OpHost& h) { cpu::scale_rows_forward(h.f(0), h.f(0), h.f(1), N, C); };
+    OpCase c = make_case(
+        "route_scatter_forward", label, OpError::Elementwise,
+        {inout("x", uniform(size_t(N) * C, seed)), in("y", uniform(size_t(M) * C, seed + 1)), in("g", g), sel});
+    c.run = [=](Backend& be, const OpArgs& a) {
+      be.route_scatter_forward(a.f(0), a.f(0), a.f(1), a.f(2), a.i32(3), N, M, C);
+    };
+    c.reference = [=](OpHost& h) { cpu::route_scatter_forward(h.f(0), h.f(0), h.f(1), h.f(2), h.i32(3), N, M, C); };
     return c;
   }
-  OpCase c = make_case(
-      "scale_rows_forward", label, OpError::Exact,
-      {out("out", size_t(N) * C), in("x", uniform(size_t(N) * C, seed)), in("s", uniform(size_t(N), seed + 1))});
-  c.run = [N, C](Backend& be, const OpArgs& a) { be.scale_rows_forward(a.f(0), a.f(1), a.f(2), N, C); };
-  c.reference = [N, C](OpHost& h) { cpu::scale_rows_forward(h.f(0), h.f(1), h.f(2), N, C); };
-  c.grad.wrt = {1, 2};
+  OpCase c = make_case("route_scatter_forward", label, OpError::Elementwise,
+                       {out("out", size_t(N) * C), in("x", uniform(size_t(N) * C, seed)),
+                        in("y", uniform(size_t(M) * C, seed + 1)), in("g", g), sel});
+  c.run = [=](Backend& be, const OpArgs& a) {
+    be.route_scatter_forward(a.f(0), a.f(1), a.f(2), a.f(3), a.i32(4), N, M, C);
+  };
+  c.reference = [=](OpHost& h) { cpu::route_scatter_forward(h.f(0), h.f(1), h.f(2), h.f(3), h.i32(4), N, M, C); };
+  c.grad.wrt = {1, 2, 3};
   c.grad.outputs = {0};
-  c.grad.backward = [N, C](OpHost& h, const auto& seeds, auto& grads) {
-    cpu::scale_rows_backward(grads[0].data(), grads[1].data(), seeds[0].data(), h.f(1), h.f(2), N, C);
+  c.grad.backward = [=](OpHost& h, const auto& seeds, auto& grads) {
+    std::vector<double> dx(seeds[0]);
+    cpu::route_scatter_backward(dx.data(), grads[1].data(), grads[2].data(), seeds[0].data(), h.f(1), h.f(2), h.f(3),
+                                h.i32(4), N, M, C);
+    grads[0] = dx;
   };
   return c;
 }
 
-OpCase scale_rows_backward_case(const OpDims& d, uint64_t seed) {
-  const int N = d.N, C = d.C;
-  OpCase c = make_case(
-      "scale_rows_backward", kv({{"N", N}, {"C", C}}), OpError::Reduction,
-      {out("dx", size_t(N) * C), inout("ds", uniform(size_t(N), seed)), in("dout", uniform(size_t(N) * C, seed + 1)),
-       in("x", uniform(size_t(N) * C, seed + 2)), in("s", uniform(size_t(N), seed + 3))});
-  c.run = [N, C](Backend& be, const OpArgs& a) {
-    be.scale_rows_backward(a.f(0), a.f(1), a.f(2), a.f(3), a.f(4), N, C);
+// variant 1: in place (dx is dout).
+OpCase route_scatter_backward_case(const OpDims& d, uint64_t seed) {
+  const int N = d.N, M = d.OC, C = d.C;
+  const bool in_place = d.variant == 1;
+  std::vector<OpBuffer> bufs;
+  if (in_place)
+    bufs.push_back(inout("dout", uniform(size_t(N) * C, seed + 1)));
+  else
+    bufs.push_back(out("dx", size_t(N) * C));
+  bufs.push_back(out("dy", size_t(M) * C));
+  bufs.push_back(inout("dg", uniform(size_t(N), seed)));
+  bufs.push_back(in("dout", uniform(size_t(N) * C, seed + 1)));
+  bufs.push_back(in("x", uniform(size_t(N) * C, seed + 2)));
+  bufs.push_back(in("y", uniform(size_t(M) * C, seed + 3)));
+  bufs.push_back(in("g", uniform(size_t(N), seed + 4, 0.0, 1.0)));
+  bufs.push_back(words("rows", OpRole::In, OpElem::I32, distinct_rows(N, M, seed + 5)));
+  OpCase c = make_case("route_scatter_backward", kv({{"N", N}, {"M", M}, {"C", C}}) + (in_place ? " in place" : ""),
+                       OpError::Reduction, std::move(bufs));
+  const size_t dout = in_place ? 0 : 3;
+  c.run = [=](Backend& be, const OpArgs& a) {
+    be.route_scatter_backward(a.f(0), a.f(1), a.f(2), a.f(dout), a.f(4), a.f(5), a.f(6), a.i32(7), N, M, C);
   };
-  c.reference = [N, C](OpHost& h) { cpu::scale_rows_backward(h.f(0), h.f(1), h.f(2), h.f(3), h.f(4), N, C); };
+  c.reference = [=](OpHost& h) {
+    cpu::route_scatter_backward(h.f(0), h.f(1), h.f(2), h.f(dout), h.f(4), h.f(5), h.f(6), h.i32(7), N, M, C);
+  };
   return c;
 }
 
@@ -954,8 +992,13 @@ std::vector<OpRow> build_table() {
     d.B = B, d.T = T, d.N = k, d.variant = ties;
     topk_sizes.push_back(d);
   }
-  std::vector<OpDims> scale_fwd = row_sizes;
-  scale_fwd.push_back(rows(100, 33, 1));  // in place
+  std::vector<OpDims> scatter_sizes;  // N rows, M selected (in OC), width C, in place
+  for (auto [N, M, C, in_place] :
+       {std::array{70, 35, 40, 0}, {1, 1, 1, 0}, {300, 300, 64, 1}, {257, 0, 33, 0}, {1000, 17, 130, 1}}) {
+    OpDims d = rows(N, C, in_place);
+    d.OC = M;
+    scatter_sizes.push_back(d);
+  }
   std::vector<OpDims> emb_fwd = emb_sizes;
   emb_fwd.push_back(nvc(333, 50, 130, 1));  // a bf16 table
   OpDims ce_big = nvc(64, 50257, 1);
@@ -1019,8 +1062,8 @@ std::vector<OpRow> build_table() {
       {"route_gate_forward", route_gate_forward_case, gate_sizes},
       {"route_gate_backward", route_gate_backward_case, gate_sizes},
       {"topk_rows", topk_rows_case, topk_sizes},
-      {"scale_rows_forward", scale_rows_forward_case, scale_fwd},
-      {"scale_rows_backward", scale_rows_backward_case, row_sizes},
+      {"route_scatter_forward", route_scatter_forward_case, scatter_sizes},
+      {"route_scatter_backward", route_scatter_backward_case, scatter_sizes},
       {"rope_forward_at", [](const OpDims& d, uint64_t s) { return rope_at_case(d, s, true); }, rope_sizes},
       {"rope_backward_at", [](const OpDims& d, uint64_t s) { return rope_at_case(d, s, false); }, rope_sizes},
   };

@@ -96,14 +96,19 @@ class OpTraceBackend final : public Backend {
     note("topk_rows", d);
     b_.topk_rows(pos, rows, score, B, T, k);
   }
-  void scale_rows_forward(float* out, const float* x, const float* s, int N, int C) override {
-    note("scale_rows_forward", nc(N, C, out == x ? 1 : 0));
-    b_.scale_rows_forward(out, x, s, N, C);
+  void route_scatter_forward(float* out, const float* x, const float* y, const float* g, const int32_t* rows, int N,
+                             int M, int C) override {
+    OpDims d = nc(N, C, out == x ? 1 : 0);
+    d.OC = M;
+    note("route_scatter_forward", d);
+    b_.route_scatter_forward(out, x, y, g, rows, N, M, C);
   }
-  void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N,
-                           int C) override {
-    note("scale_rows_backward", nc(N, C));
-    b_.scale_rows_backward(dx, ds, dout, x, s, N, C);
+  void route_scatter_backward(float* dx, float* dy, float* dg, const float* dout, const float* x, const float* y,
+                              const float* g, const int32_t* rows, int N, int M, int C) override {
+    OpDims d = nc(N, C, dx == dout ? 1 : 0);
+    d.OC = M;
+    note("route_scatter_backward", d);
+    b_.route_scatter_backward(dx, dy, dg, dout, x, y, g, rows, N, M, C);
   }
   void embedding_forward(float* out, const int32_t* tok, WeightRef wte, int N, int C) override {
     OpDims d = nc(N, C, wte.dtype == DType::BF16 ? 1 : 0);

@@ -125,7 +125,8 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
   } else {
     out.emplace_back("val/ce_prior", post.ce);  // no latent: both are the plain CE
   }
-  if (!cfg.synthetic) return out;
+  // A routed model does not generate yet (its top-k routing is not causal: docs/subjective_depth.md).
+  if (!cfg.synthetic || model.config().routing.kind != Routing::None) return out;
 
   // Figure 4 as numbers: per prompt one independent group and one fixed-Z group.
   const Tokenizer& tokenizer = data.tokenizer();

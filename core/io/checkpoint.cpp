@@ -126,6 +126,7 @@ Result<TensorSet> open_model_tensors(const std::string& dir) {
 std::string missing_hint(const std::string& name) {
   if (name == "lm_head.weight") return " (config.json has tie_word_embeddings false)";
   if (name.rfind("free.", 0) == 0) return " (config.json has free_transformer, so free.* tensors are required)";
+  if (name.rfind("route.", 0) == 0) return " (config.json has routing, so its router's route.* tensors are required)";
   return "";
 }
 
@@ -134,6 +135,10 @@ std::string extra_hint(const std::string& name, const ModelConfig& c) {
   if (name == "lm_head.weight" && c.tie_embeddings) return "present but config.json has tie_word_embeddings true";
   if (name.rfind("free.", 0) == 0 && !c.is_free())
     return "is a Free Transformer tensor but config.json has no free_transformer (latent_bits 0)";
+  if (name.rfind("route.", 0) == 0)
+    return c.routing.kind == Routing::None ? "is a router's tensor but config.json has no routing"
+                                           : std::string("is not a tensor of routing ") + routing_name(c.routing.kind) +
+                                                 " on the blocks config.json routes";
   return "is not part of the model config.json describes";
 }
 

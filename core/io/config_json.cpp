@@ -308,6 +308,36 @@ Status read_free(const KeyReader& r, ModelConfig* c) {
   return {};
 }
 
+// The "routing" object of a routed model (docs/subjective_depth.md); absent: every block dense.
+Status read_routing(const KeyReader& r, ModelConfig* c) {
+  const json* ro = nullptr;
+  FTX_TRY(r.get_object("routing", &ro));
+  c->routing = RoutingConfig{};
+  if (!ro) return {};
+  KeyReader rr(*ro, r.path(), "routing.");
+  const json* kind = rr.find("kind");
+  if (!kind || !kind->is_string()) return rr.err("kind", "must be one of none, random, mod, sdt, stt");
+  auto k = routing_from_name(kind->get<std::string>());
+  if (!k) return rr.err("kind", kind->dump() + " is not one of none, random, mod, sdt, stt");
+  c->routing.kind = *k;
+  // Numbers in [0, hi].
+  auto unit = [&](const char* key, double hi, float* out) -> Status {
+    const json* v = rr.find(key);
+    if (!v) return {};
+    if (!v->is_number() || !std::isfinite(v->get<double>()) || v->get<double>() < 0 || v->get<double>() > hi)
+      return rr.err(key, "must be a number in [0, " + json(hi).dump() + "], got " + v->dump());
+    *out = float(v->get<double>());
+    return {};
+  };
+  FTX_TRY(unit("capacity", 1.0, &c->routing.capacity));
+  FTX_TRY(unit("aux_weight", 1e6, &c->routing.aux_weight));
+  FTX_TRY(unit("gate_penalty", 1e6, &c->routing.gate_penalty));
+  FTX_TRY(rr.get_bool("hard_gate", &c->routing.hard_gate));
+  FTX_TRY(rr.get_int("prior_div", 1, 1 << 20, &c->routing.prior_div, false));
+  FTX_TRY(rr.get_int("ma_window", 1, 1 << 30, &c->routing.ma_window, false));
+  return {};
+}
+
 // The "tokenizer" object, when present: its form is core/text's; here only how it meets the
 // config (a tokenizer may use fewer ids than the embedding has rows, never more).
 Status read_tokenizer(const KeyReader& r, const ModelConfig& c, std::shared_ptr<const Tokenizer>* out) {
@@ -388,6 +418,16 @@ json config_to_json(const ModelConfig& c, const Tokenizer* tokenizer) {
   j["torch_dtype"] = "float32";
   if (c.latent_bits > 0)
     j["free_transformer"] = {{"latent_bits", c.latent_bits}, {"inject_after_layer", c.inject_after}};
+  if (c.routing.kind != Routing::None) {
+    const RoutingConfig& ro = c.routing;
+    j["routing"] = {{"kind", routing_name(ro.kind)},
+                    {"capacity", short_float(ro.capacity)},
+                    {"hard_gate", ro.hard_gate},
+                    {"prior_div", ro.prior_div},
+                    {"ma_window", ro.ma_window},
+                    {"aux_weight", short_float(ro.aux_weight)},
+                    {"gate_penalty", short_float(ro.gate_penalty)}};
+  }
   if (tokenizer) j["tokenizer"] = tokenizer_to_json(*tokenizer);
   return j;
 }
@@ -428,6 +468,7 @@ Result<ModelConfig> config_from_json(const json& j, const std::string& path,
     FTX_TRY(read_shape(r, &c));
     FTX_TRY(read_numerics(r, &c));
     FTX_TRY(read_free(r, &c));
+    FTX_TRY(read_routing(r, &c));
     c.readout_bias = false;
     if (auto v = c.validate(); !v) return make_error(path + ": " + v.error().message);
     FTX_TRY(read_tokenizer(r, c, tokenizer));

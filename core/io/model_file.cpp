@@ -168,7 +168,7 @@ class RandomModelFile : public ModelFile {
       std::vector<float>& buf = f32_.emplace_back(size_t(s.numel));
 #pragma omp parallel for schedule(static) if (s.numel > (1 << 16))
       for (int64_t i = 0; i < s.numel; ++i)
-        buf[size_t(i)] = s.init == ParamInit::Ones ? 1.0f : s.init == ParamInit::Zeros ? 0.0f : normal(i);
+        buf[size_t(i)] = s.init == ParamInit::Normal ? normal(i) : fixed_init_value(s.init, i);
       return f32_weight(buf.data());
     });
   }

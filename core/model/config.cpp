@@ -5,6 +5,41 @@
 
 namespace ftx {
 
+const char* routing_name(Routing r) {
+  switch (r) {
+    case Routing::None:
+      return "none";
+    case Routing::Random:
+      return "random";
+    case Routing::Mod:
+      return "mod";
+    case Routing::Sdt:
+      return "sdt";
+    case Routing::Stt:
+      return "stt";
+  }
+  return "?";
+}
+
+std::optional<Routing> routing_from_name(const std::string& name) {
+  for (Routing r : {Routing::None, Routing::Random, Routing::Mod, Routing::Sdt, Routing::Stt})
+    if (name == routing_name(r)) return r;
+  return std::nullopt;
+}
+
+std::string routed_blocks_text(const ModelConfig& c) {
+  std::string out;
+  for (int l = 0; l < c.n_layers; ++l)
+    if (c.routed(l)) out += (out.empty() ? "" : ", ") + std::to_string(l);
+  return out;
+}
+
+int ModelConfig::route_k(int T) const {
+  if (!(routing.capacity > 0)) return 0;
+  const int k = int(std::floor(double(routing.capacity) * T));
+  return std::clamp(k, 1, T);
+}
+
 Status ModelConfig::validate() const {
   auto bad = [](const std::string& what) { return make_error("model config: " + what); };
   if (vocab_size <= 0) return bad("vocab_size must be positive, got " + std::to_string(vocab_size));
@@ -33,6 +68,21 @@ Status ModelConfig::validate() const {
     return bad(
         "rope_scaling llama3 needs factor > 0, high_freq_factor > low_freq_factor > 0 and "
         "original_max_position_embeddings > 0");
+  if (routing.kind != Routing::None) {
+    const RoutingConfig& r = routing;
+    const std::string name = std::string("routing ") + routing_name(r.kind);
+    if (!(r.capacity >= 0 && r.capacity <= 1))
+      return bad(name + ": capacity must be in [0, 1], got " + std::to_string(r.capacity));
+    if (r.prior_div < 1) return bad(name + ": prior_div must be at least 1");
+    if (r.ma_window < 1) return bad(name + ": ma_window must be at least 1");
+    if (!(r.aux_weight >= 0 && std::isfinite(r.aux_weight)) || !(r.gate_penalty >= 0 && std::isfinite(r.gate_penalty)))
+      return bad(name + ": loss weights must be finite and not negative");
+    bool any = false;
+    for (int l = 0; l < n_layers; ++l) any = any || routed(l);
+    if (!any)
+      return bad(name + ": no block of " + std::to_string(n_layers) +
+                 " can be routed (routed blocks are the odd ones, the block Z enters excepted)");
+  }
   if (rope_scaling.kind == RopeScalingKind::Divisors) {
     if (int(rope_scaling.divisors.size()) != head_dim / 2)
       return bad("rope frequency divisors: " + std::to_string(rope_scaling.divisors.size()) +
@@ -121,6 +171,14 @@ Result<ModelConfig> shape_model_config(const ShapeOverrides& o, int vocab_size, 
     return make_error(field("layers") + " " + std::to_string(cfg->n_layers) +
                       ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
   cfg->inject_after = cfg->n_layers / 2;
+  auto kind = routing_from_name(o.routing);
+  if (!kind)
+    return make_error(field("routing") + " '" + o.routing + "': unknown (expected none, random, mod, sdt or stt)");
+  if (*kind == Routing::None && !(o.route == RoutingConfig{}))
+    return make_error(field("capacity") + " and the other routing settings need " + field("routing") +
+                      " random, mod, sdt or stt");
+  cfg->routing = o.route;
+  cfg->routing.kind = *kind;
   cfg->vocab_size = vocab_size;
   cfg->max_seq_len = std::max(cfg->max_seq_len, seq_len);
   FTX_TRY(cfg->validate());

@@ -29,6 +29,27 @@ struct RopeScaling {
   bool operator==(const RopeScaling&) const = default;
 };
 
+// Routed compute (docs/subjective_depth.md): some blocks run on a chosen part of each sequence.
+// Random: tokens drawn uniformly; Mod: a learned linear score (Mixture-of-Depths); Sdt: the
+// surprise of the dense block before it against a small prior network; Stt: the surprise of the
+// block's own dense (teacher) pass against a transition network fed the previous token.
+enum class Routing { None, Random, Mod, Sdt, Stt };
+const char* routing_name(Routing r);  // "none", "random", "mod", "sdt", "stt"
+std::optional<Routing> routing_from_name(const std::string& name);
+
+struct RoutingConfig {
+  Routing kind = Routing::None;
+  // gamma: a routed block computes k = max(1, floor(gamma T)) tokens of each sequence of T; 0
+  // computes none (the block removed).
+  float capacity = 0.5f;
+  bool hard_gate = false;       // the selected tokens take the block's output whole (g = 1): an ablation
+  int prior_div = 16;           // the prior / transition network's hidden width is max(1, dim / prior_div)
+  int ma_window = 100;          // W: the moving average of the static change (min(W, T) in effect)
+  float aux_weight = 0.05f;     // the prior's mean squared error to the (stopped) change it predicts
+  float gate_penalty = 0.001f;  // STT: weight of the mean gate in the loss
+  bool operator==(const RoutingConfig&) const = default;
+};
+
 struct ModelConfig {
   int vocab_size = 29;    // V: rows of the embedding; the tokenizer (kept beside) may use fewer
   int dim = 128;          // D (C)
@@ -49,8 +70,18 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool qkv_bias = false;  // q/k/v_proj.bias (Llama's attention_bias, Qwen2 always)
   bool o_bias = false;    // o_proj.bias (Llama's attention_bias)
+  RoutingConfig routing;  // routed compute; kind None: every block dense
 
   bool is_free() const { return latent_bits > 0; }
+  // Block `layer` runs on the selected tokens only: the odd blocks under routing, except the block
+  // Z enters (Z must reach every token). Under SDT, block layer - 1 decides for it.
+  bool routed(int layer) const {
+    return routing.kind != Routing::None && layer % 2 == 1 && layer < n_layers && !(is_free() && layer == inject_after);
+  }
+  // Tokens a routed block computes in each sequence of T.
+  int route_k(int T) const;
+  // The hidden width of the SDT prior / STT transition network.
+  int route_prior_hidden() const { return dim / routing.prior_div > 0 ? dim / routing.prior_div : 1; }
   int64_t num_codes() const { return int64_t{1} << latent_bits; }
   Status validate() const;
 };
@@ -58,6 +89,9 @@ struct ModelConfig {
 // inv_freq[i] for i < head_dim / 2: rope_theta^(-2i/head_dim) (computed in double), then the
 // scaling (docs/design.md section 4). What every backend's RoPE rotates by.
 std::vector<float> rope_inv_freq(const ModelConfig& c);
+
+// The routed blocks of c, "1, 3" (docs/subjective_depth.md).
+std::string routed_blocks_text(const ModelConfig& c);
 
 // The presets by name, the one list (help texts, the Train form, errors): "tiny" (tests) and
 // "small" (the synthetic task's default).
@@ -71,6 +105,9 @@ struct ShapeOverrides {
   std::string preset = "small";
   std::optional<int> layers, dim, heads, kv_heads, ffn;  // heads also sets kv_heads unless given
   int latent_bits = kDefaultLatentBits;
+  // Routed compute (RoutingConfig): the kind by name, then its settings.
+  std::string routing = "none";
+  RoutingConfig route;
 
   template <class Self, class V>  // Self: ShapeOverrides, maybe const (core/util/fields.h)
   static void for_each_field(Self& s, V&& v) {
@@ -85,6 +122,26 @@ struct ShapeOverrides {
                            .help = "H: latent bits per position (0 = plain decoder)",
                            .bounds = closed_range(0, kMaxLatentBits),
                            .note = "(H, latent bits per position)"});
+    v(s.routing,
+      Field{.key = "routing", .help = "Routed compute: none | random | mod | sdt | stt (docs/subjective_depth.md)"});
+    v(s.route.capacity, Field{.key = "capacity",
+                              .help = "With --routing: share of each sequence a routed block computes (gamma)",
+                              .bounds = {0, 1, true, false}});
+    v(s.route.hard_gate, Field{.key = "hard_gate",
+                               .help = "With --routing: selected tokens take the block's output "
+                                       "whole (gate 1), an ablation"});
+    v(s.route.prior_div, Field{.key = "prior_div",
+                               .help = "With --routing sdt|stt: prior network hidden width = dim / this",
+                               .bounds = kPositive});
+    v(s.route.ma_window, Field{.key = "ma_window",
+                               .help = "With --routing sdt|stt: positions in the moving average of the change",
+                               .bounds = kPositive});
+    v(s.route.aux_weight, Field{.key = "aux_weight",
+                                .help = "With --routing sdt|stt: weight of the prior's squared error in the loss",
+                                .bounds = kNonNegative});
+    v(s.route.gate_penalty, Field{.key = "gate_penalty",
+                                  .help = "With --routing stt: weight of the mean gate in the loss",
+                                  .bounds = kNonNegative});
   }
   static std::string preset_list(const char* separator);  // "tiny | small"
 };

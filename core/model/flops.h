@@ -17,6 +17,9 @@ namespace ftx {
 //   the full T x T (not halved for causal masking); L_att counts the encoder block too,
 // + for a Free Transformer the binary mapper backward: dG = dR W^T over all 2^H codes
 //   (2 * 2^H * D) and the per-bit reduction of dG * G (2 * 2^H * H), as `ftx bench mapper` counts.
+// A routed block (docs/subjective_depth.md) computing a share f = k / T of the tokens counts f of its
+// GEMM FLOPs and f^2 of its attention's, plus its router: MoD's score (6 D), the SDT/STT prior
+// network (6 x 3 D P) and, for STT, the teacher's dense forward (2 x block + 4 T D_att).
 double train_flops_per_token(const ModelConfig& c, int T);
 inline constexpr const char* kFlopsConvention =
     "PaLM: 6 x GEMM weights + 12 x L_att x T x D_att (+ mapper backward 2 x 2^H x (D + H)) per token";

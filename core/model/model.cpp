@@ -208,17 +208,8 @@ void Model::init_weights(uint64_t seed, const InitConfig& init) {
     if (s.name == "free.post_sampler.weight") std = init.post_sampler_std;
     if (s.name == "free.zeta") std = init.zeta_std;
     for (int64_t i = 0; i < s.numel; ++i) {
-      switch (s.init) {
-        case ParamInit::Ones:
-          dst[i] = 1.0f;
-          break;
-        case ParamInit::Zeros:
-          dst[i] = 0.0f;
-          break;
-        case ParamInit::Normal:
-          dst[i] = std * philox_normal(seed, kStreamInit + ti, i);
-          break;
-      }
+      dst[i] =
+          s.init == ParamInit::Normal ? std * philox_normal(seed, kStreamInit + ti, i) : fixed_init_value(s.init, i);
     }
   }
   if (init.post_sampler_bitlinear && cfg_.is_free()) init_bitlinear_post_sampler(host, seed, init.post_sampler_std);
@@ -280,6 +271,57 @@ static void carve_block(Carver& c, BlockActs& a, const ModelConfig& m, int B, in
   a.hmid = c.take(N * m.ffn_hidden);
 }
 
+// Integers carved from the float arena (4-byte words).
+static int32_t* take_ints(Carver& c, size_t n) { return reinterpret_cast<int32_t*>(c.take(n)); }
+
+// A routed model's buffers (docs/subjective_depth.md): per routed block, and shared scratch.
+static void carve_routes(Carver& c, ModelState& s, const ModelConfig& m, const Backend* be) {
+  const int B = s.B, T = s.T, k = m.route_k(T);
+  const size_t N = size_t(B) * T, C = m.dim, P = m.route_prior_hidden(), M = size_t(B) * k;
+  const Routing kind = m.routing.kind;
+  const bool surprise = kind == Routing::Sdt || kind == Routing::Stt;
+  s.routes.assign(size_t(m.n_layers), RouteActs{});
+  for (int l = 0; l < m.n_layers; ++l) {
+    if (!m.routed(l)) continue;
+    RouteActs& r = s.routes[size_t(l)];
+    r.k = k;
+    r.score = c.take(N);
+    r.g = r.score;  // MoD, SDT and STT rank by the gate itself
+    r.pos = take_ints(c, M);
+    r.rows = take_ints(c, M);
+    r.x_sel = c.take(M * C);
+    r.y_sel = c.take(M * C);
+    carve_block(c, r.sel, m, B, k, k, false, be);
+    if (!surprise) continue;
+    r.change = c.take(N * C);
+    r.teacher_out = kind == Routing::Stt ? c.take(N * C) : nullptr;
+    r.prior_in = kind == Routing::Stt ? c.take(N * C) : nullptr;  // SDT: set to xs[l - 1] below
+    r.prior_ln = c.take(N * C);
+    r.prior_rstd = c.take(N);
+    r.prior_gate = c.take(N * P);
+    r.prior_up = c.take(N * P);
+    r.prior_h = c.take(N * P);
+    r.change_hat = c.take(N * C);
+    r.st_ch = c.take(2 * N);
+    r.ma = c.take(N);
+    if (kind == Routing::Sdt) r.prior_in = s.xs[size_t(l - 1)];
+  }
+  if (kind == Routing::Stt) carve_block(c, s.teacher, m, B, T, T, false, be);
+  s.ones = c.take(N);
+  s.d_g = c.take(N);
+  s.d_y_sel = c.take(M * C);
+  s.d_x_sel = c.take(M * C);
+  s.d_st_ch = c.take(2 * N);
+  s.d_change = c.take(N * C);
+  s.d_change_hat = c.take(N * C);
+  s.d_aux_hat = c.take(N * C);
+  s.d_carry = c.take(N * C);
+  s.d_junk = c.take(N * C);
+  s.d_prior_h = c.take(N * P);
+  s.d_prior_gate = c.take(N * P);
+  s.d_prior_up = c.take(N * P);
+}
+
 // Lays out every buffer of a ModelState; with base == nullptr it only measures.
 static size_t carve_state(ModelState& s, const ModelConfig& m, float* base, const Backend* be) {
   Carver c(base);
@@ -307,6 +349,7 @@ static size_t carve_state(ModelState& s, const ModelConfig& m, float* base, cons
     s.d_enc_out = c.take(N * C);
     s.d_bits = c.take(N * H);
   }
+  if (m.routing.kind != Routing::None) carve_routes(c, s, m, be);
   s.ln_f = c.take(N * C);
   s.rstd_f = c.take(N);
   s.logits = c.take(N * m.vocab_size);
@@ -343,6 +386,7 @@ std::unique_ptr<ModelState> Model::make_state(int B, int T) {
   s->arena_floats = carve_state(*s, cfg_, nullptr, &be_);
   s->arena = static_cast<float*>(be_.alloc(s->arena_floats * sizeof(float)));
   carve_state(*s, cfg_, s->arena, &be_);
+  if (s->ones) be_.fill(s->ones, 1.0f, size_t(B) * T);
   return s;
 }
 
@@ -355,7 +399,7 @@ void Model::linear(float* out, const float* inp, WeightRef w, const float* bias,
 }
 
 void Model::block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
-                          int T, bool causal, int pos0, const KvCache* cache) {
+                          int T, bool causal, int pos0, const KvCache* cache, const int32_t* pos) {
   FT_ASSERT(cache != nullptr || pos0 == 0, "block_forward at position %d needs a KV cache", pos0);
   const int N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads, HS = cfg_.head_dim;
   const int QD = NH * HS, KD = NKV * HS;
@@ -366,8 +410,13 @@ void Model::block_forward(const BlockW& w, BlockActs& a, const float* q_in, cons
   linear(a.q, a.ln_q, w.wq, w.bq, N, C, QD);
   linear(a.k, ln_kv, w.wk, w.bk, N, C, KD);
   linear(a.v, ln_kv, w.wv, w.bv, N, C, KD);
-  be_.rope_forward(a.q, B, T, NH, HS, pos0, rope_freq_);
-  be_.rope_forward(a.k, B, T, NKV, HS, pos0, rope_freq_);
+  if (pos != nullptr) {
+    be_.rope_forward_at(a.q, pos, B, T, NH, HS, rope_freq_);
+    be_.rope_forward_at(a.k, pos, B, T, NKV, HS, rope_freq_);
+  } else {
+    be_.rope_forward(a.q, B, T, NH, HS, pos0, rope_freq_);
+    be_.rope_forward(a.k, B, T, NKV, HS, pos0, rope_freq_);
+  }
   AttnShape sh{B, NH, NKV, HS, T, T, T, pos0, causal};
   const float *keys = a.k, *values = a.v;
   if (cache != nullptr) {
@@ -435,8 +484,9 @@ void Model::block_tail(const BlockW& w, BlockActs& a, const float* q_in, float* 
 // dout: gradient w.r.t. the block output. Writes the gradient w.r.t. q_in into dq_in (=) and,
 // for a two-input block, w.r.t. kv_in into dkv_in (=). Parameter gradients accumulate into dw.
 void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, const float* q_in, const float* kv_in,
-                           const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal) {
-  const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads;
+                           const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal, int B, int T,
+                           const int32_t* pos) {
+  const int N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads;
   const int HS = cfg_.head_dim, QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden;
   const bool two = kv_in != q_in;
   // out = a + down(hmid)
@@ -452,8 +502,13 @@ void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, cons
   be_.matmul_backward(s.d_atty, dw.wo, s.d_a, a.atty, w.wo, N, QD, C, false);
   AttnShape sh{B, NH, NKV, HS, T, T, T, 0, causal};
   be_.attention_backward(s.dq, s.dk, s.dv, s.d_atty, a.atty, a.att, a.q, a.k, a.v, sh);
-  be_.rope_backward(s.dq, B, T, NH, HS, 0, rope_freq_);
-  be_.rope_backward(s.dk, B, T, NKV, HS, 0, rope_freq_);
+  if (pos != nullptr) {
+    be_.rope_backward_at(s.dq, pos, B, T, NH, HS, rope_freq_);
+    be_.rope_backward_at(s.dk, pos, B, T, NKV, HS, rope_freq_);
+  } else {
+    be_.rope_backward(s.dq, B, T, NH, HS, 0, rope_freq_);
+    be_.rope_backward(s.dk, B, T, NKV, HS, 0, rope_freq_);
+  }
   if (dw.bq) {  // the biases enter before RoPE: their gradient is the un-rotated one
     be_.sum_rows(dw.bq, s.dq, N, QD);
     be_.sum_rows(dw.bk, s.dk, N, KD);
@@ -471,20 +526,191 @@ void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, cons
 }
 
 // ---------------------------------------------------------------------------------------------
+// Routed blocks (docs/subjective_depth.md)
+
+// The gate a routed block scales its selected tokens' change by: ones for random routing and a
+// hard gate, else the router's (MoD's score, the SDT/STT surprise gate).
+static const float* applied_gate(const ModelConfig& m, const ModelState& s, const RouteActs& r) {
+  return m.routing.kind == Routing::Random || m.routing.hard_gate ? s.ones : r.g;
+}
+
+// change_hat = down(silu(gate(norm(prior_in))) * up(norm(prior_in))): the SDT prior / STT
+// transition network.
+void Model::prior_forward(const RouteW& w, RouteActs& r, int N) {
+  const int C = cfg_.dim, P = cfg_.route_prior_hidden();
+  be_.rmsnorm_forward(r.prior_ln, r.prior_rstd, r.prior_in, w.prior_norm, N, C, cfg_.rms_norm_eps);
+  be_.matmul_forward(r.prior_gate, r.prior_ln, w.prior_wg, N, C, P, false);
+  be_.matmul_forward(r.prior_up, r.prior_ln, w.prior_wu, N, C, P, false);
+  be_.swiglu_forward(r.prior_h, r.prior_gate, r.prior_up, size_t(N) * P);
+  be_.matmul_forward(r.change_hat, r.prior_h, w.prior_wd, N, P, C, false);
+}
+
+// From s.d_change_hat; the gradient to prior_in accumulates into d_in (+=).
+void Model::prior_backward(const RouteW& w, const RouteG& dw, RouteActs& r, ModelState& s, float* d_in) {
+  const int N = s.B * s.T, C = cfg_.dim, P = cfg_.route_prior_hidden();
+  be_.matmul_backward(s.d_prior_h, dw.prior_wd, s.d_change_hat, r.prior_h, w.prior_wd, N, P, C, false);
+  be_.swiglu_backward(s.d_prior_gate, s.d_prior_up, s.d_prior_h, r.prior_gate, r.prior_up, size_t(N) * P);
+  be_.matmul_backward(s.d_ln, dw.prior_wg, s.d_prior_gate, r.prior_ln, w.prior_wg, N, C, P, false);
+  be_.matmul_backward(s.d_ln, dw.prior_wu, s.d_prior_up, r.prior_ln, w.prior_wu, N, C, P, true);
+  be_.rmsnorm_backward(d_in, dw.prior_norm, s.d_ln, r.prior_in, w.prior_norm, r.prior_rstd, N, C);
+}
+
+void Model::route_forward(ModelState& s, int l) {
+  const int B = s.B, T = s.T, N = B * T, C = cfg_.dim;
+  const size_t NC = size_t(N) * C;
+  const RoutingConfig& ro = cfg_.routing;
+  const RouteW& w = w_.routes[size_t(l)];
+  RouteActs& r = s.routes[size_t(l)];
+  const float* x = s.xs[size_t(l)];
+  float* out = s.xs[size_t(l) + 1];
+  if (r.k == 0) {  // capacity 0: the block computes nothing
+    be_.copy(out, x, NC * sizeof(float));
+    return;
+  }
+  switch (ro.kind) {
+    case Routing::Random:  // the draws upload_batch placed in r.score
+      break;
+    case Routing::Mod:  // a linear score per token; the change is scaled by it (Mixture-of-Depths)
+      be_.matmul_forward(r.score, x, w.router, N, C, 1, false);
+      break;
+    case Routing::Sdt:
+    case Routing::Stt:
+      if (ro.kind == Routing::Sdt) {
+        // The decision block l - 1 ran densely: its change, against the prior's guess from its input.
+        be_.copy(r.change, r.prior_in, NC * sizeof(float));
+        be_.scale(r.change, -1.0f, NC);
+        be_.add_inplace(r.change, x, NC);
+      } else if (!s.freeze_routing) {
+        // The teacher: block l on every token, then its change; the transition network reads the
+        // teacher's output one token earlier (zero before the first).
+        block_forward(w_.layers[size_t(l)], s.teacher, x, x, r.teacher_out, B, T, true);
+        be_.copy(r.change, x, NC * sizeof(float));
+        be_.scale(r.change, -1.0f, NC);
+        be_.add_inplace(r.change, r.teacher_out, NC);
+        be_.fill(r.prior_in, 0.0f, NC);
+        const size_t pitch = size_t(T) * C * sizeof(float);
+        if (T > 1)
+          be_.copy_rows(r.prior_in + C, pitch, r.teacher_out, pitch, size_t(T - 1) * C * sizeof(float), size_t(B));
+      }
+      prior_forward(w, r, N);
+      be_.route_stats_forward(r.st_ch, s.freeze_routing ? s.d_junk : r.ma, r.change, r.change_hat, B, T, C,
+                              std::min(ro.ma_window, T));
+      be_.route_gate_forward(r.g, r.st_ch, r.ma, w.gate, N);
+      break;
+    case Routing::None:
+      FT_ASSERT(false, "route_forward on a model without routing");
+  }
+  const float* g = applied_gate(cfg_, s, r);
+  const int M = B * r.k;
+  if (!s.freeze_routing) be_.topk_rows(r.pos, r.rows, r.score, B, T, r.k);
+  be_.embedding_forward(r.x_sel, r.rows, f32_weight(x), M, C);
+  block_forward(w_.layers[size_t(l)], r.sel, r.x_sel, r.x_sel, r.y_sel, B, r.k, true, 0, nullptr, r.pos);
+  be_.route_scatter_forward(out, x, r.y_sel, g, r.rows, N, M, C);
+}
+
+void Model::route_backward(ModelState& s, int l) {
+  const int B = s.B, T = s.T, N = B * T, C = cfg_.dim;
+  const size_t NC = size_t(N) * C;
+  const RoutingConfig& ro = cfg_.routing;
+  const RouteW& w = w_.routes[size_t(l)];
+  const RouteG& dw = g_.routes[size_t(l)];
+  RouteActs& r = s.routes[size_t(l)];
+  if (r.k == 0) return;  // the identity: s.dx passes through
+  const float* x = s.xs[size_t(l)];
+  const float* g = applied_gate(cfg_, s, r);
+  const bool learned_gate = g != s.ones;
+  const int M = B * r.k;
+  // The write-back, then the block on the selection; its input gradient adds at the selected rows.
+  be_.fill(s.d_g, 0.0f, size_t(N));
+  be_.route_scatter_backward(s.dx, s.d_y_sel, s.d_g, s.dx, x, r.y_sel, g, r.rows, N, M, C);
+  block_backward(w_.layers[size_t(l)], g_.layers[size_t(l)], r.sel, r.x_sel, r.x_sel, s.d_y_sel, s.d_x_sel, nullptr, s,
+                 true, B, r.k, r.pos);
+  be_.embedding_backward(s.dx, s.d_x_sel, r.rows, M, C);
+  if (ro.kind == Routing::Mod) {
+    if (learned_gate) be_.matmul_backward(s.dx, dw.router, s.d_g, x, w.router, N, C, 1, true);
+    return;
+  }
+  if (ro.kind != Routing::Sdt && ro.kind != Routing::Stt) return;
+  const float inv_n = 1.0f / float(N);
+  if (learned_gate) {
+    if (ro.kind == Routing::Stt && ro.gate_penalty > 0) {  // + gate_penalty * mean(g)
+      be_.fill(s.d_junk, ro.gate_penalty * inv_n, size_t(N));
+      be_.add_inplace(s.d_g, s.d_junk, size_t(N));
+    }
+    be_.route_gate_backward(s.d_st_ch, dw.gate, s.d_g, r.st_ch, r.ma, w.gate, N);
+    be_.route_stats_backward(s.d_change, s.d_change_hat, s.d_st_ch, r.change, r.change_hat, N, C);
+  } else {
+    be_.fill(s.d_change, 0.0f, NC);
+    be_.fill(s.d_change_hat, 0.0f, NC);
+  }
+  // The prior's own loss, aux_weight * mean(d_ch), reaches the prediction only (the change it
+  // predicts is stopped).
+  be_.fill(s.d_st_ch, 0.0f, size_t(N));
+  be_.fill(s.d_st_ch + N, ro.aux_weight * inv_n, size_t(N));
+  be_.route_stats_backward(s.d_junk, s.d_aux_hat, s.d_st_ch, r.change, r.change_hat, N, C);
+  be_.add_inplace(s.d_change_hat, s.d_aux_hat, NC);
+  if (ro.kind == Routing::Stt) {
+    // The teacher's pass is a measurement: no gradient through it or the prior's input.
+    be_.fill(s.d_junk, 0.0f, NC);
+    prior_backward(w, dw, r, s, s.d_junk);
+    return;
+  }
+  // SDT: change = xs[l] - xs[l - 1], and the prior reads xs[l - 1]. The share of xs[l] adds here;
+  // that of xs[l - 1] waits in d_carry for the decision block's backward.
+  be_.add_inplace(s.dx, s.d_change, NC);
+  be_.fill(s.d_carry, 0.0f, NC);
+  prior_backward(w, dw, r, s, s.d_carry);
+  be_.scale(s.d_change, -1.0f, NC);
+  be_.add_inplace(s.d_carry, s.d_change, NC);
+}
+
+double Model::route_loss(const ModelState& s) const {
+  const RoutingConfig& ro = cfg_.routing;
+  if (ro.kind != Routing::Sdt && ro.kind != Routing::Stt) return 0.0;
+  const size_t N = size_t(s.B) * s.T;
+  std::vector<float> host(N);
+  double loss = 0.0;
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    if (!cfg_.routed(l) || s.routes[size_t(l)].k == 0) continue;
+    const RouteActs& r = s.routes[size_t(l)];
+    double sum = 0.0;
+    be_.download(host.data(), r.st_ch + N, N * sizeof(float));
+    for (float v : host) sum += v;
+    loss += ro.aux_weight * sum / double(N);
+    if (ro.kind == Routing::Stt && !ro.hard_gate) {
+      sum = 0.0;
+      be_.download(host.data(), r.g, N * sizeof(float));
+      for (float v : host) sum += v;
+      loss += ro.gate_penalty * sum / double(N);
+    }
+  }
+  return loss;
+}
+
+// ---------------------------------------------------------------------------------------------
 // Whole model
 
 StepStats Model::forward(ModelState& s, const int32_t* inputs, const int32_t* targets, const uint32_t* codes,
                          uint64_t seed, uint64_t stream, float kappa, FreeBitsForm form) {
-  upload_batch(s, inputs, targets);
+  upload_batch(s, inputs, targets, seed, stream);
   forward_ops(s, codes, seed, stream, kappa, form);
   return read_stats(s);
 }
 
-void Model::upload_batch(ModelState& s, const int32_t* inputs, const int32_t* targets) {
+void Model::upload_batch(ModelState& s, const int32_t* inputs, const int32_t* targets, uint64_t seed, uint64_t stream) {
   const size_t N = size_t(s.B) * s.T;
   be_.upload(s.tokens, inputs, N * sizeof(int32_t));
   s.has_targets = targets != nullptr;
   if (targets) be_.upload(s.tokens + N, targets, N * sizeof(int32_t));
+  if (cfg_.routing.kind != Routing::Random) return;
+  // Random routing ranks tokens by uniform draws, a function of (seed, stream, layer).
+  std::vector<float> u(N);
+  for (int l = 0; l < cfg_.n_layers; ++l) {
+    if (!cfg_.routed(l)) continue;
+    const uint64_t rs = derive_seed(seed, stream, uint64_t(l));
+    for (size_t n = 0; n < N; ++n) u[n] = philox_uniform(rs, kStreamRoute + uint64_t(l), n);
+    be_.upload(s.routes[size_t(l)].score, u.data(), N * sizeof(float));
+  }
 }
 
 void Model::forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uint64_t stream, float kappa,
@@ -518,7 +744,10 @@ void Model::forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uin
       be_.add(s.kv_inj, s.xs[k], s.R, size_t(N) * C);
       kv = s.kv_inj;
     }
-    block_forward(w_.layers[l], s.blocks[l], s.xs[l], kv, s.xs[l + 1], B, T, true);
+    if (cfg_.routed(l))
+      route_forward(s, l);
+    else
+      block_forward(w_.layers[l], s.blocks[l], s.xs[l], kv, s.xs[l + 1], B, T, true);
   }
   be_.rmsnorm_forward(s.ln_f, s.rstd_f, s.xs[L], w_.norm, N, C, eps);
   be_.matmul_forward(s.logits, s.ln_f, w_.head, N, C, V, false);
@@ -541,7 +770,8 @@ StepStats Model::read_stats(const ModelState& s) const {
     st.kl = k.kl;
     st.kl_excess = k.excess;
   }
-  st.loss = st.ce + st.kl_excess;
+  st.route = route_loss(s);
+  st.loss = st.ce + st.kl_excess + st.route;
   return st;
 }
 
@@ -561,10 +791,18 @@ void Model::backward(ModelState& s) {
 
   // s.dx holds d(loss)/d(x_{l+1}) on entry of each iteration; dq_in goes to s.dx2, then swap.
   for (int l = L - 1; l >= 0; --l) {
+    if (cfg_.routed(l)) {
+      route_backward(s, l);  // in place on s.dx
+      continue;
+    }
     const bool inj = s.free && l == k;
     block_backward(w_.layers[l], g_.layers[l], s.blocks[l], s.xs[l], inj ? s.kv_inj : s.xs[l], s.dx, s.dx2,
-                   inj ? s.d_enc_kv : nullptr, s, true);
+                   inj ? s.d_enc_kv : nullptr, s, true, B, T);
     std::swap(s.dx, s.dx2);
+    // SDT: block l decided for block l + 1, whose gate measured this block's change and the prior
+    // read this block's input: their gradients to the input wait in d_carry.
+    if (cfg_.routing.kind == Routing::Sdt && cfg_.routed(l + 1) && s.routes[size_t(l + 1)].k > 0)
+      be_.add_inplace(s.dx, s.d_carry, NC);
     if (!inj) continue;
     // kv_in = x_k + R: the residual gets d_kv too; R's gradient drives the post-sampler and, through
     // G (pass-through over every code, not only the sampled one), the encoder's bit logits.
@@ -582,7 +820,7 @@ void Model::backward(ModelState& s) {
     be_.fill(d_y, 0.0f, NC);
     be_.rmsnorm_backward(d_y, g_.enc_norm, s.d_enc_out, s.enc_out, w_.enc_norm, s.enc_rstd, N, C);
     be_.copy(s.d_enc_out, d_y, NC * sizeof(float));
-    block_backward(w_.enc, g_.enc, s.enc, s.zeta_b, s.xs[k], s.d_enc_out, s.d_enc_q, s.d_enc_kv, s, false);
+    block_backward(w_.enc, g_.enc, s.enc, s.zeta_b, s.xs[k], s.d_enc_out, s.d_enc_q, s.d_enc_kv, s, false, B, T);
     be_.sum_rows(g_.zeta, s.d_enc_q, N, C);
     be_.add_inplace(s.dx, s.d_enc_kv, NC);
   }
@@ -606,6 +844,16 @@ void Model::read_token_losses(const ModelState& s, float* host) const {
 }
 void Model::read_logits(const ModelState& s, float* host) const {
   be_.download(host, s.logits, size_t(s.B) * s.T * cfg_.vocab_size * sizeof(float));
+}
+
+void Model::read_route_positions(const ModelState& s, int layer, int32_t* host) const {
+  FT_ASSERT(cfg_.routed(layer), "block %d is not routed", layer);
+  const RouteActs& r = s.routes[size_t(layer)];
+  be_.download(host, r.pos, size_t(s.B) * r.k * sizeof(int32_t));
+}
+void Model::read_route_gate(const ModelState& s, int layer, float* host) const {
+  FT_ASSERT(cfg_.routed(layer), "block %d is not routed", layer);
+  be_.download(host, applied_gate(cfg_, s, s.routes[size_t(layer)]), size_t(s.B) * s.T * sizeof(float));
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -658,6 +906,9 @@ Result<std::unique_ptr<DecodeState>> Model::try_make_decode_state(int B, int max
   if (B <= 0 || max_len <= 0 || max_len > cfg_.max_seq_len)
     return make_error("decode state: " + std::to_string(B) + " sequences of " + std::to_string(max_len) +
                       " positions (the model's context is " + std::to_string(cfg_.max_seq_len) + ")");
+  if (cfg_.routing.kind != Routing::None)
+    return make_error(std::string("a routed model (routing ") + routing_name(cfg_.routing.kind) +
+                      ") does not generate yet: its top-k choice needs the whole sequence (docs/subjective_depth.md)");
   auto d = std::make_unique<DecodeState>(&be_);
   d->B = B, d->max_len = max_len, d->chunk = prefill_chunk(cfg_, max_len);
   const size_t n = carve_decode(*d, cfg_, nullptr, &be_);

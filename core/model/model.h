@@ -35,7 +35,8 @@ struct StepStats {
   double ce = 0;         // mean cross-entropy over B*T predictions (nats)
   double kl = 0;         // mean KL_t over B*T positions (nats)
   double kl_excess = 0;  // the free-bits term of the loss under the forward's form (core/model/free_bits.h)
-  double loss = 0;       // ce + kl_excess
+  double route = 0;      // routed models: the routers' own terms (the prior's error, STT's gate penalty)
+  double loss = 0;       // ce + kl_excess + route
 };
 
 class Model {
@@ -89,7 +90,9 @@ class Model {
                     uint64_t stream, float kappa_nats, FreeBitsForm form = FreeBitsForm::BatchMean);
   // forward() in its three parts, for a caller that wraps the device work in a step graph
   // (Backend::begin_graph): forward_ops neither uploads nor downloads unless codes are given.
-  void upload_batch(ModelState& s, const int32_t* inputs, const int32_t* targets);
+  // upload_batch also uploads random routing's draws for (seed, stream), the forward's.
+  void upload_batch(ModelState& s, const int32_t* inputs, const int32_t* targets, uint64_t seed = 0,
+                    uint64_t stream = 0);
   void forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uint64_t stream, float kappa_nats,
                    FreeBitsForm form = FreeBitsForm::BatchMean);
   StepStats read_stats(const ModelState& s) const;  // mean CE and KL of the last forward_ops
@@ -103,6 +106,11 @@ class Model {
   void read_kl_batch_mean(const ModelState& s, float* host) const;  // (T) nats: mean over the batch
   void read_token_losses(const ModelState& s, float* host) const;   // (B, T) -log p(target)
   void read_logits(const ModelState& s, float* host) const;         // (B, T, V)
+  // A routed block's choice in the last forward (docs/subjective_depth.md): the positions it
+  // computed, (B, k) in time order with k = config().route_k(T), and the gate of every token (B, T)
+  // (1 for random routing and a hard gate; MoD's raw score).
+  void read_route_positions(const ModelState& s, int layer, int32_t* host) const;
+  void read_route_gate(const ModelState& s, int layer, float* host) const;
 
   // Generation with a KV cache (docs/design.md section 7). A DecodeState holds B sequences of up to
   // max_len positions; each sequence is at its own length, so prompts of different lengths share
@@ -132,8 +140,9 @@ class Model {
   // Queries at positions pos0..pos0+T-1. Without a cache (training, pos0 = 0) attention reads this
   // call's own keys and values; with one, they are appended to the cache at pos0 first and
   // attention reads its rows 0..pos0+T-1 (generation).
+  // pos (B, T) on the backend, when given, places each token instead (a routed block's selection).
   void block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B, int T,
-                     bool causal, int pos0 = 0, const KvCache* cache = nullptr);
+                     bool causal, int pos0 = 0, const KvCache* cache = nullptr, const int32_t* pos = nullptr);
   // One token per sequence, each at its own position (decode_step).
   void block_decode(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
                     const int* pos, const KvCache& cache);
@@ -142,7 +151,16 @@ class Model {
   void linear(float* out, const float* inp, WeightRef w, const float* bias, int N, int IC, int OC);
   const float* inject_latent(DecodeState& d, const float* x, const uint32_t* codes, int N);
   void block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, const float* q_in, const float* kv_in,
-                      const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal);
+                      const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal, int B, int T,
+                      const int32_t* pos = nullptr);
+  // A routed block l (docs/subjective_depth.md): the router's scores and gate, top-k, the block on
+  // the selection, the gated write-back into s.xs[l + 1]; and its backward, which leaves d(xs[l])
+  // in s.dx (and, under SDT, the decision block's share in s.d_carry).
+  void route_forward(ModelState& s, int l);
+  void route_backward(ModelState& s, int l);
+  void prior_forward(const RouteW& w, RouteActs& r, int N);
+  double route_loss(const ModelState& s) const;  // the routers' loss terms of the last forward
+  void prior_backward(const RouteW& w, const RouteG& dw, RouteActs& r, ModelState& s, float* d_in);
   void init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed, float std) const;
   void set_tensors(std::vector<WeightRef> refs);
   Status take_tensors(const TensorSource& source);

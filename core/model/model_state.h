@@ -28,6 +28,29 @@ struct BlockActs {
   float* hmid;     // (N, F) silu(gate) * up
 };
 
+// Activations of one routed block (docs/subjective_depth.md) for one (B, T), kept for backward.
+// k tokens of each sequence are computed; the block's own activations are those of (B, k).
+struct RouteActs {
+  int k = 0;
+  float* score;   // (N) what top-k ranks: random draws, MoD's router output, or the gate (SDT, STT)
+  float* g;       // == score: the learned gate (MoD's score, SDT/STT's surprise gate); random
+                  // routing and a hard gate scale by ModelState::ones instead
+  int32_t* pos;   // (B, k) the selected positions, in time order
+  int32_t* rows;  // (B k) their rows in the (B T) token matrix
+  float* x_sel;   // (B k, C) the block's inputs, gathered
+  float* y_sel;   // (B k, C) the block's outputs on them
+  BlockActs sel;  // the block on the selection
+  // SDT and STT: the surprise of a change against its prediction.
+  float* prior_in;     // (N, C) the prior's input: the decision block's input (SDT: xs[l - 1], not
+                       // owned) or the teacher's output one token earlier, zero at t = 0 (STT)
+  float* change;       // (N, C) the change the gate measures: the decision block's (SDT), the teacher's (STT)
+  float* teacher_out;  // (N, C) STT: the block's dense pass
+  float *prior_ln, *prior_rstd, *prior_gate, *prior_up, *prior_h;  // (N, C), (N), (N, P) x 3
+  float* change_hat;                                               // (N, C) the prior's prediction of change
+  float* st_ch;  // (2N) d_st then d_ch per token (Backend::route_stats_forward)
+  float* ma;     // (N) moving average of d_st
+};
+
 // All activations and scratch for one (B, T): one allocation, carved into named buffers.
 class ModelState {
  public:
@@ -55,6 +78,16 @@ class ModelState {
   // backward scratch
   float *dx, *dx2, *d_a, *d_ln, *d_ln_kv, *d_atty, *dq, *dk, *dv, *d_gate, *d_up, *d_hmid;
   float *d_enc_q, *d_enc_kv, *d_enc_out, *d_bits;
+  // Routed models: one entry per block (filled for the routed ones), the STT teacher's dense pass,
+  // a vector of ones (the gate where there is none) and the routed blocks' backward scratch.
+  std::vector<RouteActs> routes;
+  BlockActs teacher{};
+  float* ones = nullptr;
+  float *d_g, *d_y_sel, *d_x_sel, *d_st_ch, *d_change, *d_change_hat, *d_aux_hat, *d_carry, *d_junk;
+  float *d_prior_h, *d_prior_gate, *d_prior_up;
+  // Hold what the routed blocks' gradients treat as constant at the last forward's values: the
+  // top-k choice, the moving averages and STT's teacher pass (finite-difference checks).
+  bool freeze_routing = false;
   bool has_targets = false;
   float kappa = 0;
   FreeBitsForm free_bits_form = FreeBitsForm::BatchMean;

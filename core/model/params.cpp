@@ -1,5 +1,7 @@
 #include "core/model/params.h"
 
+#include <cmath>
+
 namespace ftx {
 namespace {
 
@@ -52,7 +54,45 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
     if (c.readout_bias) b.add("free.encoder_readout.bias", {c.latent_bits}, ParamInit::Zeros, false);
     b.add("free.post_sampler.weight", {D, c.num_codes()}, ParamInit::Normal, true);
   }
+  // Routed blocks (docs/subjective_depth.md): MoD's linear score; SDT's prior and STT's transition
+  // network (a SwiGLU on a normalised input), with the gate's four scalars.
+  for (int l = 0; l < c.n_layers; ++l) {
+    if (!c.routed(l)) continue;
+    const std::string p = "route.layers." + std::to_string(l) + ".";
+    const int64_t P = c.route_prior_hidden();
+    switch (c.routing.kind) {
+      case Routing::Mod:
+        b.gemm(p + "router.weight", {1, D});
+        break;
+      case Routing::Sdt:
+      case Routing::Stt:
+        b.add(p + "gate", {4}, ParamInit::RouteGate, false);
+        b.add(p + "prior.norm.weight", {D}, ParamInit::Ones, false);
+        b.gemm(p + "prior.gate_proj.weight", {P, D});
+        b.gemm(p + "prior.up_proj.weight", {P, D});
+        b.gemm(p + "prior.down_proj.weight", {D, P});
+        break;
+      case Routing::None:
+      case Routing::Random:
+        break;
+    }
+  }
   return b.specs;
+}
+
+float fixed_init_value(ParamInit init, int64_t i) {
+  switch (init) {
+    case ParamInit::Ones:
+      return 1.0f;
+    case ParamInit::RouteGate: {  // softplus^-1 of o_ce, m_cu, beta_ce, beta_cu
+      const double target[4] = {1.025, 1.1, 0.3, 0.6};
+      return float(std::log(std::expm1(target[i % 4])));
+    }
+    case ParamInit::Zeros:
+    case ParamInit::Normal:
+      break;
+  }
+  return 0.0f;
 }
 
 int64_t param_count(const std::vector<ParamSpec>& specs) {

@@ -1,6 +1,6 @@
 // Parameter layout: one row per tensor {name, shape, offset} in one flat fp32 arena
 // (docs/design.md section 2). Names are the checkpoint contract (docs/design.md section 5, Hugging Face
-// Llama names plus free.*); shapes are nn.Linear [out, in]. Gradients and AdamW moments use the
+// Llama names plus free.* and route.*); shapes are nn.Linear [out, in]. Gradients and AdamW moments use the
 // same offsets in arenas of their own. An inference-only model (Model::create_inference) keeps
 // the layout's names and shapes but may hold GEMM weights in another dtype, outside the arena.
 #pragma once
@@ -13,7 +13,9 @@
 
 namespace ftx {
 
-enum class ParamInit { Normal, Ones, Zeros };
+// RouteGate: a routed block's four raw gate scalars (o_ce, m_cu, beta_ce, beta_cu before softplus),
+// set so that softplus gives 1.025, 1.1, 0.3 and 0.6 (docs/subjective_depth.md).
+enum class ParamInit { Normal, Ones, Zeros, RouteGate };
 
 struct ParamSpec {
   std::string name;
@@ -31,6 +33,8 @@ struct ParamSpec {
 };
 
 std::vector<ParamSpec> param_specs(const ModelConfig& c);
+// Element i of a tensor initialised to fixed values (any ParamInit but Normal).
+float fixed_init_value(ParamInit init, int64_t i);
 int64_t param_count(const std::vector<ParamSpec>& specs);
 const ParamSpec* find_param(const std::vector<ParamSpec>& specs, const std::string& name);
 

@@ -50,6 +50,22 @@ ModelTensors<M, V> resolve(const ModelConfig& c, const std::vector<ParamSpec>& s
     if (c.readout_bias) t.readout_bias = v("free.encoder_readout.bias");
     t.post_sampler = v("free.post_sampler.weight");
   }
+  if (c.routing.kind != Routing::None) {
+    t.routes.resize(size_t(c.n_layers));
+    for (int l = 0; l < c.n_layers; ++l) {
+      if (!c.routed(l)) continue;
+      const std::string p = "route.layers." + std::to_string(l) + ".";
+      RouteTensors<M, V>& r = t.routes[size_t(l)];
+      if (c.routing.kind == Routing::Mod) r.router = m(p + "router.weight");
+      if (c.routing.kind == Routing::Sdt || c.routing.kind == Routing::Stt) {
+        r.gate = v(p + "gate");
+        r.prior_norm = v(p + "prior.norm.weight");
+        r.prior_wg = m(p + "prior.gate_proj.weight");
+        r.prior_wu = m(p + "prior.up_proj.weight");
+        r.prior_wd = m(p + "prior.down_proj.weight");
+      }
+    }
+  }
   return t;
 }
 

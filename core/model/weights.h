@@ -26,6 +26,15 @@ struct BlockTensors {
   V bo;              // (C) o_proj.bias; null without ModelConfig::o_bias
 };
 
+// A routed block's router (docs/subjective_depth.md); null where its kind has none.
+template <class M, class V>
+struct RouteTensors {
+  M router;                        // (1, C) route.layers.L.router.weight (MoD)
+  V gate;                          // (4) route.layers.L.gate: o_ce, m_cu, beta_ce, beta_cu before softplus (SDT, STT)
+  V prior_norm;                    // (C) route.layers.L.prior.norm.weight (SDT, STT)
+  M prior_wg, prior_wu, prior_wd;  // (P, C), (P, C), (C, P) route.layers.L.prior.*_proj.weight
+};
+
 template <class M, class V>
 struct ModelTensors {
   M embed;                                 // (V, C) model.embed_tokens.weight
@@ -39,12 +48,16 @@ struct ModelTensors {
   M readout;               // (H, C) free.encoder_readout.weight
   V readout_bias;          // (H) free.encoder_readout.bias, null when absent
   V post_sampler;          // (C, 2^H) free.post_sampler.weight (a gather: fp32 only)
+  // Routed models only: one entry per block, filled for the routed ones (ModelConfig::routed).
+  std::vector<RouteTensors<M, V>> routes;
 };
 
 using ParamRefs = ModelTensors<WeightRef, const float*>;
 using GradPtrs = ModelTensors<float*, float*>;
 using BlockW = BlockTensors<WeightRef, const float*>;
 using BlockG = BlockTensors<float*, float*>;
+using RouteW = RouteTensors<WeightRef, const float*>;
+using RouteG = RouteTensors<float*, float*>;
 
 // The parameters where tensors[i] holds specs[i] (specs from param_specs(cfg)); every tensor that
 // is not a GEMM weight (ParamSpec::gemm_weight) must be fp32.

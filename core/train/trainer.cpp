@@ -234,11 +234,11 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   const AdamWStep adam{lr, tcfg_.beta1, tcfg_.beta2, tcfg_.adam_eps, step_ + 1};
   // Everything between upload and download is one step graph: on CUDA it is recorded once and
   // replayed (only lr, t, kappa and the Philox stream change from step to step).
-  model_->upload_batch(*state_, inputs_.data(), targets_.data());
+  const uint64_t stream = kStreamLatent + static_cast<uint64_t>(step_);
+  model_->upload_batch(*state_, inputs_.data(), targets_.data(), tcfg_.seed, stream);
   be_.begin_graph();
   model_->zero_grad();
-  model_->forward_ops(*state_, nullptr, tcfg_.seed, kStreamLatent + static_cast<uint64_t>(step_), kappa,
-                      tcfg_.free_bits_form());
+  model_->forward_ops(*state_, nullptr, tcfg_.seed, stream, kappa, tcfg_.free_bits_form());
   model_->backward(*state_);
   be_.clip_grad_norm(model_->grads(), model_->num_params(), tcfg_.grad_clip, grad_norm_);
   be_.adamw_update(model_->params(), model_->grads(), adam_m_, adam_v_, adam_segments_.data(),
@@ -444,6 +444,7 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
     store_.add_metric(run_id_, s, "train/kl", rep.stats.kl);
     store_.add_metric(run_id_, s, "train/loss", rep.stats.loss);
     store_.add_metric(run_id_, s, "train/kl_excess", rep.stats.kl_excess);
+    if (model_->config().routing.kind != Routing::None) store_.add_metric(run_id_, s, "train/route", rep.stats.route);
     store_.add_metric(run_id_, s, "train/grad_norm", rep.grad_norm);
     store_.add_metric(run_id_, s, "lr", rep.lr);
     store_.add_metric(run_id_, s, "kappa", rep.kappa);

@@ -57,6 +57,7 @@ enum PhiloxStream : uint64_t {
   kStreamPrior = 4ull << 40,   // + seed-local counter (uniform codes)
   kStreamSample = 5ull << 40,  // + position (token sampling)
   kStreamEval = 6ull << 40,
+  kStreamRoute = 7ull << 40,  // + layer (random routing's draws, under a seed derived from the forward's)
 };
 
 // Distinct 64-bit seeds from one base seed (Philox as a hash), e.g. one per sequence of a group.

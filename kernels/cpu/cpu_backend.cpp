@@ -89,12 +89,13 @@ class CpuBackend final : public Backend {
   void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k) override {
     cpu::topk_rows(pos, rows, score, B, T, k);
   }
-  void scale_rows_forward(float* out, const float* x, const float* s, int N, int C) override {
-    cpu::scale_rows_forward(out, x, s, N, C);
+  void route_scatter_forward(float* out, const float* x, const float* y, const float* g, const int32_t* rows, int N,
+                             int M, int C) override {
+    cpu::route_scatter_forward(out, x, y, g, rows, N, M, C);
   }
-  void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N,
-                           int C) override {
-    cpu::scale_rows_backward(dx, ds, dout, x, s, N, C);
+  void route_scatter_backward(float* dx, float* dy, float* dg, const float* dout, const float* x, const float* y,
+                              const float* g, const int32_t* rows, int N, int M, int C) override {
+    cpu::route_scatter_backward(dx, dy, dg, dout, x, y, g, rows, N, M, C);
   }
 
   // ---- embedding ----

@@ -1,5 +1,5 @@
 // Elementwise ops and simple reductions on flat buffers: fill, add, add_inplace, scale,
-// sum_squares, broadcast_rows, sum_rows, scale_rows (kernels/backend.h). Templated on the scalar so the
+// sum_squares, broadcast_rows, sum_rows (kernels/backend.h). Templated on the scalar so the
 // tests can run them in double.
 //
 // Numerics: sum_squares and sum_rows accumulate in double. sum_squares splits the buffer into a
@@ -84,35 +84,6 @@ void sum_rows(T* dv, const T* dout, int N, int C) {
       for (int c = 0; c < w; ++c) dv[cb + c] += static_cast<T>(acc[c]);
     }
   });
-}
-
-// out[n,:] = s[n] * x[n,:]; out may alias x.
-template <class T>
-void scale_rows_forward(T* out, const T* x, const T* s, int N, int C) {
-#pragma omp parallel for schedule(static) if (go_parallel(size_t(N) * C))
-  for (int n = 0; n < N; ++n) {
-    const T k = s[n];
-    const T* xr = x + size_t(n) * C;
-    T* o = out + size_t(n) * C;
-    for (int c = 0; c < C; ++c) o[c] = k * xr[c];
-  }
-}
-
-// dx[n,:] = s[n] * dout[n,:]; ds[n] += <dout[n,:], x[n,:]> summed in double.
-template <class T>
-void scale_rows_backward(T* dx, T* ds, const T* dout, const T* x, const T* s, int N, int C) {
-#pragma omp parallel for schedule(static) if (go_parallel(size_t(N) * C))
-  for (int n = 0; n < N; ++n) {
-    const T* g = dout + size_t(n) * C;
-    const T* xr = x + size_t(n) * C;
-    T* d = dx + size_t(n) * C;
-    double dot = 0.0;
-    for (int c = 0; c < C; ++c) {
-      dot += double(g[c]) * double(xr[c]);
-      d[c] = s[n] * g[c];
-    }
-    ds[n] += static_cast<T>(dot);
-  }
 }
 
 }  // namespace ftx::cpu

@@ -1,5 +1,6 @@
 // A routed block's router (kernels/backend.h; docs/subjective_depth.md): the surprise statistics
-// and gate (route_stats_*, route_gate_*) and the top-k selection per sequence (topk_rows). Templated on
+// and gate (route_stats_*, route_gate_*), the top-k selection per sequence (topk_rows) and the
+// gated write-back of the selected tokens (route_scatter_*). Templated on
 // the scalar so the tests run them in double. Top-k is a stable order by (score descending,
 // position ascending), so ties go to the earlier position on every backend. The gate sums its
 // squared norms and its parameter gradients in double, tokens in order.
@@ -28,6 +29,45 @@ void topk_rows(int32_t* pos, int32_t* rows, const S* score, int B, int T, int k)
       pos[size_t(b) * k + i] = order[size_t(i)];
       rows[size_t(b) * k + i] = b * T + order[size_t(i)];
     }
+  }
+}
+
+// out = x, then row r = rows[i] of out = g[r] y[i] + (1 - g[r]) x[r] for i < M; out may alias x.
+// With g[r] = 1 the row is y[i] exactly.
+template <class T>
+void route_scatter_forward(T* out, const T* x, const T* y, const T* g, const int32_t* rows, int N, int M, int C) {
+  if (out != x) std::copy(x, x + size_t(N) * C, out);
+#pragma omp parallel for schedule(static) if (go_parallel(size_t(M) * C))
+  for (int i = 0; i < M; ++i) {
+    const int32_t r = rows[i];
+    const T k = g[r], j = T(1) - k;
+    const T* yr = y + size_t(i) * C;
+    T* o = out + size_t(r) * C;
+    for (int c = 0; c < C; ++c) o[c] = k * yr[c] + j * o[c];
+  }
+}
+
+// dx = dout with row r = rows[i] scaled by (1 - g[r]) (dx may alias dout); dy[i] = g[r] dout[r];
+// dg[r] += <dout[r], y[i] - x[r]> summed in double. Rows not selected take no gate gradient.
+template <class T>
+void route_scatter_backward(T* dx, T* dy, T* dg, const T* dout, const T* x, const T* y, const T* g, const int32_t* rows,
+                            int N, int M, int C) {
+  if (dx != dout) std::copy(dout, dout + size_t(N) * C, dx);
+#pragma omp parallel for schedule(static) if (go_parallel(size_t(M) * C))
+  for (int i = 0; i < M; ++i) {
+    const int32_t r = rows[i];
+    const T k = g[r], j = T(1) - k;
+    const T* yr = y + size_t(i) * C;
+    const T* xr = x + size_t(r) * C;
+    T* d = dx + size_t(r) * C;
+    T* dyr = dy + size_t(i) * C;
+    double dot = 0.0;
+    for (int c = 0; c < C; ++c) {
+      dot += double(d[c]) * (double(yr[c]) - double(xr[c]));
+      dyr[c] = k * d[c];
+      d[c] = j * d[c];
+    }
+    dg[r] += static_cast<T>(dot);
   }
 }
 

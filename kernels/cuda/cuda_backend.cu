@@ -228,14 +228,17 @@ class CudaBackend final : public Backend {
     if (B == 0 || k == 0) return;
     op("topk_rows", cuda::topk_rows, pos, rows, score, B, T, k);
   }
-  void scale_rows_forward(float* out, const float* x, const float* s, int N, int C) override {
-    if (size_t(N) * C == 0) return;
-    op("scale_rows_forward", cuda::scale_rows_forward, out, x, s, N, C);
+  void route_scatter_forward(float* out, const float* x, const float* y, const float* g, const int32_t* rows, int N,
+                             int M, int C) override {
+    if (out != x) copy(out, x, size_t(N) * C * sizeof(float));
+    if (size_t(M) * C == 0) return;
+    op("route_scatter_forward", cuda::route_scatter_forward, out, y, g, rows, M, C);
   }
-  void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N,
-                           int C) override {
-    if (N == 0) return;
-    op("scale_rows_backward", cuda::scale_rows_backward, dx, ds, dout, x, s, N, C);
+  void route_scatter_backward(float* dx, float* dy, float* dg, const float* dout, const float* x, const float* y,
+                              const float* g, const int32_t* rows, int N, int M, int C) override {
+    if (dx != dout) copy(dx, dout, size_t(N) * C * sizeof(float));
+    if (size_t(M) * C == 0) return;
+    op("route_scatter_backward", cuda::route_scatter_backward, dx, dy, dg, x, y, g, rows, M, C);
   }
 
   // ---- embedding ----

@@ -98,29 +98,40 @@ __global__ void sum_rows_kernel(float* dv, const float* dout, int N, int C) {
   column_sum(dv, N, C, [=] __device__(int n, int c) { return double(dout[size_t(n) * C + c]); });
 }
 
-// ---- row scaling ---------------------------------------------------------------------------
+// ---- the routed block's write-back ----------------------------------------------------------
 
-__global__ void scale_rows_forward_kernel(float* out, const float* x, const float* s, int N, int C) {
+// out already holds x (the backend copied it); one thread per element of the M selected rows.
+__global__ void route_scatter_forward_kernel(float* out, const float* y, const float* g, const int32_t* rows, int M,
+                                             int C) {
   const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-  if (i < size_t(N) * C) out[i] = s[i / C] * x[i];
+  if (i >= size_t(M) * C) return;
+  const int32_t r = rows[i / C];
+  const int c = int(i % C);
+  const float k = g[r], j = 1.0f - k;
+  float* o = out + size_t(r) * C + c;
+  *o = k * y[i] + j * *o;  // g = 1: j * o is 0, so y exactly, contracted into an FMA or not
 }
 
-// One warp a row: ds in double over the row, dx overwritten.
-__global__ void scale_rows_backward_kernel(float* dx, float* ds, const float* dout, const float* x, const float* s,
-                                           int N, int C) {
-  const int n = blockIdx.x * kRowWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (n >= N) return;
-  const float* g = dout + size_t(n) * C;
-  const float* xr = x + size_t(n) * C;
-  float* d = dx + size_t(n) * C;
-  const float k = s[n];
+// One warp a selected row (dx already holds dout): dg in double, dy written, dx scaled.
+__global__ void route_scatter_backward_kernel(float* dx, float* dy, float* dg, const float* x, const float* y,
+                                              const float* g, const int32_t* rows, int M, int C) {
+  const int i = blockIdx.x * kRowWarps + threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (i >= M) return;
+  const int32_t r = rows[i];
+  const float k = g[r], j = 1.0f - k;
+  const float* yr = y + size_t(i) * C;
+  const float* xr = x + size_t(r) * C;
+  float* d = dx + size_t(r) * C;
+  float* dyr = dy + size_t(i) * C;
   double dot = 0.0;
   for (int c = lane; c < C; c += 32) {
-    dot += double(g[c]) * double(xr[c]);
-    d[c] = k * g[c];
+    const float v = d[c];
+    dot += double(v) * (double(yr[c]) - double(xr[c]));
+    dyr[c] = k * v;
+    d[c] = j * v;
   }
   for (int o = 16; o > 0; o >>= 1) dot += __shfl_xor_sync(0xffffffffu, dot, o);
-  if (lane == 0) ds[n] += float(dot);
+  if (lane == 0) dg[r] += float(dot);
 }
 
 // ---- the surprise statistics and gate -----------------------------------------------------------
@@ -548,18 +559,19 @@ void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, in
   FTX_CUDA_LAUNCHED();
 }
 
-void scale_rows_forward(float* out, const float* x, const float* s, int N, int C, cudaStream_t st) {
-  const size_t n = size_t(N) * C;
+void route_scatter_forward(float* out, const float* y, const float* g, const int32_t* rows, int M, int C,
+                           cudaStream_t st) {
+  const size_t n = size_t(M) * C;
   if (n == 0) return;
-  FTX_LAUNCH(scale_rows_forward_kernel, blocks_for(n, kThreads), kThreads, 0, st, out, x, s, N, C);
+  FTX_LAUNCH(route_scatter_forward_kernel, blocks_for(n, kThreads), kThreads, 0, st, out, y, g, rows, M, C);
   FTX_CUDA_LAUNCHED();
 }
 
-void scale_rows_backward(float* dx, float* ds, const float* dout, const float* x, const float* s, int N, int C,
-                         cudaStream_t st) {
-  if (N == 0) return;
-  FTX_LAUNCH(scale_rows_backward_kernel, blocks_for(size_t(N), kRowWarps), kRowWarps * 32, 0, st, dx, ds, dout, x, s, N,
-             C);
+void route_scatter_backward(float* dx, float* dy, float* dg, const float* x, const float* y, const float* g,
+                            const int32_t* rows, int M, int C, cudaStream_t st) {
+  if (M == 0) return;
+  FTX_LAUNCH(route_scatter_backward_kernel, blocks_for(size_t(M), kRowWarps), kRowWarps * 32, 0, st, dx, dy, dg, x, y,
+             g, rows, M, C);
   FTX_CUDA_LAUNCHED();
 }
 

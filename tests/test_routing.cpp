@@ -1,0 +1,510 @@
+// Routed blocks (docs/subjective_depth.md, issue 25) on the CPU backend, the model as a whole:
+//   * capacity 1 with the gate held at 1 is the dense model, bit for bit, for every router;
+//   * capacity 0 is the model with the routed blocks taken out, bit for bit;
+//   * a routed block equals a float64 brute-force block run on the selected tokens only, at their
+//     positions, with causal attention among them (batch 3, scores out of time order);
+//   * Model::backward equals central finite differences of the loss for every tensor, with the
+//     choice and the stop-gradients held (ModelState::freeze_routing), for MoD, SDT (also with Z,
+//     its decision block being the one Z enters) and STT; the prior learns from its own loss;
+//   * the routing settings round-trip through config.json, and bad ones are refused by name.
+// The router's ops one by one (route_stats, route_gate, topk_rows, route_scatter, rope_*_at) are
+// checked against double, by finite differences and in the CUDA emulation through the op table.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/io/checkpoint.h"
+#include "core/io/config_json.h"
+#include "core/model/model.h"
+#include "core/model/params.h"
+#include "kernels/backend.h"
+#include "tests/test_util.h"
+
+namespace ftx {
+namespace {
+
+Backend& cpu() {
+  static std::unique_ptr<Backend> be = make_cpu_backend();
+  return *be;
+}
+
+// 4 blocks (routed: 1 and 3), GQA; with latent bits, Z enters block 2 (SDT's second decision block).
+ModelConfig base_config(int latent_bits, int dim = 16) {
+  ModelConfig c;
+  c.vocab_size = 29;
+  c.dim = dim, c.n_layers = 4, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = dim / 2;
+  c.ffn_hidden = dim + dim / 2, c.max_seq_len = 16, c.latent_bits = latent_bits, c.inject_after = 2;
+  return c;
+}
+
+ModelConfig routed(ModelConfig c, Routing kind, float capacity, bool hard_gate = false) {
+  c.routing.kind = kind;
+  c.routing.capacity = capacity;
+  c.routing.hard_gate = hard_gate;
+  c.routing.prior_div = 4;
+  return c;
+}
+
+std::vector<int32_t> random_tokens(size_t n, int V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, V - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
+// Every tensor random (norm weights near 1), so that no gradient or difference is special.
+std::vector<float> random_params(const Model& m, uint32_t seed, float std) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  std::vector<float> p(size_t(m.num_params()));
+  for (const ParamSpec& s : m.specs())
+    for (int64_t i = 0; i < s.numel; ++i)
+      p[size_t(s.offset + i)] = s.init == ParamInit::Ones        ? 1.0f + 0.2f * nd(rng)
+                                : s.init == ParamInit::RouteGate ? fixed_init_value(s.init, i) + 0.1f * nd(rng)
+                                                                 : std * nd(rng);
+  return p;
+}
+
+// `to`'s arena with every tensor that `from` has by the same name copied (renamed by `rename`).
+std::vector<float> copy_shared(const Model& from, const std::vector<float>& fp, const Model& to, std::vector<float> tp,
+                               const std::map<std::string, std::string>& rename = {}) {
+  for (const ParamSpec& s : from.specs()) {
+    std::string name = s.name;
+    for (const auto& [a, b] : rename)
+      if (name.starts_with(a)) name = b + name.substr(a.size());
+    const ParamSpec* t = find_param(to.specs(), name);
+    if (t == nullptr) continue;
+    EXPECT_EQ(t->numel, s.numel) << name;
+    std::copy_n(fp.begin() + s.offset, s.numel, tp.begin() + t->offset);
+  }
+  return tp;
+}
+
+struct Out {
+  std::vector<float> logits;
+  StepStats stats;
+};
+
+Out run(Model& m, const std::vector<float>& params, const std::vector<int32_t>& in, const std::vector<int32_t>& tg,
+        int B, int T) {
+  m.load_params(params.data());
+  auto s = m.make_state(B, T);
+  std::vector<uint32_t> codes(size_t(B) * T);
+  for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint32_t(i * 7 % (1u << std::max(1, m.config().latent_bits)));
+  Out o;
+  o.stats = m.forward(*s, in.data(), tg.data(), m.config().is_free() ? codes.data() : nullptr, 3, 4, 0.0f);
+  o.logits.resize(size_t(B) * T * m.config().vocab_size);
+  m.read_logits(*s, o.logits.data());
+  return o;
+}
+
+void expect_bitwise_equal(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  size_t differ = 0;
+  for (size_t i = 0; i < a.size(); ++i) differ += std::memcmp(&a[i], &b[i], sizeof(float)) != 0;
+  EXPECT_EQ(differ, 0u) << what << ": " << differ << " of " << a.size() << " values differ";
+}
+
+const Routing kRouters[] = {Routing::Random, Routing::Mod, Routing::Sdt, Routing::Stt};
+
+TEST(Routing, CapacityOneWithTheGateAtOneIsTheDenseModel) {
+  const int B = 3, T = 11;
+  for (int H : {0, 3}) {
+    const ModelConfig dense_cfg = base_config(H);
+    Model dense(cpu(), dense_cfg);
+    const std::vector<float> dp = random_params(dense, 10 + H, 0.3f);
+    const auto in = random_tokens(size_t(B) * T, 29, 1), tg = random_tokens(size_t(B) * T, 29, 2);
+    const Out want = run(dense, dp, in, tg, B, T);
+    for (Routing kind : kRouters) {
+      Model m(cpu(), routed(dense_cfg, kind, 1.0f, true));
+      const Out got = run(m, copy_shared(dense, dp, m, random_params(m, 20, 0.3f)), in, tg, B, T);
+      const std::string what = std::string(routing_name(kind)) + " H=" + std::to_string(H);
+      expect_bitwise_equal(got.logits, want.logits, what);
+      EXPECT_EQ(got.stats.ce, want.stats.ce) << what;
+    }
+  }
+}
+
+TEST(Routing, CapacityZeroIsTheModelWithoutTheRoutedBlocks) {
+  const int B = 2, T = 9;
+  for (int H : {0, 3}) {
+    ModelConfig two = base_config(H);
+    two.n_layers = 2, two.inject_after = 1;  // blocks 0 and 2 of four; Z still enters the second
+    Model small(cpu(), two);
+    const std::vector<float> sp = random_params(small, 30 + H, 0.3f);
+    const auto in = random_tokens(size_t(B) * T, 29, 3), tg = random_tokens(size_t(B) * T, 29, 4);
+    const Out want = run(small, sp, in, tg, B, T);
+    for (Routing kind : kRouters) {
+      Model m(cpu(), routed(base_config(H), kind, 0.0f));
+      const auto params =
+          copy_shared(small, sp, m, random_params(m, 40, 0.3f), {{"model.layers.1.", "model.layers.2."}});
+      const Out got = run(m, params, in, tg, B, T);
+      const std::string what = std::string(routing_name(kind)) + " H=" + std::to_string(H);
+      expect_bitwise_equal(got.logits, want.logits, what);
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// A routed block against a float64 block on the selected tokens
+
+struct HostBlock {
+  std::vector<double> ln1, wq, wk, wv, wo, ln2, wg, wu, wd;
+};
+
+HostBlock host_block(const Model& m, const std::vector<float>& p, int l) {
+  auto get = [&](const std::string& n) {
+    const ParamSpec* s = find_param(m.specs(), "model.layers." + std::to_string(l) + "." + n);
+    return std::vector<double>(p.begin() + s->offset, p.begin() + s->offset + s->numel);
+  };
+  return {get("input_layernorm.weight"),  get("self_attn.q_proj.weight"), get("self_attn.k_proj.weight"),
+          get("self_attn.v_proj.weight"), get("self_attn.o_proj.weight"), get("post_attention_layernorm.weight"),
+          get("mlp.gate_proj.weight"),    get("mlp.up_proj.weight"),      get("mlp.down_proj.weight")};
+}
+
+std::vector<double> rms(const std::vector<double>& x, const std::vector<double>& w, double eps) {
+  double ss = 0;
+  for (double v : x) ss += v * v;
+  const double r = 1.0 / std::sqrt(ss / double(x.size()) + eps);
+  std::vector<double> o(x.size());
+  for (size_t i = 0; i < x.size(); ++i) o[i] = w[i] * x[i] * r;
+  return o;
+}
+
+std::vector<double> matvec(const std::vector<double>& w, const std::vector<double>& x, size_t out) {
+  std::vector<double> o(out, 0.0);
+  for (size_t r = 0; r < out; ++r)
+    for (size_t c = 0; c < x.size(); ++c) o[r] += w[r * x.size() + c] * x[c];
+  return o;
+}
+
+void rope(std::vector<double>& v, int heads, int HS, int pos, double theta) {
+  for (int h = 0; h < heads; ++h)
+    for (int i = 0; i < HS / 2; ++i) {
+      const double a = pos * std::pow(theta, -2.0 * i / HS);
+      double& x = v[size_t(h * HS + i)];
+      double& y = v[size_t(h * HS + i + HS / 2)];
+      const double x0 = x, y0 = y;
+      x = x0 * std::cos(a) - y0 * std::sin(a);
+      y = y0 * std::cos(a) + x0 * std::sin(a);
+    }
+}
+
+// The block on tokens `sel` (positions, increasing) of one sequence x (T, C): rows in sel order.
+std::vector<std::vector<double>> host_block_on(const ModelConfig& c, const HostBlock& w,
+                                               const std::vector<std::vector<double>>& x, const std::vector<int>& sel) {
+  const int C = c.dim, NH = c.n_heads, NKV = c.n_kv_heads, HS = c.head_dim, F = c.ffn_hidden;
+  std::vector<std::vector<double>> q, k, v, out;
+  for (int p : sel) {
+    const auto ln = rms(x[size_t(p)], w.ln1, c.rms_norm_eps);
+    q.push_back(matvec(w.wq, ln, size_t(NH * HS)));
+    k.push_back(matvec(w.wk, ln, size_t(NKV * HS)));
+    v.push_back(matvec(w.wv, ln, size_t(NKV * HS)));
+    rope(q.back(), NH, HS, p, c.rope_theta);
+    rope(k.back(), NKV, HS, p, c.rope_theta);
+  }
+  for (size_t i = 0; i < sel.size(); ++i) {
+    std::vector<double> att(size_t(NH * HS), 0.0);
+    for (int h = 0; h < NH; ++h) {
+      const int kh = h / (NH / NKV);
+      std::vector<double> s(i + 1);
+      double mx = -1e300, z = 0;
+      for (size_t j = 0; j <= i; ++j) {  // causal among the selected: j before i in time
+        double d = 0;
+        for (int e = 0; e < HS; ++e) d += q[i][size_t(h * HS + e)] * k[j][size_t(kh * HS + e)];
+        s[j] = d / std::sqrt(double(HS));
+        mx = std::max(mx, s[j]);
+      }
+      for (double& e : s) z += (e = std::exp(e - mx));
+      for (size_t j = 0; j <= i; ++j)
+        for (int e = 0; e < HS; ++e) att[size_t(h * HS + e)] += s[j] / z * v[j][size_t(kh * HS + e)];
+    }
+    std::vector<double> a = matvec(w.wo, att, size_t(C));
+    for (int e = 0; e < C; ++e) a[size_t(e)] += x[size_t(sel[i])][size_t(e)];
+    const auto ln2 = rms(a, w.ln2, c.rms_norm_eps);
+    const auto g = matvec(w.wg, ln2, size_t(F)), u = matvec(w.wu, ln2, size_t(F));
+    std::vector<double> h(static_cast<size_t>(F));
+    for (int e = 0; e < F; ++e) h[size_t(e)] = g[size_t(e)] / (1 + std::exp(-g[size_t(e)])) * u[size_t(e)];
+    const auto d = matvec(w.wd, h, size_t(C));
+    for (int e = 0; e < C; ++e) a[size_t(e)] += d[size_t(e)];
+    out.push_back(a);
+  }
+  return out;
+}
+
+TEST(Routing, RoutedBlockEqualsABruteForceBlockOnTheSelection) {
+  const int B = 3, T = 12;
+  ModelConfig c = routed(base_config(0), Routing::Mod, 0.5f);
+  Model m(cpu(), c);
+  const std::vector<float> p = random_params(m, 50, 0.3f);
+  m.load_params(p.data());
+  auto s = m.make_state(B, T);
+  const auto in = random_tokens(size_t(B) * T, 29, 5);
+  (void)m.forward(*s, in.data(), nullptr, nullptr, 1, 2, 0.0f);
+  const int l = 3, k = c.route_k(T), C = c.dim;
+  ASSERT_EQ(k, 6);
+  std::vector<float> x(size_t(B) * T * C), y(x.size()), gate(size_t(B) * T);
+  std::vector<int32_t> pos(size_t(B) * k);
+  cpu().download(x.data(), s->xs[l], x.size() * sizeof(float));
+  cpu().download(y.data(), s->xs[l + 1], y.size() * sizeof(float));
+  m.read_route_positions(*s, l, pos.data());
+  m.read_route_gate(*s, l, gate.data());
+  const HostBlock w = host_block(m, p, l);
+  bool out_of_order = false;  // the scores' order is not time order in some sequence
+  double err = 0, ref = 0;
+  for (int b = 0; b < B; ++b) {
+    std::vector<std::vector<double>> xb(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t)
+      xb[size_t(t)].assign(x.begin() + (size_t(b) * T + t) * C, x.begin() + (size_t(b) * T + t + 1) * C);
+    // The k largest gates of the sequence, ties to the earlier position, in time order.
+    std::vector<int> order(static_cast<size_t>(T));
+    for (int t = 0; t < T; ++t) order[size_t(t)] = t;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int i, int j) { return gate[size_t(b) * T + i] > gate[size_t(b) * T + j]; });
+    std::vector<int> sel(order.begin(), order.begin() + k);
+    out_of_order = out_of_order || !std::is_sorted(sel.begin(), sel.end());
+    std::sort(sel.begin(), sel.end());
+    for (int i = 0; i < k; ++i) ASSERT_EQ(pos[size_t(b) * k + i], sel[size_t(i)]) << "sequence " << b;
+    const auto yb = host_block_on(c, w, xb, sel);
+    for (int t = 0; t < T; ++t) {
+      const auto it = std::find(sel.begin(), sel.end(), t);
+      const double g = gate[size_t(b) * T + t];
+      for (int e = 0; e < C; ++e) {
+        const double xv = xb[size_t(t)][size_t(e)];
+        const double want = it == sel.end() ? xv : g * yb[size_t(it - sel.begin())][size_t(e)] + (1 - g) * xv;
+        const double got = y[(size_t(b) * T + t) * C + e];
+        if (it == sel.end()) {
+          EXPECT_EQ(got, float(xv)) << "a skipped token must pass unchanged";
+        }
+        err += (got - want) * (got - want), ref += want * want;
+      }
+    }
+  }
+  EXPECT_TRUE(out_of_order);
+  EXPECT_LT(std::sqrt(err / ref), 1e-5);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Gradients against finite differences, the choice and the stop-gradients held
+
+constexpr double kFdStep = 1e-2, kFdNoise = 5e-5, kGradRelTol = 1e-2;
+
+struct Fd {
+  Fd(const ModelConfig& c, int B, int T) : model(cpu(), c), B(B), T(T), state(model.make_state(B, T)) {
+    in = random_tokens(size_t(B) * T, c.vocab_size, 7);
+    tg = random_tokens(size_t(B) * T, c.vocab_size, 8);
+    codes.resize(size_t(B) * T);
+    for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint32_t(i * 5 % (1u << std::max(1, c.latent_bits)));
+  }
+  double loss(const std::vector<float>& p) {
+    model.load_params(p.data());
+    return model.forward(*state, in.data(), tg.data(), model.config().is_free() ? codes.data() : nullptr, 5, 9, 0.0f)
+        .loss;
+  }
+  std::vector<float> analytic(const std::vector<float>& p) {
+    state->freeze_routing = false;
+    (void)loss(p);  // the choice, the averages and the teacher, then held
+    state->freeze_routing = true;
+    model.zero_grad();
+    (void)loss(p);
+    model.backward(*state);
+    std::vector<float> g(size_t(model.num_params()));
+    cpu().download(g.data(), model.grads(), g.size() * sizeof(float));
+    return g;
+  }
+  std::vector<double> numeric(std::vector<float> p) {
+    std::vector<double> d(p.size());
+    for (size_t i = 0; i < p.size(); ++i) {
+      const float x0 = p[i];
+      auto central = [&](double h) {
+        p[i] = float(x0 + h);
+        const double hp = double(p[i]) - x0, lp = loss(p);
+        p[i] = float(x0 - h);
+        const double hm = x0 - double(p[i]), lm = loss(p);
+        p[i] = x0;
+        return (lp - lm) / (hp + hm);
+      };
+      d[i] = (4 * central(kFdStep / 2) - central(kFdStep)) / 3;
+    }
+    return d;
+  }
+  Model model;
+  int B, T;
+  std::unique_ptr<ModelState> state;
+  std::vector<int32_t> in, tg;
+  std::vector<uint32_t> codes;
+};
+
+// Per tensor whose name starts with one of `prefixes` (all when empty).
+void expect_grads_match(const Model& m, const std::vector<float>& a, const std::vector<double>& fd,
+                        const std::vector<std::string>& prefixes = {}) {
+  int checked = 0;
+  for (const ParamSpec& s : m.specs()) {
+    if (!prefixes.empty() &&
+        std::none_of(prefixes.begin(), prefixes.end(), [&](const std::string& p) { return s.name.starts_with(p); }))
+      continue;
+    double err = 0, ref = 0;
+    for (int64_t i = 0; i < s.numel; ++i) {
+      const double d = double(a[size_t(s.offset + i)]) - fd[size_t(s.offset + i)];
+      err += d * d, ref += fd[size_t(s.offset + i)] * fd[size_t(s.offset + i)];
+    }
+    err = std::sqrt(err), ref = std::sqrt(ref);
+    const double floor = kFdNoise * std::sqrt(double(s.numel));
+    EXPECT_GT(ref, 5 * floor) << s.name << ": FD gradient too small to check";
+    EXPECT_LE(err, kGradRelTol * ref + floor) << s.name << ": |analytic - fd| " << err << ", |fd| " << ref;
+    ++checked;
+  }
+  EXPECT_GT(checked, 0);
+}
+
+// Random parameters where finite differences see every path: steep gates (betas near 1.7), and
+// a post-sampler whose columns are all equal, so that Z's pass-through gradient (a surrogate that
+// finite differences cannot see, checked in test_model.cpp) is exactly zero.
+std::vector<float> fd_params(const Model& m, uint32_t seed) {
+  std::vector<float> p = random_params(m, seed, 0.4f);
+  const float raw_gate[4] = {0.5f, 0.6f, 1.5f, 1.5f};
+  for (const ParamSpec& s : m.specs())
+    if (s.name.ends_with(".gate"))
+      for (int i = 0; i < 4; ++i) p[size_t(s.offset + i)] = raw_gate[i];
+  if (const ParamSpec* post = find_param(m.specs(), "free.post_sampler.weight")) {
+    const int64_t codes = post->shape[1];
+    for (int64_t c = 0; c < post->shape[0]; ++c)
+      for (int64_t d = 1; d < codes; ++d) p[size_t(post->offset + c * codes + d)] = p[size_t(post->offset + c * codes)];
+  }
+  return p;
+}
+
+void check_fd(const ModelConfig& c, uint32_t seed) {
+  Fd h(c, 2, 6);
+  const std::vector<float> p = fd_params(h.model, seed);
+  const std::vector<float> a = h.analytic(p);
+  expect_grads_match(h.model, a, h.numeric(p));
+}
+
+ModelConfig fd_config(int latent_bits, Routing kind) {
+  ModelConfig c = routed(base_config(latent_bits, 8), kind, 0.5f);
+  c.routing.aux_weight = 0;  // the prior's own loss stops the change it predicts: checked apart
+  c.routing.gate_penalty = 0.05f;
+  return c;
+}
+
+TEST(RoutingBackward, ModMatchesFiniteDifferences) { check_fd(fd_config(0, Routing::Mod), 60); }
+TEST(RoutingBackward, SdtMatchesFiniteDifferences) { check_fd(fd_config(0, Routing::Sdt), 61); }
+TEST(RoutingBackward, SdtWithZMatchesFiniteDifferences) { check_fd(fd_config(2, Routing::Sdt), 62); }
+TEST(RoutingBackward, SttMatchesFiniteDifferences) { check_fd(fd_config(0, Routing::Stt), 67); }
+TEST(RoutingBackward, RandomMatchesFiniteDifferences) { check_fd(fd_config(0, Routing::Random), 64); }
+
+// With the gate held at 1 the prior reaches the loss only through its own error term, whose
+// target (the change) is stopped: its gradient is that term's alone, which FD sees exactly.
+TEST(RoutingBackward, ThePriorLearnsFromItsOwnLoss) {
+  for (Routing kind : {Routing::Sdt, Routing::Stt}) {
+    ModelConfig c = routed(base_config(0, 8), kind, 0.5f, true);
+    c.routing.aux_weight = 0.5f;
+    Fd h(c, 2, 6);
+    const std::vector<float> p = fd_params(h.model, 70);
+    const std::vector<float> a = h.analytic(p);
+    expect_grads_match(h.model, a, h.numeric(p), {"route.layers.1.prior.", "route.layers.3.prior."});
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Settings
+
+TEST(RoutingConfig, RoundTripsThroughConfigJson) {
+  ModelConfig c = routed(base_config(3), Routing::Stt, 0.25f);
+  c.routing.ma_window = 7, c.routing.aux_weight = 0.5f, c.routing.gate_penalty = 0.002f;
+  auto back = config_from_json(config_to_json(c, nullptr), "config.json");
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->routing, c.routing);
+  auto dense = config_from_json(config_to_json(base_config(3), nullptr), "config.json");
+  ASSERT_TRUE(dense.ok());
+  EXPECT_EQ(dense->routing.kind, Routing::None);
+}
+
+TEST(RoutingConfig, BadSettingsAreRefusedByName) {
+  nlohmann::json j = config_to_json(routed(base_config(0), Routing::Sdt, 0.5f), nullptr);
+  j["routing"]["capacity"] = 1.5;
+  auto r = config_from_json(j, "m/config.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("m/config.json: key 'routing.capacity'"), std::string::npos) << r.error().message;
+  j["routing"]["capacity"] = 0.5;
+  j["routing"]["kind"] = "moe";
+  r = config_from_json(j, "m/config.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("routing.kind"), std::string::npos) << r.error().message;
+
+  ModelConfig one = routed(base_config(0), Routing::Sdt, 0.5f);
+  one.n_layers = 1;
+  ASSERT_FALSE(one.validate().ok());
+  EXPECT_NE(one.validate().error().message.find("no block of 1 can be routed"), std::string::npos);
+
+  ShapeOverrides o;
+  o.preset = "small", o.routing = "mod", o.route.capacity = 0.25f;
+  auto shaped = shape_model_config(o, 29, 64);
+  ASSERT_TRUE(shaped.ok()) << shaped.error().message;
+  EXPECT_EQ(shaped->routing.kind, Routing::Mod);
+  EXPECT_TRUE(shaped->routed(1) && !shaped->routed(2) && shaped->routed(3));
+  o.routing = "none";
+  EXPECT_FALSE(shape_model_config(o, 29, 64).ok()) << "routing settings without --routing";
+  o.routing = "sideways";
+  EXPECT_FALSE(shape_model_config(o, 29, 64).ok());
+  o.routing = "mod", o.route.capacity = 0.0f;
+  EXPECT_FALSE(shape_model_config(o, 29, 64).ok()) << "capacity must be in (0, 1]";
+}
+
+// The router's tensors are part of the checkpoint contract: saved, loaded, and required or refused
+// by what config.json says.
+TEST(RoutingConfig, CheckpointRoundTripAndRouterTensorsMissingOrExtra) {
+  test::TempDir tmp;
+  const ModelConfig c = routed(base_config(3), Routing::Sdt, 0.5f);
+  Model m(cpu(), c);
+  CheckpointData ck;
+  ck.config = c;
+  ck.params = random_params(m, 80, 0.3f);
+  const std::string dir = tmp.path() + "/sdt";
+  ASSERT_TRUE(save_checkpoint(dir, ck).ok());
+  auto back = load_checkpoint(dir, false);
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back->config.routing, c.routing);
+  EXPECT_EQ(back->params, ck.params);
+
+  // config.json without its routing: the route.* tensors are extra.
+  nlohmann::json j = config_to_json(c, nullptr);
+  j.erase("routing");
+  ASSERT_TRUE(test::write_file(dir + "/config.json", j.dump()));
+  auto extra = load_checkpoint(dir, false);
+  ASSERT_FALSE(extra.ok());
+  EXPECT_NE(extra.error().message.find("is a router's tensor but config.json has no routing"), std::string::npos)
+      << extra.error().message;
+
+  // A dense checkpoint whose config.json says routing: the router's tensors are missing.
+  ModelConfig dense_cfg = base_config(3);
+  Model dense(cpu(), dense_cfg);
+  CheckpointData dk;
+  dk.config = dense_cfg;
+  dk.params = random_params(dense, 81, 0.3f);
+  const std::string ddir = tmp.path() + "/dense";
+  ASSERT_TRUE(save_checkpoint(ddir, dk).ok());
+  ASSERT_TRUE(test::write_file(ddir + "/config.json", config_to_json(c, nullptr).dump()));
+  auto missing = load_checkpoint(ddir, false);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.error().message.find("route.layers.1."), std::string::npos) << missing.error().message;
+  EXPECT_NE(missing.error().message.find("config.json has routing"), std::string::npos) << missing.error().message;
+}
+
+TEST(RoutingConfig, ARoutedModelSaysItCannotGenerateYet) {
+  Model m(cpu(), routed(base_config(0), Routing::Sdt, 0.5f));
+  auto d = m.try_make_decode_state(1, 8);
+  ASSERT_FALSE(d.ok());
+  EXPECT_NE(d.error().message.find("does not generate yet"), std::string::npos) << d.error().message;
+}
+
+}  // namespace
+}  // namespace ftx
