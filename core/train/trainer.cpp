@@ -17,6 +17,7 @@
 
 #include "core/io/checkpoint.h"
 #include "core/io/config_json.h"
+#include "core/model/flops.h"
 #include "core/text/tokenizer.h"
 #include "core/train/run_config.h"
 #include "core/util/sha256.h"
@@ -359,6 +360,8 @@ Status Trainer::eval_and_record(BatchSource& data, const TrainerCallbacks& cb) {
   ec.batch = std::min(tcfg_.batch, 64);  // the validation batch check_training_memory counted
   std::vector<GroupResult> samples;
   EvalReport rep{step_, evaluate(*model_, data, ec, tcfg_.kappa_at(step_), &samples)};
+  // What a predicted token costs (core/model/flops.h): a routed run's x-axis against dense runs.
+  rep.metrics.emplace_back("model/flops_per_token", train_flops_per_token(model_->config(), data.seq_len() - 1));
   for (const auto& [k, v] : rep.metrics) store_.add_metric(run_id_, step_, k, v);
   FTX_TRY(record_generations(samples, data.tokenizer()));
   if (cb.on_eval) cb.on_eval(rep);

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# The routing grid of issue 25 (docs/subjective_depth.md): on the synthetic task, plain decoders of
+# the small preset (no Z, so that only the routing differs), routed blocks 1 and 3 at each capacity
+# for each router, against dense models of 2, 3 and 4 blocks (the compute frontier).
+#
+#   resources/experiments/routing_grid.sh run     # trains what is missing (a finished run is kept)
+#   resources/experiments/routing_grid.sh table   # last validation CE and training FLOPs per token, per run
+#
+# Settings (environment): STEPS (default 3000), SEEDS ("1 2 3"), CAPS ("0.125 0.25 0.5 0.75"),
+# ROUTERS ("random mod sdt stt"), EXP (default ~/ftx-exp/routing), FTX (build/app/ftx).
+# Runs are named dense-L<layers>-s<seed> and <router>-<capacity>-s<seed> in $EXP/runs.db.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+FTX=${FTX:-build/app/ftx}
+EXP=${EXP:-$HOME/ftx-exp/routing}
+STEPS=${STEPS:-3000}
+SEEDS=${SEEDS:-1 2 3}
+CAPS=${CAPS:-0.125 0.25 0.5 0.75}
+ROUTERS=${ROUTERS:-random mod sdt stt}
+DB=$EXP/runs.db
+mkdir -p "$EXP"
+
+done_run() {  # run name: finished in the store
+  [[ -f $DB ]] && [[ $(sqlite3 "$DB" "select status from runs where name='$1'" 2>/dev/null) == done ]]
+}
+
+train() {  # name, then ftx train flags
+  local name=$1
+  shift
+  if done_run "$name"; then return; fi
+  sqlite3 "$DB" "delete from runs where name='$name'" 2>/dev/null || true
+  echo "$(date +%T) $name"
+  "$FTX" train --run "$name" --db "$DB" --dataset synthetic --preset small --latent-bits 0 --steps "$STEPS" \
+    --eval-every $((STEPS / 4)) --quiet "$@" > "$EXP/$name.log" 2>&1
+}
+
+case ${1:-} in
+  run)
+    for seed in $SEEDS; do
+      for layers in 2 3 4; do train "dense-L$layers-s$seed" --layers "$layers" --seed "$seed"; done
+      for router in $ROUTERS; do
+        for cap in $CAPS; do train "$router-$cap-s$seed" --routing "$router" --capacity "$cap" --seed "$seed"; done
+      done
+    done
+    ;;
+  table)
+    sqlite3 -header -column "$DB" "
+      select r.name as run,
+             (select round(value, 4) from metrics m where m.run_id = r.id and m.key = 'val/ce_prior'
+              order by step desc limit 1) as val_ce,
+             (select round(value / 1e6, 3) from metrics m where m.run_id = r.id and m.key = 'model/flops_per_token'
+              order by step desc limit 1) as mflop_per_token,
+             r.status
+      from runs r order by r.name"
+    ;;
+  *)
+    sed -n '2,11p' "$0"
+    exit 1
+    ;;
+esac
