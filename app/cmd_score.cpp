@@ -5,7 +5,10 @@
 //   output {"logprobs": [[...], ...], "ce": mean -logprob, "kl": mean posterior KL per position,
 //           "kl_per_token": [[...], ...] (a Free Transformer's KL at each position)}
 // A plain decoder is scored through the prefill path (GEMM chunks, any length the context allows);
-// a Free Transformer through the full forward pass, whose encoder reads the whole sequence.
+// a Free Transformer through the full forward pass, whose encoder reads the whole sequence, and so
+// is a routed model (docs/subjective_depth.md): its top-k choice reads the whole sequence too. For
+// a routed model the output adds "routing": per routed block the positions it computed and every
+// token's gate, and the realised capacity.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -89,21 +92,38 @@ int run_score(const ScoreArgs& a) {
   json logprobs = json::array(), kl_rows = json::array();
   double ce_sum = 0, kl_sum = 0;
   int64_t n_pred = 0;
-  const int V = model.config().vocab_size;
+  const ModelConfig& mc = model.config();
+  const int V = mc.vocab_size;
+  const bool routed = mc.routing.kind != Routing::None;
+  json blocks = json::array();  // routed models: one entry per routed block
+  for (int l = 0; l < mc.n_layers; ++l)
+    if (mc.routed(l)) blocks.push_back({{"block", l}, {"computed", json::array()}, {"gate", json::array()}});
+  int64_t computed = 0, offered = 0;
   for (size_t i = 0; i < in->tokens.size(); ++i) {
     const auto& t = in->tokens[i];
     const int T = static_cast<int>(t.size()) - 1;
     json row = json::array();
-    if (model.config().is_free()) {
+    if (mc.is_free() || routed) {
       auto state = model.make_state(1, T);
       const uint32_t* codes = in->codes.empty() ? nullptr : in->codes[i].data();
       StepStats st = model.forward(*state, t.data(), t.data() + 1, codes, a.seed, kStreamEval + i, 0.0f);
       std::vector<float> losses(T), kl(T);
       model.read_token_losses(*state, losses.data());
-      model.read_kl(*state, kl.data());
       for (float l : losses) row.push_back(-static_cast<double>(l));
-      kl_rows.push_back(kl);
+      if (mc.is_free()) {
+        model.read_kl(*state, kl.data());
+        kl_rows.push_back(kl);
+      }
       ce_sum += st.ce * T, kl_sum += st.kl * T;
+      for (json& b : blocks) {
+        std::vector<int32_t> pos(size_t(mc.route_k(T)));
+        std::vector<float> gate(static_cast<size_t>(T));
+        model.read_route_positions(*state, b["block"].get<int>(), pos.data());
+        model.read_route_gate(*state, b["block"].get<int>(), gate.data());
+        b["computed"].push_back(pos);
+        b["gate"].push_back(gate);
+        computed += int64_t(pos.size()), offered += T;
+      }
     } else {
       auto state = model.try_make_decode_state(1, T);
       if (!state) return fail(state.error());
@@ -123,7 +143,12 @@ int run_score(const ScoreArgs& a) {
     n_pred += T;
   }
   json out{{"logprobs", logprobs}, {"ce", n_pred ? ce_sum / n_pred : 0.0}, {"kl", n_pred ? kl_sum / n_pred : 0.0}};
-  if (model.config().is_free()) out["kl_per_token"] = kl_rows;
+  if (mc.is_free()) out["kl_per_token"] = kl_rows;
+  if (routed)
+    out["routing"] = {{"router", routing_name(mc.routing.kind)},
+                      {"path", "teacher: top-k over the whole sequence (not causal)"},
+                      {"capacity", offered ? double(computed) / double(offered) : 0.0},
+                      {"blocks", blocks}};
   std::printf("%s\n", out.dump().c_str());
   return 0;
 }

@@ -499,6 +499,33 @@ TEST(RoutingConfig, CheckpointRoundTripAndRouterTensorsMissingOrExtra) {
   EXPECT_NE(missing.error().message.find("config.json has routing"), std::string::npos) << missing.error().message;
 }
 
+// ftx score on a routed checkpoint: the teacher's forward, with what each routed block computed.
+TEST(RoutingCli, ScoreReportsWhatEachRoutedBlockComputed) {
+  test::TempDir tmp;
+  const ModelConfig c = routed(base_config(0), Routing::Mod, 0.25f);
+  Model m(cpu(), c);
+  CheckpointData ck;
+  ck.config = c;
+  ck.params = random_params(m, 90, 0.3f);
+  ASSERT_TRUE(save_checkpoint(tmp.path() + "/mod", ck).ok());
+  ASSERT_TRUE(test::write_file(tmp.path() + "/in.json", R"({"tokens": [[1,2,3,4,5,6,7,8,9], [9,8,7,6,5]]})"));
+  const test::Outcome r =
+      test::run_ftx({"score", "--checkpoint", tmp.path() + "/mod", "--input", tmp.path() + "/in.json"}, tmp.path());
+  ASSERT_EQ(r.code, 0) << test::describe(r);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  ASSERT_TRUE(j.contains("routing")) << r.out;
+  EXPECT_EQ(j["routing"]["router"], "mod");
+  ASSERT_EQ(j["routing"]["blocks"].size(), 2u);  // blocks 1 and 3
+  const nlohmann::json& b = j["routing"]["blocks"][0];
+  EXPECT_EQ(b["block"], 1);
+  EXPECT_EQ(b["computed"][0].size(), 2u);  // floor(8 / 4)
+  EXPECT_EQ(b["computed"][1].size(), 1u);  // floor(4 / 4)
+  EXPECT_EQ(b["gate"][0].size(), 8u);
+  EXPECT_NEAR(j["routing"]["capacity"].get<double>(), (2.0 + 1.0) / (8.0 + 4.0), 1e-12);
+  EXPECT_EQ(j["logprobs"][0].size(), 8u);
+  EXPECT_FALSE(j.contains("kl_per_token"));
+}
+
 TEST(RoutingConfig, ARoutedModelSaysItCannotGenerateYet) {
   Model m(cpu(), routed(base_config(0), Routing::Sdt, 0.5f));
   auto d = m.try_make_decode_state(1, 8);
