@@ -22,7 +22,8 @@ namespace ftx {
 // network (6 x 3 D P) and, for STT, the teacher's dense forward (2 x block + 4 T D_att).
 double train_flops_per_token(const ModelConfig& c, int T);
 inline constexpr const char* kFlopsConvention =
-    "PaLM: 6 x GEMM weights + 12 x L_att x T x D_att (+ mapper backward 2 x 2^H x (D + H)) per token";
+    "PaLM: 6 x GEMM weights + 12 x L_att x T x D_att (+ mapper backward 2 x 2^H x (D + H)) per token; a routed "
+    "block computing a share f of the tokens: f x its GEMMs + f^2 x its attention + its router";
 
 // Dense peak TFLOP/s of the backend's device at precision p (no sparsity: half the datasheets'
 // starred figures), by the CUDA device name (NVIDIA H100, H200 and A100 datasheets). None for the
