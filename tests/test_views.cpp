@@ -24,6 +24,7 @@
 #include <sqlite3.h>
 #include <QApplication>
 #include <QComboBox>
+#include <QDoubleSpinBox>
 #include <QGraphicsSimpleTextItem>
 #include <QLabel>
 #include <QLineEdit>
@@ -617,6 +618,29 @@ TEST(TrainView, StartWithAValidFormRequestsOneRun) {
   EXPECT_EQ(r.train.dataset, "synthetic");
   EXPECT_NEAR(r.train.kappa_nats, ftx::bits_to_nats(kKappaBits), kFloatTol);
   EXPECT_LE(r.train.eval_every, r.train.steps / 4) << "a short run still evaluates a few times";
+}
+
+// The routing row: off by default (capacity greyed out); a router and its capacity go into the
+// request as ftx train's --routing and --capacity.
+TEST(TrainView, RoutingRowRequestsARoutedRun) {
+  TrainHarness h;
+  auto* routing = h.view.findChild<QComboBox*>("routing");
+  auto* capacity = h.view.findChild<QDoubleSpinBox*>("capacity");
+  ASSERT_TRUE(routing && capacity);
+  EXPECT_EQ(routing->currentText(), "none");
+  EXPECT_FALSE(capacity->isEnabled());
+  routing->setCurrentText("sdt");
+  EXPECT_TRUE(capacity->isEnabled());
+  capacity->setValue(0.25);
+  h.view.set_db_path("/tmp/runs.db");
+  button(&h.view, "Start")->click();
+  ASSERT_EQ(h.started.size(), 1u);
+  const ftx::TrainRequest& r = h.started[0][0];
+  EXPECT_EQ(r.shape.routing, "sdt");
+  EXPECT_FLOAT_EQ(r.shape.route.capacity, 0.25f);
+  auto cfg = ftx::shape_model_config(r.shape, 29, 64);
+  ASSERT_TRUE(cfg.ok()) << cfg.error().message;
+  EXPECT_EQ(cfg->routing.kind, ftx::Routing::Sdt);
 }
 
 // Fine-tuning from the form: the text dataset needs its token file (refused without one), a model

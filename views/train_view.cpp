@@ -2,6 +2,7 @@
 
 #include <QComboBox>
 #include <QDateTime>
+#include <QDoubleSpinBox>
 #include <QFileDialog>
 #include <QFileInfo>
 #include <QFormLayout>
@@ -127,6 +128,26 @@ QWidget* TrainView::build_form() {
       "each position is averaged over the batch before the threshold. Per pair: each sequence's position alone "
       "(runs trained before this option).");
   kappa_row->addWidget(free_bits_);
+  routing_ = new QComboBox;
+  routing_->setObjectName("routing");
+  for (ftx::Routing k :
+       {ftx::Routing::None, ftx::Routing::Random, ftx::Routing::Mod, ftx::Routing::Sdt, ftx::Routing::Stt})
+    routing_->addItem(ftx::routing_name(k));
+  routing_->setToolTip(
+      "Routed compute (docs/subjective_depth.md): the odd blocks compute only part of each sequence, chosen at "
+      "random, by a learned score (mod) or by surprise (sdt, stt)");
+  capacity_ = new QDoubleSpinBox;
+  capacity_->setObjectName("capacity");
+  capacity_->setRange(0.01, 1.0), capacity_->setSingleStep(0.125), capacity_->setDecimals(3);
+  capacity_->setValue(ftx::RoutingConfig{}.capacity);
+  capacity_->setToolTip("Share of each sequence a routed block computes (gamma)");
+  capacity_->setEnabled(false);
+  auto* routing_row = new QHBoxLayout;
+  routing_row->addWidget(routing_);
+  routing_row->addWidget(new QLabel("capacity"));
+  routing_row->addWidget(capacity_);
+  connect(routing_, &QComboBox::currentTextChanged, this,
+          [this](const QString& r) { capacity_->setEnabled(r != ftx::routing_name(ftx::Routing::None)); });
   steps_ = spin(1, 10000000, d.steps), batch_ = spin(1, 4096, d.batch), seed_ = spin(0, 1 << 30, 1);
   lr_ = new QLineEdit(QString::number(d.lr));
   device_ = new QComboBox;
@@ -144,6 +165,7 @@ QWidget* TrainView::build_form() {
   form->addRow("Size", size);
   form->addRow("Latent bits H", bits_);
   form->addRow("Kappa (bits)", kappa_row);
+  form->addRow("Routing", routing_row);
   form->addRow("Steps", steps_);
   form->addRow("Batch", batch_);
   form->addRow("Learning rate", lr_);
@@ -258,6 +280,9 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
     r.shape.preset = preset.toStdString();
   }
   r.shape.latent_bits = bits_->value();
+  r.shape.routing = routing_->currentText().toStdString();
+  if (r.shape.routing != ftx::routing_name(ftx::Routing::None))
+    r.shape.route.capacity = static_cast<float>(capacity_->value());
   r.train.dataset = dataset_->currentData().toString().toStdString();
   if (r.train.dataset == "text") {
     const QString data = text_data_->text().trimmed();

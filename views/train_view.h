@@ -15,6 +15,7 @@
 #include "core/session/session.h"
 
 class QComboBox;
+class QDoubleSpinBox;
 class QSpinBox;
 class QLineEdit;
 class QLabel;
@@ -56,12 +57,13 @@ class TrainView : public QWidget {
   QWidget* build_controls();
 
   QString db_path_;
-  QComboBox *dataset_, *preset_, *device_, *free_bits_;
+  QComboBox *dataset_, *preset_, *device_, *free_bits_, *routing_;
   QSpinBox *layers_, *dim_, *heads_, *bits_, *steps_, *batch_, *seed_;
   QSpinBox* seq_len_;
   QLineEdit *kappa_, *lr_, *name_, *sweep_, *text_data_, *init_;
   QLabel *kappa_nats_, *status_, *message_;
   QPushButton *start_, *pause_, *resume_, *stop_, *step_, *set_kappa_, *sweep_start_;
+  QDoubleSpinBox* capacity_;
   QProgressBar* progress_;
 };
 
