@@ -326,6 +326,7 @@ TEST(RunListModel, ShowsKappaForFreeRunsAndFinalValuesFromTheCache) {
   EXPECT_EQ(text(kBaseline, RunListModel::kKappa), "–") << "a baseline has no kappa";
   EXPECT_EQ(text(kFree, RunListModel::kFreeBits), "per pair");  // make_run's summary keeps the default
   EXPECT_EQ(text(kBaseline, RunListModel::kFreeBits), "–");
+  EXPECT_EQ(text(kFree, RunListModel::kRouting), "–") << "every block dense";
   EXPECT_EQ(text(kFree, RunListModel::kSteps), QString("%1 / %2").arg(kLastStep).arg(kTotalSteps));
   EXPECT_EQ(text(kBaseline, RunListModel::kSteps), QString("0 / %1").arg(kTotalSteps));
   EXPECT_EQ(text(kFree, RunListModel::kCe), "2.5000");
@@ -500,6 +501,17 @@ TEST(SummarizeRun, BaselineConfigHasNoLatentBits) {
   info.config_json = nlohmann::json{{"model", ftx::config_to_json(m)}, {"train", ftx::train_config_to_json({})}}.dump();
   EXPECT_EQ(summarize_run(info).latent_bits, 0);
   EXPECT_EQ(summarize_run(info).dataset, "synthetic");
+}
+
+TEST(SummarizeRun, RoutedRunShowsItsRouterAndCapacity) {
+  ftx::ModelConfig m = *ftx::model_preset("small");
+  m.routing.kind = ftx::Routing::Stt, m.routing.capacity = 0.25f;
+  ftx::RunInfo info;
+  info.config_json = nlohmann::json{{"model", ftx::config_to_json(m)}, {"train", ftx::train_config_to_json({})}}.dump();
+  EXPECT_EQ(summarize_run(info).routing, "stt 0.25");
+  m.routing = {};
+  info.config_json = nlohmann::json{{"model", ftx::config_to_json(m)}, {"train", ftx::train_config_to_json({})}}.dump();
+  EXPECT_EQ(summarize_run(info).routing, "–");
 }
 
 TEST(SummarizeRun, BadJsonKeepsTheRunWithDefaults) {

@@ -128,6 +128,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
                                 : QVariant("–");
     case kFreeBits:
       return r->latent_bits > 0 ? QVariant(r->free_bits_label) : QVariant("–");
+    case kRouting:
+      return r->routing;
     case kSteps:
       return QString("%1 / %2").arg(done_steps).arg(r->steps);
     case kCe:
@@ -141,8 +143,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
 
 QVariant RunListModel::headerData(int section, Qt::Orientation o, int role) const {
   if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* kNames[kColumns] = {"",  "",        "Run",       "Status", "Dataset", "Preset",
-                                         "H", "κ (bit)", "Free bits", "Steps",  "CE",      "KL (nats)"};
+  static const char* kNames[kColumns] = {"",        "",          "Run",     "Status", "Dataset", "Preset",   "H",
+                                         "κ (bit)", "Free bits", "Routing", "Steps",  "CE",      "KL (nats)"};
   return kNames[section];
 }
 

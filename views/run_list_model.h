@@ -30,6 +30,7 @@ class RunListModel : public QAbstractTableModel {
     kBits,
     kKappa,
     kFreeBits,
+    kRouting,
     kSteps,
     kCe,
     kKl,

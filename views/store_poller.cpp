@@ -28,6 +28,8 @@ RunSummary summarize_run(const ftx::RunInfo& info) {
     r.free_bits_label = ftx::free_bits_label(c->train->free_bits_form());
   }
   if (c->model) r.latent_bits = c->model->latent_bits;
+  if (c->model && c->model->routing.kind != ftx::Routing::None)
+    r.routing = QString("%1 %2").arg(ftx::routing_name(c->model->routing.kind)).arg(c->model->routing.capacity);
   return r;
 }
 

@@ -28,6 +28,7 @@ struct RunSummary {
   int latent_bits = 0, steps = 0;
   double kappa_bits = 0;
   QString free_bits_label = ftx::free_bits_label(ftx::FreeBitsForm::PerPair);  // a row without the key: per pair
+  QString routing = "–";  // a routed model's router and capacity, "sdt 0.5" (docs/subjective_depth.md)
   std::vector<int> checkpoint_steps;
   QString config_error;  // why the row's config did not read (the other fields keep their defaults)
 };
