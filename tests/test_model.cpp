@@ -25,6 +25,7 @@
 #include "core/model/params.h"
 #include "kernels/backend.h"
 #include "kernels/cpu/isa.h"
+#include "tests/test_util.h"
 
 namespace ftx {
 namespace {
@@ -71,14 +72,6 @@ ModelConfig fd_config(int latent_bits, bool readout_bias) {
   c.dim = 8, c.n_layers = 2, c.n_heads = 2, c.n_kv_heads = 1, c.head_dim = 4, c.ffn_hidden = 12;
   c.max_seq_len = 8, c.latent_bits = latent_bits, c.inject_after = 1, c.readout_bias = readout_bias;
   return c;
-}
-
-std::vector<int32_t> random_tokens(size_t n, int V, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(0, V - 1);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
 }
 
 std::vector<uint32_t> random_codes(size_t n, int H, uint32_t seed) {
@@ -140,8 +133,8 @@ TEST(ModelInvariants, ZeroPostSamplerGivesBaselineLogits) {
   free_model.load_params(fp.data());
   base.load_params(bp.data());
 
-  const auto inputs = random_tokens(size_t(B) * T, fc.vocab_size, 1);
-  const auto targets = random_tokens(size_t(B) * T, fc.vocab_size, 2);
+  const auto inputs = test::random_tokens(size_t(B) * T, fc.vocab_size, 1);
+  const auto targets = test::random_tokens(size_t(B) * T, fc.vocab_size, 2);
   auto fs = free_model.make_state(B, T);
   auto bs = base.make_state(B, T);
   std::vector<float> fl(size_t(B) * T * fc.vocab_size), bl(fl.size());
@@ -175,8 +168,8 @@ class FdHarness {
  public:
   FdHarness(const ModelConfig& c, int B, int T, uint32_t seed)
       : model(cpu(), c), B(B), T(T), state(model.make_state(B, T)) {
-    inputs = random_tokens(size_t(B) * T, c.vocab_size, seed + 1);
-    targets = random_tokens(size_t(B) * T, c.vocab_size, seed + 2);
+    inputs = test::random_tokens(size_t(B) * T, c.vocab_size, seed + 1);
+    targets = test::random_tokens(size_t(B) * T, c.vocab_size, seed + 2);
     codes = random_codes(size_t(B) * T, std::max(c.latent_bits, 1), seed + 3);
   }
 
@@ -460,7 +453,7 @@ void expect_decode_matches_forward(const ModelConfig& c) {
   InitConfig init;
   init.std = 0.2f, init.post_sampler_std = 0.5f;
   m.init_weights(21, init);
-  const auto tokens = random_tokens(size_t(B) * T, V, 22);
+  const auto tokens = test::random_tokens(size_t(B) * T, V, 22);
   const auto codes = random_codes(size_t(B) * T, std::max(c.latent_bits, 1), 23);
   auto s = m.make_state(B, T);
   (void)m.forward(*s, tokens.data(), nullptr, c.is_free() ? codes.data() : nullptr, 1, 2, 0.0f);
@@ -500,7 +493,7 @@ TEST(ModelDecode, PastCodeChangesLaterLogits) {
   InitConfig init;
   init.post_sampler_std = 0.5f;
   m.init_weights(31, init);
-  const auto tokens = random_tokens(6, V, 32);
+  const auto tokens = test::random_tokens(6, V, 32);
   std::vector<float> a(V), b(V);
   for (uint32_t first : {0u, 5u}) {
     auto d = m.make_decode_state(1, 6);
@@ -520,8 +513,8 @@ TEST(ModelForward, SameSeedSameCodesAndLossOtherStreamOtherCodes) {
   ModelConfig c = small_config(8, 4, 2);
   Model m(cpu(), c);
   m.init_weights(41, InitConfig{});
-  const auto in = random_tokens(size_t(B) * T, c.vocab_size, 42);
-  const auto tg = random_tokens(size_t(B) * T, c.vocab_size, 43);
+  const auto in = test::random_tokens(size_t(B) * T, c.vocab_size, 42);
+  const auto tg = test::random_tokens(size_t(B) * T, c.vocab_size, 43);
   auto s = m.make_state(B, T);
   auto run = [&](uint64_t seed, uint64_t stream, StepStats* st) {
     *st = m.forward(*s, in.data(), tg.data(), nullptr, seed, stream, 0.1f);
@@ -547,7 +540,7 @@ TEST(ModelForward, GivenCodesAreTheCodesUsed) {
   ModelConfig c = small_config(4, 4, 2);
   Model m(cpu(), c);
   m.init_weights(51, InitConfig{});
-  const auto in = random_tokens(size_t(B) * T, c.vocab_size, 52);
+  const auto in = test::random_tokens(size_t(B) * T, c.vocab_size, 52);
   const auto given = random_codes(size_t(B) * T, 4, 53);
   auto s = m.make_state(B, T);
   (void)m.forward(*s, in.data(), nullptr, given.data(), 1, 1, 0.0f);
@@ -631,7 +624,7 @@ TEST(ModelInference, Bf16WeightsGiveTheLogitsOfTheirRoundingInFp32) {
         EXPECT_NE(bf.tensors()[i].ptr, arena.data() + s.offset) << s.name;
     }
 
-    const auto in = random_tokens(size_t(B) * T, V, 62);
+    const auto in = test::random_tokens(size_t(B) * T, V, 62);
     const auto codes = random_codes(size_t(B) * T, c.latent_bits, 63);
     auto logits = [&](Model& m) {
       auto st = m.make_state(B, T);

@@ -51,14 +51,6 @@ ModelConfig routed(ModelConfig c, Routing kind, float capacity, bool hard_gate =
   return c;
 }
 
-std::vector<int32_t> random_tokens(size_t n, int V, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> d(0, V - 1);
-  std::vector<int32_t> t(n);
-  for (auto& x : t) x = d(rng);
-  return t;
-}
-
 // Every tensor random (norm weights near 1), so that no gradient or difference is special.
 std::vector<float> random_params(const Model& m, uint32_t seed, float std) {
   std::mt19937 rng(seed);
@@ -120,7 +112,7 @@ TEST(Routing, CapacityOneWithTheGateAtOneIsTheDenseModel) {
     const ModelConfig dense_cfg = base_config(H);
     Model dense(cpu(), dense_cfg);
     const std::vector<float> dp = random_params(dense, 10 + H, 0.3f);
-    const auto in = random_tokens(size_t(B) * T, 29, 1), tg = random_tokens(size_t(B) * T, 29, 2);
+    const auto in = test::random_tokens(size_t(B) * T, 29, 1), tg = test::random_tokens(size_t(B) * T, 29, 2);
     const Out want = run(dense, dp, in, tg, B, T);
     for (Routing kind : kRouters) {
       Model m(cpu(), routed(dense_cfg, kind, 1.0f, true));
@@ -139,7 +131,7 @@ TEST(Routing, CapacityZeroIsTheModelWithoutTheRoutedBlocks) {
     two.n_layers = 2, two.inject_after = 1;  // blocks 0 and 2 of four; Z still enters the second
     Model small(cpu(), two);
     const std::vector<float> sp = random_params(small, 30 + H, 0.3f);
-    const auto in = random_tokens(size_t(B) * T, 29, 3), tg = random_tokens(size_t(B) * T, 29, 4);
+    const auto in = test::random_tokens(size_t(B) * T, 29, 3), tg = test::random_tokens(size_t(B) * T, 29, 4);
     const Out want = run(small, sp, in, tg, B, T);
     for (Routing kind : kRouters) {
       Model m(cpu(), routed(base_config(H), kind, 0.0f));
@@ -246,7 +238,7 @@ TEST(Routing, RoutedBlockEqualsABruteForceBlockOnTheSelection) {
   const std::vector<float> p = random_params(m, 50, 0.3f);
   m.load_params(p.data());
   auto s = m.make_state(B, T);
-  const auto in = random_tokens(size_t(B) * T, 29, 5);
+  const auto in = test::random_tokens(size_t(B) * T, 29, 5);
   (void)m.forward(*s, in.data(), nullptr, nullptr, 1, 2, 0.0f);
   const int l = 3, k = c.route_k(T), C = c.dim;
   ASSERT_EQ(k, 6);
@@ -298,8 +290,8 @@ constexpr double kFdStep = 1e-2, kFdNoise = 5e-5, kGradRelTol = 1e-2;
 
 struct Fd {
   Fd(const ModelConfig& c, int B, int T) : model(cpu(), c), B(B), T(T), state(model.make_state(B, T)) {
-    in = random_tokens(size_t(B) * T, c.vocab_size, 7);
-    tg = random_tokens(size_t(B) * T, c.vocab_size, 8);
+    in = test::random_tokens(size_t(B) * T, c.vocab_size, 7);
+    tg = test::random_tokens(size_t(B) * T, c.vocab_size, 8);
     codes.resize(size_t(B) * T);
     for (size_t i = 0; i < codes.size(); ++i) codes[i] = uint32_t(i * 5 % (1u << std::max(1, c.latent_bits)));
   }
@@ -459,21 +451,27 @@ TEST(RoutingConfig, BadSettingsAreRefusedByName) {
   EXPECT_FALSE(shape_model_config(o, 29, 64).ok()) << "capacity must be in (0, 1]";
 }
 
+// A checkpoint of config c with random weights at dir; its parameters.
+std::vector<float> save_random_checkpoint(const std::string& dir, const ModelConfig& c, uint32_t seed) {
+  Model m(cpu(), c);
+  CheckpointData ck;
+  ck.config = c;
+  ck.params = random_params(m, seed, 0.3f);
+  EXPECT_TRUE(save_checkpoint(dir, ck).ok());
+  return ck.params;
+}
+
 // The router's tensors are part of the checkpoint contract: saved, loaded, and required or refused
 // by what config.json says.
 TEST(RoutingConfig, CheckpointRoundTripAndRouterTensorsMissingOrExtra) {
   test::TempDir tmp;
   const ModelConfig c = routed(base_config(3), Routing::Sdt, 0.5f);
-  Model m(cpu(), c);
-  CheckpointData ck;
-  ck.config = c;
-  ck.params = random_params(m, 80, 0.3f);
   const std::string dir = tmp.path() + "/sdt";
-  ASSERT_TRUE(save_checkpoint(dir, ck).ok());
+  const std::vector<float> params = save_random_checkpoint(dir, c, 80);
   auto back = load_checkpoint(dir, false);
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->config.routing, c.routing);
-  EXPECT_EQ(back->params, ck.params);
+  EXPECT_EQ(back->params, params);
 
   // config.json without its routing: the route.* tensors are extra.
   nlohmann::json j = config_to_json(c, nullptr);
@@ -485,13 +483,8 @@ TEST(RoutingConfig, CheckpointRoundTripAndRouterTensorsMissingOrExtra) {
       << extra.error().message;
 
   // A dense checkpoint whose config.json says routing: the router's tensors are missing.
-  ModelConfig dense_cfg = base_config(3);
-  Model dense(cpu(), dense_cfg);
-  CheckpointData dk;
-  dk.config = dense_cfg;
-  dk.params = random_params(dense, 81, 0.3f);
   const std::string ddir = tmp.path() + "/dense";
-  ASSERT_TRUE(save_checkpoint(ddir, dk).ok());
+  (void)save_random_checkpoint(ddir, base_config(3), 81);
   ASSERT_TRUE(test::write_file(ddir + "/config.json", config_to_json(c, nullptr).dump()));
   auto missing = load_checkpoint(ddir, false);
   ASSERT_FALSE(missing.ok());
@@ -502,12 +495,7 @@ TEST(RoutingConfig, CheckpointRoundTripAndRouterTensorsMissingOrExtra) {
 // ftx score on a routed checkpoint: the teacher's forward, with what each routed block computed.
 TEST(RoutingCli, ScoreReportsWhatEachRoutedBlockComputed) {
   test::TempDir tmp;
-  const ModelConfig c = routed(base_config(0), Routing::Mod, 0.25f);
-  Model m(cpu(), c);
-  CheckpointData ck;
-  ck.config = c;
-  ck.params = random_params(m, 90, 0.3f);
-  ASSERT_TRUE(save_checkpoint(tmp.path() + "/mod", ck).ok());
+  (void)save_random_checkpoint(tmp.path() + "/mod", routed(base_config(0), Routing::Mod, 0.25f), 90);
   ASSERT_TRUE(test::write_file(tmp.path() + "/in.json", R"({"tokens": [[1,2,3,4,5,6,7,8,9], [9,8,7,6,5]]})"));
   const test::Outcome r =
       test::run_ftx({"score", "--checkpoint", tmp.path() + "/mod", "--input", tmp.path() + "/in.json"}, tmp.path());

@@ -34,6 +34,15 @@ namespace ftx::test {
 
 // ---- files and directories ----------------------------------------------------------------------
 
+// n token ids uniform in [0, V), a pure function of seed (model tests' inputs).
+inline std::vector<int32_t> random_tokens(size_t n, int V, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int> d(0, V - 1);
+  std::vector<int32_t> t(n);
+  for (auto& x : t) x = d(rng);
+  return t;
+}
+
 // A fresh directory "<testing::TempDir()>/<prefix>XXXXXX"; "" after a test failure when mkdtemp
 // fails.
 inline std::string make_temp_dir(const std::string& prefix) {
