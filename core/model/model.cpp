@@ -528,6 +528,13 @@ void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, cons
 // ---------------------------------------------------------------------------------------------
 // Routed blocks (docs/subjective_depth.md)
 
+// out = after - before (n floats), a block's change: before negated, then after added.
+static void difference(Backend& be, float* out, const float* after, const float* before, size_t n) {
+  be.copy(out, before, n * sizeof(float));
+  be.scale(out, -1.0f, n);
+  be.add_inplace(out, after, n);
+}
+
 // The gate a routed block scales its selected tokens' change by: ones for random routing and a
 // hard gate, else the router's (MoD's score, the SDT/STT surprise gate).
 static const float* applied_gate(const ModelConfig& m, const ModelState& s, const RouteActs& r) {
@@ -577,16 +584,12 @@ void Model::route_forward(ModelState& s, int l) {
     case Routing::Stt:
       if (ro.kind == Routing::Sdt) {
         // The decision block l - 1 ran densely: its change, against the prior's guess from its input.
-        be_.copy(r.change, r.prior_in, NC * sizeof(float));
-        be_.scale(r.change, -1.0f, NC);
-        be_.add_inplace(r.change, x, NC);
+        difference(be_, r.change, x, r.prior_in, NC);
       } else if (!s.freeze_routing) {
         // The teacher: block l on every token, then its change; the transition network reads the
         // teacher's output one token earlier (zero before the first).
         block_forward(w_.layers[size_t(l)], s.teacher, x, x, r.teacher_out, B, T, true);
-        be_.copy(r.change, x, NC * sizeof(float));
-        be_.scale(r.change, -1.0f, NC);
-        be_.add_inplace(r.change, r.teacher_out, NC);
+        difference(be_, r.change, r.teacher_out, x, NC);
         be_.fill(r.prior_in, 0.0f, NC);
         const size_t pitch = size_t(T) * C * sizeof(float);
         if (T > 1)
