@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -567,9 +568,10 @@ constexpr const char* kTrainDataset = "synthetic";
 #endif
 constexpr uint64_t kTrainSeed = 11;
 
-// The per-step training loss of the tiny preset (Free Transformer, H = 8) on kTrainDataset.
-// Empty after a test failure.
-std::vector<double> train_losses(Backend& be, const std::string& db) {
+// The per-step training loss of the tiny preset (Free Transformer, H = 8) on kTrainDataset, with
+// four blocks and half the tokens through the routed ones when `routing` names a router. Empty
+// after a test failure.
+std::vector<double> train_losses(Backend& be, const std::string& db, Routing routing = Routing::None) {
   TrainConfig tc;
   tc.dataset = kTrainDataset;
   if (kCoinflipLen > 0) tc.dataset_options["coinflip_len"] = kCoinflipLen;
@@ -592,6 +594,7 @@ std::vector<double> train_losses(Backend& be, const std::string& db) {
     return {};
   }
   ModelConfig mc = *preset;  // sized for the dataset like `ftx train` does (app/cmd_train.cpp)
+  if (routing != Routing::None) mc.n_layers = 4, mc.routing.kind = routing, mc.routing.capacity = 0.5f;
   mc.latent_bits = kDefaultLatentBits;
   mc.inject_after = mc.n_layers / 2;
   mc.vocab_size = data->tokenizer().vocab_size();
@@ -635,6 +638,39 @@ TEST_F(BackendOps, TrainingCurveMatchesTheCpu) {
         << "the CPU curve did not fall: " << lc.front() << " -> " << lc.back();
   }
 }
+
+// Routed compute (MoD, SDT, STT at capacity 1/2) on the GPU follows the CPU over the 50 steps at
+// fp32 GEMMs: the top-k choice, the gathered attention at the tokens' own positions, the gated
+// write-back and the priors' losses. A score within rounding of the k-th can pick another token
+// on the GPU, so the limit is the TF32 one. Only on a real GPU: test_cuda_emu runs 3 steps of each
+// router in the emulation.
+#ifndef FTX_EMULATED_GPU
+TEST_F(BackendOps, RoutedTrainingCurvesFollowTheCpu) {
+  test::TempDir dir("ftx_test_backend_ops_");
+  ASSERT_FALSE(dir.path().empty());
+  PrecisionScope fp32(gpu(), MatmulPrecision::Fp32);
+  for (const Routing r : {Routing::Mod, Routing::Sdt, Routing::Stt}) {
+    SCOPED_TRACE(routing_name(r));
+    const std::string name = routing_name(r);
+    const std::vector<double> lc = train_losses(cpu(), dir / (name + "-cpu.db"), r);
+    const std::vector<double> lg = train_losses(gpu(), dir / (name + "-cuda.db"), r);
+    ASSERT_EQ(lc.size(), size_t(kTrainSteps));
+    ASSERT_EQ(lg.size(), size_t(kTrainSteps));
+    double worst = 0.0;
+    int worst_step = 0;
+    for (int s = 0; s < kTrainSteps; ++s) {
+      ASSERT_TRUE(std::isfinite(lg[s])) << "CUDA loss at step " << s + 1 << ": " << lg[s];
+      const double rel = std::abs(lg[s] - lc[s]) / lc[s];
+      if (rel > worst) worst = rel, worst_step = s;
+    }
+    std::printf("[ routed   ] %s: %d steps, cpu %.4f -> %.4f, worst step %d apart by %.2e\n", name.c_str(), kTrainSteps,
+                lc.front(), lc.back(), worst_step + 1, worst);
+    EXPECT_LE(worst, kTrainLossRel) << "worst at step " << worst_step + 1 << ": cpu " << lc[worst_step] << ", cuda "
+                                    << lg[worst_step];
+    EXPECT_GE(lc.front() - lc.back(), kMinLossDrop) << "the CPU curve did not fall";
+  }
+}
+#endif
 
 // ---- precision: fp32 and bf16 GEMMs ---------------------------------------------------------------
 

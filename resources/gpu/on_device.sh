@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs on a GPU machine, from the repository root, what resources/gpu/make_bundle.sh packed:
 # the GPU parity tests (test_backend_ops), then resources/pytorch_peer/gpu_side_by_side.sh with
-# the packed ftx against the PyTorch there, then ftx bench ops (where a step's time goes). Into $OUT (the device tool's folder that comes back,
-# at most 8 files) or, without it, gpu-results/: device.txt, test_backend_ops.log, bench.md (the
-# tables) and bench.tar.gz (every JSON report and error log). Exit 0 only when every GPU test
-# ran and passed and every benchmark ran.
+# the packed ftx against the PyTorch there, then ftx bench ops (where a step's time goes), then
+# routed training (each router at capacity 1/2) against the dense model at the large shape.
+# Into $OUT (the device tool's folder that comes back, at most 8 files) or, without it,
+# gpu-results/: device.txt, test_backend_ops.log, bench.md (the tables) and bench.tar.gz (every
+# JSON report and error log). Exit 0 only when every GPU test ran and passed and every benchmark
+# ran.
 set -uo pipefail
 
 OUT="${OUT:-gpu-results}"
@@ -56,6 +58,41 @@ bench=${PIPESTATUS[0]}
   done
 } >"$root/ops.md" 2>&1  # a group without a pipe runs in this shell: bench=1 stays set
 tee -a "$OUT/bench.md" <"$root/ops.md"
+# Routed compute (issue 25) at the large shape, baseline decoder: each router at capacity 1/2
+# against the dense model, ftx alone (the PyTorch peer has no routing).
+{
+  echo
+  echo "## Routed compute, 12 x 768, T = 1024, H = 0, bf16, batch 8 (capacity 0.5)"
+  echo
+  for router in dense random mod sdt stt; do
+    flags="--layers 12 --dim 768 --heads 12 --ffn 2048 --seq-len 1024 --batch 8 --precision bf16 --latent-bits 0"
+    [ "$router" = dense ] || flags="$flags --routing $router --capacity 0.5"
+    # shellcheck disable=SC2086
+    "$root/bin/ftx" bench train --device cuda --warmup 5 --steps 20 $flags \
+      >"$root/bench/routed-$router.json" 2>"$root/bench/routed-$router.err" || bench=1
+  done
+  python3 - "$root/bench" <<'EOF_PY'
+import json, os, sys
+d = sys.argv[1]
+def load(r):
+    try:
+        return json.load(open(os.path.join(d, f"routed-{r}.json")))
+    except (OSError, ValueError):
+        return None
+dense = load("dense")
+print("| model | tok/s | step ms | MFLOP/token | tok/s vs dense | FLOPs vs dense |")
+print("|---|---|---|---|---|---|")
+for r in ("dense", "random", "mod", "sdt", "stt"):
+    f = load(r)
+    if not f:
+        print(f"| {r} | failed | | | | |")
+        continue
+    rel = lambda k: f"{f[k] / dense[k]:.3f}" if dense else "-"
+    print(f"| {r} | {f['tokens_per_s']:,.0f} | {f['step_ms_median']:.2f} | "
+          f"{f['model_flops_per_token'] / 1e6:.1f} | {rel('tokens_per_s')} | {rel('model_flops_per_token')} |")
+EOF_PY
+} >"$root/routed.md" 2>&1
+tee -a "$OUT/bench.md" <"$root/routed.md"
 tar -C "$root" -czf "$OUT/bench.tar.gz" bench
 echo "on_device: test_backend_ops exit $tests, benchmarks exit $bench" | tee -a "$OUT/device.txt"
 [ "$tests" = 0 ] && [ "$bench" = 0 ]
