@@ -987,7 +987,7 @@ std::vector<OpRow> build_table() {
   }
   std::vector<OpDims> topk_sizes;
   for (auto [B, T, k, ties] :
-       {std::array{3, 65, 32, 1}, {1, 1, 1, 0}, {4, 66, 66, 1}, {2, 1024, 128, 0}, {5, 9, 1, 1}}) {
+       {std::array{3, 65, 32, 1}, {1, 1, 1, 0}, {4, 66, 66, 1}, {2, 1024, 128, 0}, {5, 9, 1, 1}, {2, 2500, 1000, 1}}) {
     OpDims d;
     d.B = B, d.T = T, d.N = k, d.variant = ties;
     topk_sizes.push_back(d);

@@ -181,31 +181,37 @@ __global__ void route_stats_backward_kernel(float* d_dx, float* d_dx_hat, const 
   d_dx_hat[i] = float(-k_ch * e);
 }
 
-// CE, CU and their sigmoids a and c at token n; k = softplus(params): o_ce, m_cu, beta_ce, beta_cu.
+// CE, CU and their sigmoids a and c at token n. k = softplus(params): o_ce, m_cu, beta_ce, beta_cu,
+// taken once per thread (RouteGateK).
+struct RouteGateK {
+  double k[4], log_o;
+  __device__ explicit RouteGateK(const float* params) {
+    for (int i = 0; i < 4; ++i) k[i] = route_softplus(params[i]);
+    log_o = log(k[0]);
+  }
+};
 struct RouteGateAt {
   double ce, cu, a, c;
 };
-__device__ RouteGateAt route_gate_at(const float* st_ch, const float* ma, const float* params, int N, int n) {
+__device__ RouteGateAt route_gate_at(const RouteGateK& p, const float* st_ch, const float* ma, int N, int n) {
   RouteGateAt r;
   const double d_st = st_ch[n], d_ch = st_ch[size_t(N) + n];
-  r.ce = d_st - d_ch + log(route_softplus(params[0]));
-  r.cu = d_st - route_softplus(params[1]) * double(ma[n]);
-  r.a = route_sigmoid(route_softplus(params[2]) * r.ce);
-  r.c = route_sigmoid(route_softplus(params[3]) * r.cu);
+  r.ce = d_st - d_ch + p.log_o;
+  r.cu = d_st - p.k[1] * double(ma[n]);
+  r.a = route_sigmoid(p.k[2] * r.ce);
+  r.c = route_sigmoid(p.k[3] * r.cu);
   return r;
 }
 
 __global__ void route_gate_forward_kernel(float* g, const float* st_ch, const float* ma, const float* params, int N) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
-  const RouteGateAt r = route_gate_at(st_ch, ma, params, N, n);
+  const RouteGateAt r = route_gate_at(RouteGateK(params), st_ch, ma, N, n);
   g[n] = float(r.a + r.c - r.a * r.c);
 }
 
 // dL/d(beta_ce CE) and dL/d(beta_cu CU) at token n.
-__device__ void route_gate_grads(double& da, double& dc, RouteGateAt& r, const float* dg, const float* st_ch,
-                                 const float* ma, const float* params, int N, int n) {
-  r = route_gate_at(st_ch, ma, params, N, n);
+__device__ void route_gate_grads(double& da, double& dc, const RouteGateAt& r, const float* dg, int n) {
   da = double(dg[n]) * (1.0 - r.c) * r.a * (1.0 - r.a);
   dc = double(dg[n]) * (1.0 - r.a) * r.c * (1.0 - r.c);
 }
@@ -214,49 +220,82 @@ __global__ void route_gate_backward_kernel(float* d_st_ch, const float* dg, cons
                                            const float* params, int N) {
   const int n = blockIdx.x * blockDim.x + threadIdx.x;
   if (n >= N) return;
+  const RouteGateK p(params);
+  const RouteGateAt r = route_gate_at(p, st_ch, ma, N, n);
   double da, dc;
-  RouteGateAt r;
-  route_gate_grads(da, dc, r, dg, st_ch, ma, params, N, n);
-  const double b_ce = route_softplus(params[2]), b_cu = route_softplus(params[3]);
-  d_st_ch[n] = float(da * b_ce + dc * b_cu);
-  d_st_ch[size_t(N) + n] = float(-da * b_ce);
+  route_gate_grads(da, dc, r, dg, n);
+  d_st_ch[n] = float(da * p.k[2] + dc * p.k[3]);
+  d_st_ch[size_t(N) + n] = float(-da * p.k[2]);
 }
 
-// dparams (4) += the sum over tokens, each column's through softplus' derivative.
+// dparams (4) += the sums over tokens through softplus' derivative. One block of kGateThreads: each
+// thread sums its strided tokens in double, then a tree over the threads (a fixed order).
+constexpr unsigned kGateThreads = 512;
 __global__ void route_gate_params_kernel(float* dparams, const float* dg, const float* st_ch, const float* ma,
                                          const float* params, int N) {
-  column_sum(dparams, N, 4, [=] __device__(int n, int j) {
+  __shared__ double part[4][kGateThreads];
+  const RouteGateK p(params);
+  double s[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int n = int(threadIdx.x); n < N; n += int(kGateThreads)) {
+    const RouteGateAt r = route_gate_at(p, st_ch, ma, N, n);
     double da, dc;
-    RouteGateAt r;
-    route_gate_grads(da, dc, r, dg, st_ch, ma, params, N, n);
-    const double b = j == 0   ? da * route_softplus(params[2]) / route_softplus(params[0])
-                     : j == 1 ? -dc * route_softplus(params[3]) * double(ma[n])
-                     : j == 2 ? da * r.ce
-                              : dc * r.cu;
-    return b * route_sigmoid(params[j]);
-  });
+    route_gate_grads(da, dc, r, dg, n);
+    s[0] += da * p.k[2] / p.k[0];
+    s[1] -= dc * p.k[3] * double(ma[n]);
+    s[2] += da * r.ce;
+    s[3] += dc * r.cu;
+  }
+  for (int j = 0; j < 4; ++j) part[j][threadIdx.x] = s[j];
+  for (unsigned half = kGateThreads / 2; half > 0; half /= 2) {
+    __syncthreads();
+    if (threadIdx.x < half)
+      for (int j = 0; j < 4; ++j) part[j][threadIdx.x] += part[j][threadIdx.x + half];
+  }
+  if (threadIdx.x < 4) dparams[threadIdx.x] += float(part[threadIdx.x][0] * route_sigmoid(params[threadIdx.x]));
 }
 
 // ---- top-k per sequence ----------------------------------------------------------------------
 
-// One block a sequence. Each thread ranks its positions against the whole row (values above, or
-// equal and earlier: ties to the earlier position) and flags those ranked under k in dynamic
-// shared memory (T bytes); then thread 0 writes the flagged positions in order. O(T^2) compares a
-// row, which at training lengths is far below the block it routes.
+// One block of kTopkThreads a sequence; each thread owns a contiguous run of positions. It ranks
+// each against the whole row (values above, or equal and earlier: ties to the earlier position)
+// and flags those ranked under k in dynamic shared memory (T bytes); a scan of the threads' counts
+// (shuffles in each warp, then over the warps) gives each thread where its flagged positions go,
+// in time order. O(T^2 / kTopkThreads) compares a thread.
+constexpr unsigned kTopkThreads = 1024;
 __global__ void topk_rows_kernel(int32_t* pos, int32_t* rows, const float* score, int T, int k) {
   FTX_DYNAMIC_SHARED(unsigned char, chosen);
-  const int b = blockIdx.x;
+  __shared__ int warp_total[kTopkThreads / 32];
+  const int b = blockIdx.x, tid = int(threadIdx.x), lane = tid % 32, warp = tid / 32;
   const float* s = score + size_t(b) * T;
-  for (int t = threadIdx.x; t < T; t += blockDim.x) {
+  const int per = (T + int(kTopkThreads) - 1) / int(kTopkThreads);
+  const int t0 = min(T, tid * per), t1 = min(T, t0 + per);
+  int mine = 0;
+  for (int t = t0; t < t1; ++t) {
     const float v = s[t];
     int above = 0;
     for (int j = 0; j < T && above < k; ++j) above += s[j] > v || (s[j] == v && j < t);
     chosen[t] = above < k ? 1 : 0;
+    mine += chosen[t];
+  }
+  int incl = mine;  // inclusive scan of the counts within the warp
+  for (int o = 1; o < 32; o <<= 1) {
+    const int up = __shfl_sync(0xffffffffu, incl, lane >= o ? lane - o : lane);
+    if (lane >= o) incl += up;
+  }
+  if (lane == 31) warp_total[warp] = incl;
+  __syncthreads();
+  if (warp == 0) {  // exclusive scan of the warp totals, in place
+    const int w = warp_total[lane];
+    int x = w;
+    for (int o = 1; o < 32; o <<= 1) {
+      const int up = __shfl_sync(0xffffffffu, x, lane >= o ? lane - o : lane);
+      if (lane >= o) x += up;
+    }
+    warp_total[lane] = x - w;
   }
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  int n = 0;
-  for (int t = 0; t < T && n < k; ++t) {
+  int n = warp_total[warp] + incl - mine;
+  for (int t = t0; t < t1 && n < k; ++t) {
     if (!chosen[t]) continue;
     pos[size_t(b) * k + n] = t;
     rows[size_t(b) * k + n] = b * T + t;
@@ -548,14 +587,14 @@ void route_gate_backward(float* d_st_ch, float* dparams, const float* dg, const 
   FTX_LAUNCH(route_gate_backward_kernel, blocks_for(size_t(N), kThreads), kThreads, 0, st, d_st_ch, dg, st_ch, ma,
              params, N);
   FTX_CUDA_LAUNCHED();
-  FTX_LAUNCH(route_gate_params_kernel, 1, dim3(32, kColumnRows), 0, st, dparams, dg, st_ch, ma, params, N);
+  FTX_LAUNCH(route_gate_params_kernel, 1, kGateThreads, 0, st, dparams, dg, st_ch, ma, params, N);
   FTX_CUDA_LAUNCHED();
 }
 
 void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k, cudaStream_t st) {
   FT_ASSERT(k >= 0 && k <= T && T <= kTopkMaxT, "topk_rows: k %d of T %d (at most %d)", k, T, kTopkMaxT);
   if (B == 0 || k == 0) return;
-  FTX_LAUNCH(topk_rows_kernel, unsigned(B), kThreads, size_t(T), st, pos, rows, score, T, k);
+  FTX_LAUNCH(topk_rows_kernel, unsigned(B), kTopkThreads, size_t(T), st, pos, rows, score, T, k);
   FTX_CUDA_LAUNCHED();
 }
 
