@@ -1,5 +1,6 @@
 // ftx-studio: argument parsing and wiring only (the window is views/main_window).
-//   ftx-studio [--db PATH] [--view runs|train|curves|benchmarks|generations|latent|lessons|figure4|kinds[+another]]
+//   ftx-studio [--db PATH] [--view
+//   runs|train|curves|benchmarks|generations|latent|compute|lessons|figure4|kinds[+another]]
 //              [--open MODEL]... [--random-ft] [--prompt TEXT] [--size WxH]
 //              [--screenshot PNG --after SECONDS] [--train RUN --steps N] [--latency]
 #include <unistd.h>
@@ -46,7 +47,7 @@ int main(int argc, char** argv) {
                         QSettings().value("store/path", "workspace/runs.db").toString());
   QCommandLineOption view(
       "view",
-      "Open on this view: runs, train, curves, benchmarks, generations, latent, lessons, figure4 (the "
+      "Open on this view: runs, train, curves, benchmarks, generations, latent, compute, lessons, figure4 (the "
       "Figure 4 lesson), kinds (the lesson \"Z picks the document\"); two joined by + are shown one above the other.",
       "VIEW");
   QCommandLineOption shot("screenshot", "Save a screenshot of the window to PNG, then exit.", "PNG");
@@ -78,9 +79,9 @@ int main(int argc, char** argv) {
   ftx::MainWindow w(ftx::StudioOptions{p.value(db), view_name, ftx::make_dataset, p.values(open), p.isSet(random_ft),
                                        p.value(prompt)});
   if (!view_name.isEmpty() && !w.raise_view(view_name))
-    return fail(
-        "--view '" + view_name +
-        "': unknown (expected runs, train, curves, benchmarks, generations, latent, lessons, figure4 or kinds)");
+    return fail("--view '" + view_name +
+                "': unknown (expected runs, train, curves, benchmarks, generations, latent, compute, lessons, figure4 "
+                "or kinds)");
   w.resize(width, height);
   w.show();
   // The probe starts once the first frames are drawn: it measures the steady state, not start-up.

@@ -19,10 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "core/eval/evaluator.h"
+#include "core/eval/route_metrics.h"
 #include "core/io/checkpoint.h"
 #include "core/io/config_json.h"
 #include "core/model/model.h"
 #include "core/model/params.h"
+#include "core/sample/sampler.h"
+#include "core/train/train_config.h"
+#include "datasets/registry.h"
 #include "kernels/backend.h"
 #include "tests/test_util.h"
 
@@ -515,10 +520,112 @@ TEST(RoutingCli, ScoreReportsWhatEachRoutedBlockComputed) {
 }
 
 TEST(RoutingConfig, ARoutedModelSaysItCannotGenerateYet) {
-  Model m(cpu(), routed(base_config(0), Routing::Sdt, 0.5f));
+  const ModelConfig c = routed(base_config(0), Routing::Sdt, 0.5f);
+  Model m(cpu(), c);
   auto d = m.try_make_decode_state(1, 8);
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.error().message.find("does not generate yet"), std::string::npos) << d.error().message;
+  // and so does every generation request (the studio's views and ftx generate check it first)
+  SampleConfig sc;
+  sc.max_new_tokens = 4;
+  const Status st = check_generation_request(c, 2, sc, {});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.error().message, d.error().message);
+  EXPECT_TRUE(check_generation_request(base_config(0), 2, sc, {}).ok());
+}
+
+// ---- what the blocks computed (core/eval/route_metrics.h) -------------------------------------------
+
+TEST(RouteMetrics, AurocCountsPairsWithTiesAsHalf) {
+  // brute force over every (positive, negative) pair
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> grid(0, 6);  // few values: many ties
+  for (int trial = 0; trial < 20; ++trial) {
+    std::vector<float> pos(size_t(1 + trial % 7)), neg(size_t(1 + trial % 5));
+    for (float& v : pos) v = float(grid(rng)) / 6.0f;
+    for (float& v : neg) v = float(grid(rng)) / 6.0f;
+    double u = 0;
+    for (float a : pos)
+      for (float b : neg) u += a > b ? 1.0 : a == b ? 0.5 : 0.0;
+    EXPECT_DOUBLE_EQ(auroc(pos, neg), u / double(pos.size() * neg.size()));
+  }
+  EXPECT_DOUBLE_EQ(auroc({0.9f, 0.8f}, {0.1f, 0.2f}), 1.0);
+  EXPECT_DOUBLE_EQ(auroc({0.1f}, {0.9f}), 0.0);
+  EXPECT_TRUE(std::isnan(auroc({}, {0.5f})));
+}
+
+TEST(RouteMetrics, SyntheticEventsFollowTheCharacters) {
+  // prompt "C>", then background, a noised start ('!'), the letters, background
+  const std::vector<SynthEvent> e = synthetic_events("C>__!CC_!_");
+  const std::vector<SynthEvent> want = {
+      SynthEvent::Prompt, SynthEvent::Prompt, SynthEvent::Background, SynthEvent::Background, SynthEvent::Noise,
+      SynthEvent::Start,  SynthEvent::Letter, SynthEvent::Background, SynthEvent::Noise,      SynthEvent::Background};
+  EXPECT_EQ(e, want);
+}
+
+// read_block_compute agrees with the model's own reads, and its host-side gate parts give back the
+// gate the backend computed (g = s_ce + s_cu - s_ce s_cu), for SDT and STT.
+TEST(RouteMetrics, BlockComputeMatchesTheModelsChoiceAndGate) {
+  for (Routing kind : {Routing::Mod, Routing::Sdt, Routing::Stt}) {
+    SCOPED_TRACE(routing_name(kind));
+    const ModelConfig c = routed(base_config(0), kind, 0.5f);
+    Model m(cpu(), c);
+    m.load_params(random_params(m, 21, 0.3f).data());
+    const int B = 2, T = 9, k = c.route_k(T);
+    const std::vector<int32_t> in = test::random_tokens(size_t(B) * T, c.vocab_size, 8),
+                               tg = test::random_tokens(size_t(B) * T, c.vocab_size, 9);
+    auto s = m.make_state(B, T);
+    (void)m.forward(*s, in.data(), tg.data(), nullptr, 3, 4, 0.0f);
+    const std::vector<BlockCompute> blocks = read_block_compute(m, *s, B, T);
+    ASSERT_EQ(blocks.size(), size_t(c.n_layers));
+    for (const BlockCompute& b : blocks) {
+      EXPECT_EQ(b.routed, c.routed(b.layer));
+      if (!b.routed) continue;
+      std::vector<int32_t> pos(size_t(B) * k);
+      std::vector<float> gate(size_t(B) * T);
+      m.read_route_positions(*s, b.layer, pos.data());
+      m.read_route_gate(*s, b.layer, gate.data());
+      EXPECT_EQ(b.gate, gate);
+      for (int r = 0; r < B; ++r) {
+        EXPECT_EQ(std::count(b.computed.begin() + r * T, b.computed.begin() + (r + 1) * T, uint8_t(1)), k);
+        for (int i = 0; i < k; ++i) EXPECT_EQ(b.computed[size_t(r * T + pos[size_t(r * k + i)])], 1);
+      }
+      EXPECT_EQ(b.s_ce.empty(), kind == Routing::Mod);
+      for (size_t i = 0; i < b.s_ce.size(); ++i) {
+        const double a = b.s_ce[i], u = b.s_cu[i];
+        EXPECT_NEAR(a + u - a * u, b.gate[i], 1e-5) << "token " << i;
+        EXPECT_GE(b.d_st[i], 0.0f);
+        EXPECT_GE(b.d_ch[i], 0.0f);
+      }
+    }
+  }
+}
+
+// The evaluator scores a routed model's gates against the synthetic task's events: random routing
+// (gate 1 everywhere) is at chance, and every routed block and event has its keys.
+TEST(RouteMetrics, TheEvaluatorStoresTheGatesEventAurocs) {
+  TrainConfig tc;
+  tc.dataset = "synthetic";
+  auto data = make_dataset(tc);
+  ASSERT_TRUE(data);
+  ModelConfig c = routed(base_config(0), Routing::Random, 0.5f);
+  c.vocab_size = data->tokenizer().vocab_size(), c.max_seq_len = data->seq_len();
+  Model m(cpu(), c);
+  m.load_params(random_params(m, 3, 0.2f).data());
+  EvalConfig ec;
+  ec.val_sequences = 16, ec.batch = 16;
+  std::map<std::string, double> got;
+  for (const auto& [k, v] : evaluate(m, *data, ec, 0.0f, nullptr)) got[k] = v;
+  for (int l : {1, 3}) {
+    for (const char* e : {"start", "letter", "noise"}) {
+      const std::string a = "route/auroc/" + std::string(e) + "/" + std::to_string(l);
+      ASSERT_TRUE(got.count(a)) << a;
+      EXPECT_DOUBLE_EQ(got[a], 0.5) << a << ": random routing's gate is 1 everywhere";
+      EXPECT_TRUE(got.count("route/computed/" + std::string(e) + "/" + std::to_string(l)));
+    }
+    EXPECT_NEAR(got["route/computed/background/" + std::to_string(l)], 0.5, 0.1);
+  }
+  EXPECT_TRUE(got.count("val/ce_prior"));
 }
 
 }  // namespace

@@ -57,6 +57,7 @@
 #include "datasets/synthetic.h"
 #include "test_util.h"
 #include "views/benchmarks_view.h"
+#include "views/compute_view.h"
 #include "views/generations_view.h"
 #include "views/metric_cache.h"
 #include "views/run_list_model.h"
@@ -1005,6 +1006,75 @@ std::vector<double> ys(const QScatterSeries* s) {
 }
 
 }  // namespace
+
+// ---- ComputeView ----------------------------------------------------------------------------------
+
+// Two blocks over four tokens: block 0 dense, block 1 routed (SDT-like) computing tokens 1 and 3.
+ftx::ComputeInspection two_block_inspection() {
+  ftx::ComputeInspection ci;
+  ci.text = "A>_A!", ci.T = 4, ci.router = "sdt", ci.capacity = 0.5, ci.realised = 0.5;
+  ftx::BlockCompute dense;
+  dense.layer = 0;
+  ftx::BlockCompute r;
+  r.layer = 1, r.routed = true;
+  r.computed = {0, 1, 0, 1};
+  r.gate = {0.1f, 0.95f, 0.2f, 0.6f};
+  r.d_st = {0.5f, 2.0f, 0.4f, 1.0f}, r.d_ch = {0.4f, 0.1f, 0.3f, 0.9f}, r.ma = {0.5f, 1.2f, 1.0f, 1.0f};
+  r.s_ce = {0.05f, 0.9f, 0.1f, 0.2f}, r.s_cu = {0.05f, 0.5f, 0.1f, 0.5f};
+  ci.blocks = {dense, r};
+  ftx::EventAuroc a;
+  a.layer = 1, a.event = ftx::SynthEvent::Start, a.auroc = 0.875, a.computed = 1.0, a.computed_background = 0.25;
+  a.positives = 8, a.negatives = 40;
+  ci.events = {a}, ci.event_sequences = 64;
+  return ci;
+}
+
+// Each cell maps to its block and token; hovering says computed or skipped with the gate and the
+// surprise; the computed cells are drawn in the gate's colour and the skipped ones left open.
+TEST(ComputeView, CellsShowComputedAndSkippedTokensWithTheirGate) {
+  ftx::ComputeView v;
+  v.resize(900, 400);
+  v.set_inspection(two_block_inspection(), "sdt-run", 400);
+  const QImage img = v.grab().toImage();
+  // find the grid from the cell under a probe: scan the routed row for a cell of token 1
+  std::optional<QPoint> computed, skipped, dense;
+  for (int y = 0; y < v.height() && !(computed && skipped && dense); ++y)
+    for (int x = 0; x < v.width(); ++x) {
+      const auto c = v.cell_at(QPoint(x, y));
+      if (!c) continue;
+      if (c->first == 1 && c->second == 1 && !computed) computed = QPoint(x + 3, y + 3);
+      if (c->first == 1 && c->second == 2 && !skipped) skipped = QPoint(x + 3, y + 3);
+      if (c->first == 0 && c->second == 0 && !dense) dense = QPoint(x + 3, y + 3);
+    }
+  ASSERT_TRUE(computed && skipped && dense) << "the grid has a cell for every block and token";
+  EXPECT_FALSE(v.cell_at(QPoint(2, 2))) << "the header is not a cell";
+  const QString on = v.cell_text(1, 1), off = v.cell_text(1, 2);
+  EXPECT_TRUE(on.contains("computed")) << on.toStdString();
+  EXPECT_TRUE(on.contains("g = 0.950")) << on.toStdString();
+  EXPECT_TRUE(on.contains("D_st 2.0000")) << on.toStdString();
+  EXPECT_TRUE(off.contains("skipped")) << off.toStdString();
+  EXPECT_TRUE(v.cell_text(0, 3).contains("dense block")) << v.cell_text(0, 3).toStdString();
+  EXPECT_TRUE(v.cell_text(1, 1).contains("token '>'")) << v.cell_text(1, 1).toStdString();
+  // colours: the high gate is yellowish (red and green high, blue low), the skipped cell is the
+  // background, the dense cell grey
+  const QColor c = img.pixelColor(*computed), s = img.pixelColor(*skipped), d = img.pixelColor(*dense);
+  EXPECT_GT(c.red(), 200);
+  EXPECT_LT(c.blue(), 120);
+  EXPECT_EQ(s, v.palette().window().color());
+  EXPECT_EQ(d, QColor(200, 200, 205));
+}
+
+TEST(ComputeView, AMessageReplacesNothingUntilTheFirstInspection) {
+  ftx::ComputeView v;
+  v.resize(600, 300);
+  EXPECT_FALSE(v.inspection());
+  EXPECT_FALSE(v.cell_at(QPoint(300, 100)));
+  v.set_message("run 'x' routes no block");
+  v.set_inspection(two_block_inspection(), "r", 1);
+  EXPECT_TRUE(v.inspection());
+  EXPECT_TRUE(v.cell_text(5, 0).isEmpty()) << "no block 5";
+  EXPECT_TRUE(v.cell_text(1, 4).isEmpty()) << "no position 4 of 4";
+}
 
 TEST(BenchmarksView, OneChartPerTaskWithEachRunsPointsAndErrorBars) {
   BenchHarness h;

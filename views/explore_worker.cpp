@@ -9,6 +9,7 @@
 
 #include "core/eval/figure4.h"
 #include "core/eval/kind_groups.h"
+#include "core/explore/compute.h"
 #include "core/model/kappa.h"
 #include "core/store/run_store.h"
 #include "core/train/trainer.h"
@@ -25,7 +26,16 @@ constexpr size_t kMaxCachedModels = 6;
 // model, 8 for one of more than 20M parameters (an upcycled Llama). Computed once per checkpoint
 // on one thread, so that a training run beside it keeps both cores and the window stays responsive.
 constexpr int kLatentBatchSequences = 64, kLatentBatchSequencesLarge = 8;
+// Held-out synthetic sequences behind the Compute view's event AUROCs.
+constexpr int kRouteEventSequences = 64;
 constexpr int64_t kLargeModelParams = 20'000'000;
+
+// A held-out sequence of a run's own task, picked by `seed` (the Latent and Compute views' default).
+std::string held_out_text(const ftx::BatchSource& data, uint64_t seed) {
+  std::vector<int32_t> tok(static_cast<size_t>(data.seq_len()));
+  data.validation(tok.data(), static_cast<int64_t>(seed % 100000), 1);
+  return data.tokenizer().decode(tok);
+}
 
 QString qs(const std::string& s) { return QString::fromStdString(s); }
 
@@ -129,13 +139,7 @@ void ExploreWorker::inspect(QString run, int step, QString text, quint64 seed) {
     emit failed("latent", qs(m.error().message));
     return emit busy_changed(false);
   }
-  std::string seq = text.toStdString();
-  if (seq.empty()) {  // a held-out sequence of the run's own task
-    auto data = datasets_((*m)->train);
-    std::vector<int32_t> tok(static_cast<size_t>(data->seq_len()));
-    data->validation(tok.data(), static_cast<int64_t>(seed % 100000), 1);
-    seq = data->tokenizer().decode(tok);
-  }
+  const std::string seq = text.isEmpty() ? held_out_text(*datasets_((*m)->train), seed) : text.toStdString();
   const bool synthetic = (*m)->train.dataset == "synthetic";
   const int prompt_len = synthetic ? 2 : 1;
   auto li = ftx::inspect_latent(**m, seq, prompt_len, seed);
@@ -162,6 +166,30 @@ void ExploreWorker::inspect(QString run, int step, QString text, quint64 seed) {
   } else {
     emit failed("latent", qs(li.error().message));
   }
+  emit busy_changed(false);
+}
+
+void ExploreWorker::compute(QString run, int step, QString text, quint64 seed) {
+  emit busy_changed(true);
+  auto m = model(run.toStdString(), step);
+  if (!m) {
+    emit failed("compute", qs(m.error().message));
+    return emit busy_changed(false);
+  }
+  std::unique_ptr<ftx::BatchSource> data = datasets_((*m)->train);
+  const std::string seq = text.isEmpty() && data ? held_out_text(*data, seed) : text.toStdString();
+  auto ci = ftx::inspect_compute(**m, seq, seed);
+  if (ci && data && (*m)->train.dataset == "synthetic") {
+    const auto key = std::make_pair(run.toStdString(), (*m)->step);
+    auto cached = route_events_.find(key);
+    if (cached == route_events_.end())
+      cached = route_events_.emplace(key, ftx::synthetic_gate_auroc(*(*m)->model, *data, kRouteEventSequences)).first;
+    ci->events = cached->second, ci->event_sequences = kRouteEventSequences;
+  }
+  if (ci)
+    emit compute_ready(std::move(*ci), run, (*m)->step);
+  else
+    emit failed("compute", qs(ci.error().message));
   emit busy_changed(false);
 }
 

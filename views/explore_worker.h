@@ -1,4 +1,4 @@
-// ExploreWorker: runs the explorer (core/explore) for the Generations, Latent and Lessons views on
+// ExploreWorker: runs the explorer (core/explore) for the Generations, Latent, Compute and Lessons views on
 // its own thread, so a generation never blocks the window. Requests arrive as queued slot calls,
 // results leave as signals. Loaded models are cached per checkpoint directory. Bit flips from the
 // Latent view are coalesced: only the newest set of flips is computed. A text run whose token file
@@ -39,6 +39,9 @@ class ExploreWorker : public QObject {
               float temperature);
   void comparison(QStringList runs, ftx::Figure4Request req);
   void inspect(QString run, int step, QString text, quint64 seed);  // empty text: a validation-like sequence
+  // The Compute view: a routed run's blocks on `text` (empty: a held-out sequence picked by seed),
+  // with the gate's event AUROCs on the synthetic task.
+  void compute(QString run, int step, QString text, quint64 seed);
   void coinflip(quint64 seed);
   void kappa_lesson(quint64 seed);
   // The "Z picks the document" lesson: the runs kinds-free and kinds-baseline as the store holds
@@ -50,12 +53,14 @@ class ExploreWorker : public QObject {
   void comparison_ready(GroupColumns columns);
   void latent_ready(ftx::LatentInspection inspection, QString run, int step);
   void edited_ready(ftx::LatentGeneration edited);
+  void compute_ready(ftx::ComputeInspection inspection, QString run, int step);
   void coinflip_ready(ftx::CoinflipLesson lesson, double eps, QString baseline_run, QString free_run);
   // measured: per column, the stored Figure 4 numbers (ftx sweep / the shipped models) of the
   // checkpoint shown, as one line; empty when that checkpoint was never measured.
   void kappa_lesson_ready(GroupColumns columns, std::vector<double> kappa_bits, QStringList measured);
   void kinds_lesson_ready(ftx::KindsLesson lesson);
-  void failed(QString view, QString message);  // view: "generations", "latent", "lessons", "kinds" (that lesson)
+  void failed(QString view,
+              QString message);  // view: "generations", "latent", "compute", "lessons", "kinds" (that lesson)
   void busy_changed(bool busy);
 
  private slots:
@@ -73,6 +78,7 @@ class ExploreWorker : public QObject {
   std::map<std::string, ftx::ExplorerModel> models_;  // by checkpoint directory
   std::optional<ftx::LatentInspection> inspection_;
   std::map<std::pair<std::string, int>, ftx::KlProfile> kl_profiles_;  // (run, step): the Latent view's batch KL
+  std::map<std::pair<std::string, int>, std::vector<ftx::EventAuroc>> route_events_;  // (run, step): Compute's
   std::string inspection_run_;
   int inspection_step_ = 0;
   std::mutex edit_mu_;

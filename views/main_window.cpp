@@ -21,6 +21,7 @@
 #include <limits>
 
 #include "views/benchmarks_view.h"
+#include "views/compute_view.h"
 #include "views/curves_view.h"
 #include "views/explore_worker.h"
 #include "views/generations_view.h"
@@ -113,10 +114,11 @@ void MainWindow::build_docks() {
   QDockWidget* runs = add("runs", "Runs", runs_page, Qt::LeftDockWidgetArea);
   tabifyDockWidget(runs, add("train", "Train", train_view_, Qt::LeftDockWidgetArea));
   QDockWidget* curves = add("curves", "Curves", curves_, Qt::RightDockWidgetArea);
-  for (auto [key, title, w] : {std::tuple{"benchmarks", "Benchmarks", static_cast<QWidget*>(benchmarks_)},
-                               std::tuple{"generations", "Generations", static_cast<QWidget*>(generations_tabs_)},
-                               std::tuple{"latent", "Latent", build_latent_dock()},
-                               std::tuple{"lessons", "Lessons", static_cast<QWidget*>(lessons_)}})
+  for (auto [key, title, w] :
+       {std::tuple{"benchmarks", "Benchmarks", static_cast<QWidget*>(benchmarks_)},
+        std::tuple{"generations", "Generations", static_cast<QWidget*>(generations_tabs_)},
+        std::tuple{"latent", "Latent", build_latent_dock()}, std::tuple{"compute", "Compute", build_compute_dock()},
+        std::tuple{"lessons", "Lessons", static_cast<QWidget*>(lessons_)}})
     tabifyDockWidget(curves, add(key, title, w, Qt::RightDockWidgetArea));
   setCentralWidget(nullptr);
   setDockNestingEnabled(true);
@@ -173,6 +175,34 @@ QWidget* MainWindow::build_latent_dock() {
     inspect_latent(++latent_seed_);
   });
   connect(latent_, &LatentView::resample_requested, this, [this] { inspect_latent(++latent_seed_); });
+  return page;
+}
+
+QWidget* MainWindow::build_compute_dock() {
+  auto* page = new QWidget;
+  compute_run_ = new QComboBox;
+  compute_run_->setObjectName("compute_run");
+  compute_run_->setMinimumContentsLength(18);
+  compute_text_ = new QLineEdit;
+  compute_text_->setPlaceholderText("sequence to run (empty: a held-out sequence of the run's task)");
+  auto* inspect = new QPushButton("Inspect");
+  auto* next = new QPushButton("New sequence");
+  compute_ = new ComputeView;
+  auto* bar = new QHBoxLayout;
+  bar->addWidget(new QLabel("Routed run"));
+  bar->addWidget(compute_run_);
+  bar->addWidget(compute_text_, 1);
+  bar->addWidget(inspect);
+  bar->addWidget(next);
+  auto* layout = new QVBoxLayout(page);
+  layout->addLayout(bar);
+  layout->addWidget(compute_, 1);
+  connect(inspect, &QPushButton::clicked, this, [this] { inspect_compute(compute_seed_); });
+  connect(next, &QPushButton::clicked, this, [this] {
+    compute_text_->clear();
+    inspect_compute(++compute_seed_);
+  });
+  connect(compute_run_, &QComboBox::textActivated, this, [this] { inspect_compute(compute_seed_); });
   return page;
 }
 

@@ -1,7 +1,7 @@
 // MainWindow: ftx-studio's window and the studio's wiring. It owns the core objects the widgets
 // must not hold (the training Session, the store poller, explorer and model worker threads, the
 // metric cache) and connects the docks to them: Runs (and the opened Models), Train, Curves,
-// Benchmarks, Generations (of runs and of models), Latent, Lessons.
+// Benchmarks, Generations (of runs and of models), Latent, Compute, Lessons.
 // Polls the session snapshot at 10 Hz; the store arrives through the poller's queued signals.
 // Settings (geometry, dock layout, run colours) persist in QSettings between launches.
 //
@@ -34,6 +34,7 @@ class RunsView;
 class TrainView;
 class GenerationsView;
 class LatentView;
+class ComputeView;
 class LessonsView;
 class ExploreWorker;
 class ModelWorker;
@@ -44,7 +45,8 @@ class BenchmarksView;
 
 struct StudioOptions {
   QString db_path;
-  QString view;  // dock to raise: runs|train|curves|benchmarks|generations|latent|lessons, or figure4|kinds (a lesson)
+  QString view;  // dock to raise: runs|train|curves|benchmarks|generations|latent|compute|lessons, or figure4|kinds (a
+                 // lesson)
   ftx::DatasetFactory datasets;
   QStringList open;        // model files to open at start (a checkpoint directory or a .gguf file)
   bool random_ft = false;  // also a random-weight Free Transformer with the first one's tokenizer
@@ -79,6 +81,7 @@ class MainWindow : public QMainWindow {
   void connect_store();
   void connect_explorer();
   QWidget* build_latent_dock();
+  QWidget* build_compute_dock();
   void on_runs_changed(std::vector<RunSummary> runs);
   void on_metrics(const MetricBatch& rows);
   void on_store_error(const QString& message);
@@ -87,6 +90,7 @@ class MainWindow : public QMainWindow {
   void delete_run(qint64 id, const QString& name);
   void rename_run(qint64 id, const QString& name);
   void inspect_latent(quint64 seed);
+  void inspect_compute(quint64 seed);  // the Compute dock's run on its text (empty: a held-out sequence)
   void open_database();
   // Model files (main_window_models.cpp).
   void connect_models();
@@ -142,6 +146,10 @@ class MainWindow : public QMainWindow {
   LessonsView* lessons_ = nullptr;
   QComboBox* latent_run_ = nullptr;
   QLineEdit* latent_text_ = nullptr;
+  ComputeView* compute_ = nullptr;  // the Compute dock: a routed run's blocks x tokens
+  QComboBox* compute_run_ = nullptr;
+  QLineEdit* compute_text_ = nullptr;
+  quint64 compute_seed_ = 1;
   std::map<QString, QDockWidget*> docks_;
   QLabel *store_status_ = nullptr, *session_status_ = nullptr;
   QTimer* session_timer_ = nullptr;

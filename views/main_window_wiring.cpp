@@ -16,6 +16,7 @@
 #include "core/store/run_store.h"
 #include "core/train/train_config.h"
 #include "views/benchmarks_view.h"
+#include "views/compute_view.h"
 #include "views/curves_view.h"
 #include "views/explore_worker.h"
 #include "views/generations_view.h"
@@ -88,6 +89,13 @@ void MainWindow::connect_explorer() {
             latent_text_->setText(QString::fromStdString(li.text));
           });
   connect(explorer_, &ExploreWorker::edited_ready, latent_, &LatentView::set_edited_generation);
+  connect(explorer_, &ExploreWorker::compute_ready, this,
+          [this](const ftx::ComputeInspection& ci, QString run, int step) {
+            compute_->set_inspection(ci, run, step);
+            qInfo("compute: shown %zu blocks x %d positions of run '%s' at step %d", ci.blocks.size(), ci.T,
+                  qPrintable(run), step);
+            compute_text_->setText(QString::fromStdString(ci.text));
+          });
   connect(latent_, &LatentView::flips_changed, this, [this](const BitFlips& f) {
     if (latent_model() >= 0)
       model_worker_->request_edit(f);
@@ -107,6 +115,8 @@ void MainWindow::connect_explorer() {
       generations_->show_error(message);
     else if (view == "latent")
       latent_->set_message(message);
+    else if (view == "compute")
+      compute_->set_message(message);
     else if (view == "kinds")
       lessons_->show_kinds_error(message);
     else
@@ -130,7 +140,7 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
     const QVariant c = settings.value("colours/" + QString::fromStdString(r.info.name));
     if (c.isValid()) runs_model_->set_colour(r.info.id, QColor(c.toString()));
   }
-  QStringList all, free_runs, sweep;
+  QStringList all, free_runs, sweep, routed;
   QString first_synthetic;  // the first synthetic-task Free Transformer: what Generations opens on
   QString kinds_runs;       // the kinds lesson's pair and their checkpoints: a change reads them again
   const QString keep = latent_run_->currentText();
@@ -142,6 +152,7 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
     all << name;
     generations_->set_steps(name, QList<int>(r.checkpoint_steps.begin(), r.checkpoint_steps.end()));
     if (r.latent_bits > 0) free_runs << name;
+    if (r.routing != "–") routed << name;
     if (r.latent_bits > 0 && r.dataset == "synthetic" && runs_model_->overlaid(r.info.id)) sweep << name;
     if (r.latent_bits > 0 && r.dataset == "synthetic" && first_synthetic.isEmpty()) first_synthetic = name;
   }
@@ -152,6 +163,11 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
     QMetaObject::invokeMethod(explorer_, "kinds_lesson", Qt::QueuedConnection);
   }
   fill_latent_sources(free_runs);
+  const QString keep_routed = compute_run_->currentText();
+  compute_run_->clear();
+  compute_run_->addItems(routed);
+  if (compute_run_->findText(keep_routed) >= 0) compute_run_->setCurrentText(keep_routed);
+  if (keep_routed.isEmpty() && !routed.isEmpty()) inspect_compute(compute_seed_);  // the first routed run
   if (latent_run_->findText(keep) >= 0) latent_run_->setCurrentText(keep);
   if (first_runs_ && !all.isEmpty()) {  // something to look at in every view from the first frame
     first_runs_ = false;
@@ -255,6 +271,14 @@ void MainWindow::inspect_latent(quint64 seed) {
     return latent_->set_message("No Free Transformer run (H > 0) with a checkpoint yet: train one in Train");
   QMetaObject::invokeMethod(explorer_, "inspect", Qt::QueuedConnection, Q_ARG(QString, run), Q_ARG(int, -1),
                             Q_ARG(QString, latent_text_->text()), Q_ARG(quint64, seed));
+}
+
+void MainWindow::inspect_compute(quint64 seed) {
+  const QString run = compute_run_->currentText();
+  if (run.isEmpty())
+    return compute_->set_message("No routed run with a checkpoint yet: train one with a router in Train (Routing)");
+  QMetaObject::invokeMethod(explorer_, "compute", Qt::QueuedConnection, Q_ARG(QString, run), Q_ARG(int, -1),
+                            Q_ARG(QString, compute_text_->text()), Q_ARG(quint64, seed));
 }
 
 // Another store opens in a new studio window (a process of its own, like "open in new window"):

@@ -1,5 +1,5 @@
 // Qt metatypes for the explorer structs that travel through signals and queued connections
-// between the studio's worker thread and the views (Generations, Latent, Lessons), the one alias
+// between the studio's worker thread and the views (Generations, Latent, Compute, Lessons), the one alias
 // that names a list of captioned group columns, and the plain struct that carries the
 // "Z picks the document" lesson's stored numbers.
 //
@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/eval/kind_groups.h"
+#include "core/explore/compute.h"
 #include "core/explore/explorer.h"
 
 namespace ftx {
@@ -41,6 +42,7 @@ inline void register_view_meta_types() {
   qRegisterMetaType<std::vector<ftx::GroupView>>("std::vector<ftx::GroupView>");
   qRegisterMetaType<GroupColumns>("ftx::GroupColumns");
   qRegisterMetaType<ftx::LatentInspection>("ftx::LatentInspection");
+  qRegisterMetaType<ftx::ComputeInspection>("ftx::ComputeInspection");
   qRegisterMetaType<ftx::LatentGeneration>("ftx::LatentGeneration");
   qRegisterMetaType<ftx::CoinflipLesson>("ftx::CoinflipLesson");
   qRegisterMetaType<std::vector<double>>("std::vector<double>");
@@ -54,6 +56,7 @@ Q_DECLARE_METATYPE(ftx::GroupView)
 Q_DECLARE_METATYPE(std::vector<ftx::GroupView>)
 Q_DECLARE_METATYPE(ftx::GroupColumns)
 Q_DECLARE_METATYPE(ftx::LatentInspection)
+Q_DECLARE_METATYPE(ftx::ComputeInspection)
 Q_DECLARE_METATYPE(ftx::CoinflipLesson)
 Q_DECLARE_METATYPE(std::vector<double>)
 Q_DECLARE_METATYPE(ftx::KindsLesson)

@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "core/eval/route_metrics.h"
 #include "core/eval/synth_metrics.h"
 #include "kernels/base/philox.h"
 
@@ -125,8 +126,14 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
   } else {
     out.emplace_back("val/ce_prior", post.ce);  // no latent: both are the plain CE
   }
-  // A routed model does not generate yet (its top-k routing is not causal: docs/subjective_depth.md).
-  if (!cfg.synthetic || model.config().routing.kind != Routing::None) return out;
+  if (!cfg.synthetic) return out;
+  // A routed model does not generate yet (its top-k routing is not causal: docs/subjective_depth.md);
+  // on the synthetic task its gates are scored against the task's events instead.
+  if (model.config().routing.kind != Routing::None) {
+    const Metrics ev = route_event_metrics(synthetic_gate_auroc(model, data, std::min(cfg.val_sequences, cfg.batch)));
+    out.insert(out.end(), ev.begin(), ev.end());
+    return out;
+  }
 
   // Figure 4 as numbers: per prompt one independent group and one fixed-Z group.
   const Tokenizer& tokenizer = data.tokenizer();

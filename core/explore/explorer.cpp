@@ -13,6 +13,15 @@
 #include "kernels/base/philox.h"
 
 namespace ftx {
+
+Result<std::vector<int32_t>> encode_text(const ExplorerModel& m, const std::string& text, const std::string& what) {
+  auto tokens = m.tokenizer->encode(text);
+  if (!tokens) return make_error(what + " '" + text + "': " + tokens.error().message);
+  return tokens;
+}
+
+bool labels_tokens(const ExplorerModel& m) { return m.tokenizer->type() != "chars"; }
+
 namespace {
 
 // Seed lanes of derive_seed for the explorer (distinct from the evaluator's 10..21).
@@ -42,13 +51,6 @@ GroupView to_group_view(const GroupResult& g, const Tokenizer& tokenizer, bool s
   return v;
 }
 
-// `text` in the run's tokens; errors "<what> '<text>': <the tokenizer's reason>".
-Result<std::vector<int32_t>> encode_text(const ExplorerModel& m, const std::string& text, const std::string& what) {
-  auto tokens = m.tokenizer->encode(text);
-  if (!tokens) return make_error(what + " '" + text + "': " + tokens.error().message);
-  return tokens;
-}
-
 Result<std::vector<int32_t>> check_prompt(const ExplorerModel& m, Result<std::vector<int32_t>> prompt) {
   if (!prompt) return prompt;
   if (prompt->empty()) return make_error("the prompt is empty");
@@ -61,9 +63,6 @@ Result<std::vector<int32_t>> check_prompt(const ExplorerModel& m, Result<std::ve
 Result<std::vector<int32_t>> encode_prompt(const ExplorerModel& m, const std::string& prompt) {
   return check_prompt(m, encode_text(m, prompt, "prompt"));
 }
-
-// The Latent view labels a run's columns by token unless its tokenizer has one character per token.
-bool labels_tokens(const ExplorerModel& m) { return m.tokenizer->type() != "chars"; }
 
 SampleConfig sample_config(const ExplorerModel& m, size_t prompt_len, float temperature) {
   SampleConfig sc;
@@ -110,7 +109,7 @@ Result<std::vector<GroupView>> explore_figure4(ExplorerModel& m, const Figure4Re
   if (req.fixed_groups < 0 || req.fixed_groups > 16 || req.group_size < 1 || req.group_size > 64)
     return make_error("groups: 0..16 fixed groups of 1..64 sequences");
   const SampleConfig sc = sample_config(m, prompt->size(), req.temperature);
-  FTX_TRY(sc.validate());
+  FTX_TRY(check_generation_request(m.model->config(), static_cast<int>(prompt->size()), sc, {}));
   auto groups =
       figure4_groups(*m.model, *prompt, req.group_size, req.fixed_groups, req.group_size, req.seed, sc, *m.tokenizer);
   std::vector<GroupView> out;

@@ -42,6 +42,10 @@ struct ExplorerModel {
 // checkpoint, a damaged checkpoint, or a checkpoint whose tokenizer is not its dataset's.
 Result<ExplorerModel> load_explorer_model(Backend& be, const DatasetFactory& datasets, const std::string& db_path,
                                           const std::string& run, std::optional<int> step);
+// `text` in the run's tokens; errors "<what> '<text>': <the tokenizer's reason>".
+Result<std::vector<int32_t>> encode_text(const ExplorerModel& m, const std::string& text, const std::string& what);
+// Views label a run's columns by token unless its tokenizer has one character per token.
+bool labels_tokens(const ExplorerModel& m);
 
 // ---- Generations (Figure 4) ----
 struct GroupRow {

@@ -47,6 +47,8 @@ struct RoutingConfig {
   int ma_window = 100;          // W: the moving average of the static change (min(W, T) in effect)
   float aux_weight = 0.05f;     // the prior's mean squared error to the (stopped) change it predicts
   float gate_penalty = 0.001f;  // STT: weight of the mean gate in the loss
+  // SDT and STT: the gate is computed from surprise statistics (a prior network, its parameters)
+  bool surprise() const { return kind == Routing::Sdt || kind == Routing::Stt; }
   bool operator==(const RoutingConfig&) const = default;
 };
 
@@ -92,6 +94,9 @@ std::vector<float> rope_inv_freq(const ModelConfig& c);
 
 // The routed blocks of c, "1, 3" (docs/subjective_depth.md).
 std::string routed_blocks_text(const ModelConfig& c);
+// Why the model cannot generate with a KV cache, or empty when it can: a routed model's top-k choice
+// needs the whole sequence (docs/subjective_depth.md).
+std::string why_no_generation(const ModelConfig& c);
 
 // The presets by name, the one list (help texts, the Train form, errors): "tiny" (tests) and
 // "small" (the synthetic task's default).

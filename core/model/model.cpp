@@ -279,7 +279,7 @@ static void carve_routes(Carver& c, ModelState& s, const ModelConfig& m, const B
   const int B = s.B, T = s.T, k = m.route_k(T);
   const size_t N = size_t(B) * T, C = m.dim, P = m.route_prior_hidden(), M = size_t(B) * k;
   const Routing kind = m.routing.kind;
-  const bool surprise = kind == Routing::Sdt || kind == Routing::Stt;
+  const bool surprise = m.routing.surprise();
   s.routes.assign(size_t(m.n_layers), RouteActs{});
   for (int l = 0; l < m.n_layers; ++l) {
     if (!m.routed(l)) continue;
@@ -858,6 +858,19 @@ void Model::read_route_gate(const ModelState& s, int layer, float* host) const {
   FT_ASSERT(cfg_.routed(layer), "block %d is not routed", layer);
   be_.download(host, applied_gate(cfg_, s, s.routes[size_t(layer)]), size_t(s.B) * s.T * sizeof(float));
 }
+void Model::read_route_surprise(const ModelState& s, int layer, float* host) const {
+  FT_ASSERT(cfg_.routed(layer) && cfg_.routing.surprise(), "block %d has no surprise gate", layer);
+  const RouteActs& r = s.routes[size_t(layer)];
+  const size_t N = size_t(s.B) * s.T;
+  be_.download(host, r.st_ch, 2 * N * sizeof(float));
+  be_.download(host + 2 * N, r.ma, N * sizeof(float));
+}
+std::array<float, 4> Model::read_route_gate_params(int layer) const {
+  FT_ASSERT(cfg_.routed(layer) && cfg_.routing.surprise(), "block %d has no surprise gate", layer);
+  std::array<float, 4> p{};
+  be_.download(p.data(), w_.routes[size_t(layer)].gate, sizeof p);
+  return p;
+}
 
 // ---------------------------------------------------------------------------------------------
 // Generation with a KV cache
@@ -909,9 +922,7 @@ Result<std::unique_ptr<DecodeState>> Model::try_make_decode_state(int B, int max
   if (B <= 0 || max_len <= 0 || max_len > cfg_.max_seq_len)
     return make_error("decode state: " + std::to_string(B) + " sequences of " + std::to_string(max_len) +
                       " positions (the model's context is " + std::to_string(cfg_.max_seq_len) + ")");
-  if (cfg_.routing.kind != Routing::None)
-    return make_error(std::string("a routed model (routing ") + routing_name(cfg_.routing.kind) +
-                      ") does not generate yet: its top-k choice needs the whole sequence (docs/subjective_depth.md)");
+  if (std::string why = why_no_generation(cfg_); !why.empty()) return make_error(why);
   auto d = std::make_unique<DecodeState>(&be_);
   d->B = B, d->max_len = max_len, d->chunk = prefill_chunk(cfg_, max_len);
   const size_t n = carve_decode(*d, cfg_, nullptr, &be_);

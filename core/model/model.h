@@ -8,6 +8,7 @@
 //
 // Deliberately not here: the optimizer (core/train), sampling policies (core/sample), file I/O.
 #pragma once
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -111,6 +112,10 @@ class Model {
   // (1 for random routing and a hard gate; MoD's raw score).
   void read_route_positions(const ModelState& s, int layer, int32_t* host) const;
   void read_route_gate(const ModelState& s, int layer, float* host) const;
+  // SDT and STT: the surprise statistics of every token, (3, B, T): D_st, D_ch and the moving
+  // average of D_st; and the gate's four parameters (before softplus): o_ce, m_cu, beta_ce, beta_cu.
+  void read_route_surprise(const ModelState& s, int layer, float* host) const;
+  std::array<float, 4> read_route_gate_params(int layer) const;
 
   // Generation with a KV cache (docs/design.md section 7). A DecodeState holds B sequences of up to
   // max_len positions; each sequence is at its own length, so prompts of different lengths share

@@ -57,7 +57,7 @@ ModelTensors<M, V> resolve(const ModelConfig& c, const std::vector<ParamSpec>& s
       const std::string p = "route.layers." + std::to_string(l) + ".";
       RouteTensors<M, V>& r = t.routes[size_t(l)];
       if (c.routing.kind == Routing::Mod) r.router = m(p + "router.weight");
-      if (c.routing.kind == Routing::Sdt || c.routing.kind == Routing::Stt) {
+      if (c.routing.surprise()) {
         r.gate = v(p + "gate");
         r.prior_norm = v(p + "prior.norm.weight");
         r.prior_wg = m(p + "prior.gate_proj.weight");

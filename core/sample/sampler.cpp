@@ -32,6 +32,7 @@ std::vector<uint32_t> uniform_codes(uint64_t seed, int n, int latent_bits) {
 Status check_generation_request(const ModelConfig& m, int prompt_len, const SampleConfig& cfg,
                                 const std::vector<SequenceSpec>& specs) {
   FTX_TRY(cfg.validate());
+  if (std::string why = why_no_generation(m); !why.empty()) return make_error(why);
   if (prompt_len <= 0) return make_error("prompt: empty (the model needs at least one token to start from)");
   const int total = prompt_len + cfg.max_new_tokens;
   if (total > m.max_seq_len)

@@ -76,7 +76,8 @@ struct Generation {
 std::vector<Generation> generate(Model& model, const std::vector<int32_t>& prompt,
                                  const std::vector<SequenceSpec>& specs, const SampleConfig& cfg);
 
-// One-line errors for prompts a user typed: empty, too long for the context, or wrong codes.
+// One-line errors for requests a user typed: a model that cannot generate (a routed one), an empty
+// prompt, one too long for the context, or wrong codes.
 Status check_generation_request(const ModelConfig& m, int prompt_len, const SampleConfig& cfg,
                                 const std::vector<SequenceSpec>& specs);
 

@@ -4,7 +4,8 @@
 # for each router, against dense models of 2, 3 and 4 blocks (the compute frontier).
 #
 #   resources/experiments/routing_grid.sh run     # trains what is missing (a finished run is kept)
-#   resources/experiments/routing_grid.sh table   # last validation CE and training FLOPs per token, per run
+#   resources/experiments/routing_grid.sh table   # per run, at its last evaluation: validation CE, training
+#                                                 # FLOPs per token, the gates' event AUROCs (mean over blocks)
 #
 # Settings (environment): STEPS (default 3000), SEEDS ("1 2 3"), CAPS ("0.125 0.25 0.5 0.75"),
 # ROUTERS ("random mod sdt stt"), EXP (default ~/ftx-exp/routing), FTX (build/app/ftx).
@@ -50,6 +51,12 @@ case ${1:-} in
               order by step desc limit 1) as val_ce,
              (select round(value / 1e6, 3) from metrics m where m.run_id = r.id and m.key = 'model/flops_per_token'
               order by step desc limit 1) as mflop_per_token,
+             (select round(avg(value), 3) from metrics m where m.run_id = r.id and m.key like 'route/auroc/start/%'
+              and m.step = (select max(step) from metrics n where n.run_id = r.id)) as auroc_start,
+             (select round(avg(value), 3) from metrics m where m.run_id = r.id and m.key like 'route/auroc/letter/%'
+              and m.step = (select max(step) from metrics n where n.run_id = r.id)) as auroc_letter,
+             (select round(avg(value), 3) from metrics m where m.run_id = r.id and m.key like 'route/auroc/noise/%'
+              and m.step = (select max(step) from metrics n where n.run_id = r.id)) as auroc_noise,
              r.status
       from runs r order by r.name"
     ;;

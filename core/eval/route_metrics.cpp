@@ -1,0 +1,164 @@
+// Routing metrics (route_metrics.h).
+#include "core/eval/route_metrics.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "kernels/base/philox.h"
+
+namespace ftx {
+
+namespace {
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+double softplus(double p) { return p > 20.0 ? p : std::log1p(std::exp(p)); }
+
+bool is_letter(char c) { return c >= 'A' && c <= 'Z'; }
+
+}  // namespace
+
+std::vector<BlockCompute> read_block_compute(const Model& model, const ModelState& s, int B, int T) {
+  const ModelConfig& mc = model.config();
+  const size_t N = size_t(B) * T;
+  std::vector<BlockCompute> blocks;
+  for (int l = 0; l < mc.n_layers; ++l) {
+    BlockCompute b;
+    b.layer = l, b.routed = mc.routed(l);
+    if (b.routed) {
+      const int k = mc.route_k(T);
+      std::vector<int32_t> pos(size_t(B) * k);
+      if (k > 0) model.read_route_positions(s, l, pos.data());
+      b.computed.assign(N, 0);
+      for (int r = 0; r < B; ++r)
+        for (int i = 0; i < k; ++i) b.computed[size_t(r) * T + size_t(pos[size_t(r) * k + i])] = 1;
+      b.gate.resize(N);
+      model.read_route_gate(s, l, b.gate.data());
+      if (mc.routing.surprise()) {
+        std::vector<float> st(3 * N);
+        model.read_route_surprise(s, l, st.data());
+        const std::array<float, 4> p = model.read_route_gate_params(l);
+        const double o_ce = softplus(p[0]), m_cu = softplus(p[1]), b_ce = softplus(p[2]), b_cu = softplus(p[3]);
+        b.d_st.assign(st.begin(), st.begin() + long(N));
+        b.d_ch.assign(st.begin() + long(N), st.begin() + long(2 * N));
+        b.ma.assign(st.begin() + long(2 * N), st.end());
+        b.s_ce.resize(N), b.s_cu.resize(N);
+        for (size_t i = 0; i < N; ++i) {
+          b.s_ce[i] = float(sigmoid(b_ce * (double(b.d_st[i]) - double(b.d_ch[i]) + std::log(o_ce))));
+          b.s_cu[i] = float(sigmoid(b_cu * (double(b.d_st[i]) - m_cu * double(b.ma[i]))));
+        }
+      }
+    }
+    blocks.push_back(std::move(b));
+  }
+  return blocks;
+}
+
+const char* synth_event_name(SynthEvent e) {
+  switch (e) {
+    case SynthEvent::Prompt:
+      return "prompt";
+    case SynthEvent::Background:
+      return "background";
+    case SynthEvent::Start:
+      return "start";
+    case SynthEvent::Letter:
+      return "letter";
+    case SynthEvent::Noise:
+      return "noise";
+  }
+  return "?";
+}
+
+std::vector<SynthEvent> synthetic_events(const std::string& seq) {
+  constexpr size_t kPrompt = 2;  // "<letter>>"
+  std::vector<SynthEvent> ev(seq.size(), SynthEvent::Prompt);
+  bool seen = false;
+  for (size_t i = kPrompt; i < seq.size(); ++i) {
+    const char c = seq[i];
+    if (c == '_') {
+      ev[i] = SynthEvent::Background;
+    } else if (c == '!') {
+      ev[i] = SynthEvent::Noise;
+    } else if (is_letter(c)) {
+      ev[i] = seen ? SynthEvent::Letter : SynthEvent::Start;
+      seen = true;
+    }
+  }
+  return ev;
+}
+
+double auroc(std::vector<float> pos, std::vector<float> neg) {
+  if (pos.empty() || neg.empty()) return std::numeric_limits<double>::quiet_NaN();
+  std::sort(neg.begin(), neg.end());
+  double u = 0;
+  for (float p : pos) {
+    const auto lo = std::lower_bound(neg.begin(), neg.end(), p), hi = std::upper_bound(neg.begin(), neg.end(), p);
+    u += double(lo - neg.begin()) + 0.5 * double(hi - lo);
+  }
+  return u / (double(pos.size()) * double(neg.size()));
+}
+
+std::vector<EventAuroc> synthetic_gate_auroc(Model& model, const BatchSource& data, int n) {
+  const int S = data.seq_len(), T = S - 1;
+  std::vector<int32_t> tok(size_t(n) * S);
+  data.validation(tok.data(), 0, n);
+  auto state = model.make_state(n, T);
+  // the inputs are tokens 0..T-1 of each sequence, the targets 1..T
+  std::vector<int32_t> in(size_t(n) * T), tg(size_t(n) * T);
+  for (int b = 0; b < n; ++b)
+    for (int t = 0; t < T; ++t)
+      in[size_t(b) * T + t] = tok[size_t(b) * S + t], tg[size_t(b) * T + t] = tok[size_t(b) * S + t + 1];
+  (void)model.forward(*state, in.data(), tg.data(), nullptr, 1, kStreamEval, 0.0f);
+  const std::vector<BlockCompute> blocks = read_block_compute(model, *state, n, T);
+  std::vector<SynthEvent> ev(size_t(n) * T);
+  for (int b = 0; b < n; ++b) {
+    const std::vector<int32_t> row(tok.begin() + long(b) * S, tok.begin() + long(b + 1) * S);
+    const std::vector<SynthEvent> e = synthetic_events(data.tokenizer().decode(row));
+    for (int t = 0; t < T && t < int(e.size()); ++t) ev[size_t(b) * T + t] = e[size_t(t)];
+  }
+  std::vector<EventAuroc> out;
+  for (const BlockCompute& bl : blocks) {
+    if (!bl.routed) continue;
+    std::vector<float> background;
+    double bg_computed = 0;
+    for (size_t i = 0; i < ev.size(); ++i)
+      if (ev[i] == SynthEvent::Background) background.push_back(bl.gate[i]), bg_computed += bl.computed[i];
+    for (SynthEvent e : {SynthEvent::Start, SynthEvent::Letter, SynthEvent::Noise}) {
+      EventAuroc a;
+      a.layer = bl.layer, a.event = e;
+      std::vector<float> pos;
+      double computed = 0;
+      for (size_t i = 0; i < ev.size(); ++i)
+        if (ev[i] == e) pos.push_back(bl.gate[i]), computed += bl.computed[i];
+      a.positives = int64_t(pos.size()), a.negatives = int64_t(background.size());
+      a.computed = pos.empty() ? 0.0 : computed / double(pos.size());
+      a.computed_background = background.empty() ? 0.0 : bg_computed / double(background.size());
+      a.auroc = auroc(std::move(pos), background);
+      out.push_back(a);
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> route_event_metrics(const std::vector<EventAuroc>& ev) {
+  // route/<what>/<event>/<block>
+  const auto key = [](const char* what, const char* event, int layer) {
+    std::string k = "route/";
+    k.append(what).append("/").append(event).append("/").append(std::to_string(layer));
+    return k;
+  };
+  std::vector<std::pair<std::string, double>> out;
+  for (const EventAuroc& a : ev) {
+    const char* name = synth_event_name(a.event);
+    if (std::isfinite(a.auroc)) out.emplace_back(key("auroc", name, a.layer), a.auroc);
+    if (a.positives > 0) out.emplace_back(key("computed", name, a.layer), a.computed);
+    if (a.event == SynthEvent::Start && a.negatives > 0)
+      out.emplace_back(key("computed", "background", a.layer), a.computed_background);
+  }
+  return out;
+}
+
+}  // namespace ftx
