@@ -58,6 +58,7 @@
 #include "test_util.h"
 #include "views/benchmarks_view.h"
 #include "views/compute_view.h"
+#include "views/frontier_chart.h"
 #include "views/generations_view.h"
 #include "views/metric_cache.h"
 #include "views/run_list_model.h"
@@ -1036,16 +1037,18 @@ TEST(ComputeView, CellsShowComputedAndSkippedTokensWithTheirGate) {
   v.resize(900, 400);
   v.set_inspection(two_block_inspection(), "sdt-run", 400);
   const QImage img = v.grab().toImage();
-  // find the grid from the cell under a probe: scan the routed row for a cell of token 1
+  // find the cells by scanning the widget
   std::optional<QPoint> computed, skipped, dense;
-  for (int y = 0; y < v.height() && !(computed && skipped && dense); ++y)
-    for (int x = 0; x < v.width(); ++x) {
+  for (int y = 0; y < v.height(); y += 2) {
+    for (int x = 0; x < v.width(); x += 2) {
       const auto c = v.cell_at(QPoint(x, y));
       if (!c) continue;
       if (c->first == 1 && c->second == 1 && !computed) computed = QPoint(x + 3, y + 3);
       if (c->first == 1 && c->second == 2 && !skipped) skipped = QPoint(x + 3, y + 3);
       if (c->first == 0 && c->second == 0 && !dense) dense = QPoint(x + 3, y + 3);
     }
+    if (computed && skipped && dense) break;
+  }
   ASSERT_TRUE(computed && skipped && dense) << "the grid has a cell for every block and token";
   EXPECT_FALSE(v.cell_at(QPoint(2, 2))) << "the header is not a cell";
   const QString on = v.cell_text(1, 1), off = v.cell_text(1, 2);
@@ -1074,6 +1077,63 @@ TEST(ComputeView, AMessageReplacesNothingUntilTheFirstInspection) {
   EXPECT_TRUE(v.inspection());
   EXPECT_TRUE(v.cell_text(5, 0).isEmpty()) << "no block 5";
   EXPECT_TRUE(v.cell_text(1, 4).isEmpty()) << "no position 4 of 4";
+}
+
+// ---- FrontierChart ---------------------------------------------------------------------------------
+
+RunSummary frontier_run(int64_t id, const std::string& name, const QString& routing) {
+  RunSummary r;
+  r.info.id = id, r.info.name = name, r.dataset = "synthetic", r.routing = routing;
+  return r;
+}
+
+// One point per run with FLOPs and a validation CE, at its latest evaluation; dense runs form the
+// line, each router its own points; a run without FLOPs (trained before they were stored) is out.
+TEST(FrontierChart, DenseRunsMakeTheLineAndRoutersThePoints) {
+  ftx::MetricCache cache;
+  auto evals = [&](int64_t id, double flops, std::vector<double> ce) {
+    std::vector<ftx::MetricRow> rows;
+    for (size_t i = 0; i < ce.size(); ++i) {
+      rows.push_back({int64_t(100 * (i + 1)), "val/ce_prior", ce[i], 0.0});
+      if (flops > 0) rows.push_back({int64_t(100 * (i + 1)), "model/flops_per_token", flops, 0.0});
+    }
+    cache.append(id, rows);
+  };
+  evals(1, 2.6e6, {0.41, 0.30});
+  evals(2, 5.2e6, {0.40, 0.29});
+  evals(3, 3.8e6, {0.40, 0.28});
+  evals(4, 0, {0.5});  // no FLOPs stored
+  const std::vector<RunSummary> runs = {frontier_run(1, "dense-L2", "–"), frontier_run(2, "dense-L4", "–"),
+                                        frontier_run(3, "mod-0.5", "mod 0.5"), frontier_run(4, "old", "–")};
+  const std::vector<ftx::FrontierPoint> p = ftx::frontier_points(cache, runs);
+  ASSERT_EQ(p.size(), 3u);
+  EXPECT_EQ(p[2].run, "mod-0.5");
+  EXPECT_EQ(p[2].router, "mod");
+  EXPECT_DOUBLE_EQ(p[2].val_ce, 0.28);
+  EXPECT_EQ(p[2].step, 200);
+  EXPECT_DOUBLE_EQ(p[2].mflop_per_token, 3.8);
+  EXPECT_EQ(p[0].router, "dense");
+
+  ftx::FrontierChart chart;
+  chart.resize(600, 300);
+  chart.set_points(p, "synthetic");
+  int lines = 0, scatters = 0;
+  for (QAbstractSeries* s : chart.chart()->series()) {
+    if (auto* l = qobject_cast<QLineSeries*>(s); l && !qobject_cast<QScatterSeries*>(s)) {
+      ++lines;
+      ASSERT_EQ(l->count(), 2);
+      EXPECT_DOUBLE_EQ(l->at(0).x(), 2.6) << "the dense line runs in FLOPs order";
+      EXPECT_DOUBLE_EQ(l->at(1).x(), 5.2);
+    } else if (auto* d = qobject_cast<QScatterSeries*>(s)) {
+      ++scatters;
+      EXPECT_TRUE(d->name() == "dense" || d->name() == "mod") << d->name().toStdString();
+    }
+  }
+  EXPECT_EQ(lines, 1);
+  EXPECT_EQ(scatters, 2);
+  chart.set_points({}, "coinflip");
+  EXPECT_TRUE(chart.chart()->series().isEmpty());
+  EXPECT_TRUE(chart.chart()->title().contains("no run of coinflip")) << chart.chart()->title().toStdString();
 }
 
 TEST(BenchmarksView, OneChartPerTaskWithEachRunsPointsAndErrorBars) {

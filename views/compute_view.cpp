@@ -50,6 +50,7 @@ ComputeView::ComputeView(QWidget* parent) : QWidget(parent) {
 
 void ComputeView::set_inspection(const ftx::ComputeInspection& ci, QString run, int step) {
   ci_ = ci, run_ = std::move(run), step_ = step, message_.clear();
+  layout_.reset();
   update();
 }
 
@@ -86,6 +87,7 @@ static int wrapped_height(const QFontMetrics& fm, const QStringList& lines, int 
 }
 
 ComputeView::Layout ComputeView::layout() const {
+  if (layout_ && layout_->first == width()) return layout_->second;
   Layout l;
   if (!ci_ || ci_->T <= 0) return l;
   const int header_h = kMargin + wrapped_height(fontMetrics(), header_lines(), width() - 2 * kMargin) + 8;
@@ -93,6 +95,7 @@ ComputeView::Layout ComputeView::layout() const {
   l.cell_w = std::clamp((width() - l.label_w - 2 * kMargin) / ci_->T, 4, 28);
   l.cell_h = 20;
   l.grid = QRect(kMargin + l.label_w, header_h, l.cell_w * ci_->T, l.cell_h * int(ci_->blocks.size()));
+  layout_.emplace(width(), l);
   return l;
 }
 

@@ -42,11 +42,12 @@ class ComputeView : public QWidget {
     int cell_w = 0, cell_h = 0;
     int label_w = 0;  // block labels, left of the grid
   };
-  Layout layout() const;
+  Layout layout() const;  // cached for the widget's width and the inspection shown
   QString token_label(int pos) const;
   QStringList header_lines() const;  // run and router, the path shown, the gate's colour scale
 
   std::optional<ftx::ComputeInspection> ci_;
+  mutable std::optional<std::pair<int, Layout>> layout_;  // (width, its layout)
   QString run_, message_;
   int step_ = 0;
 };

@@ -24,6 +24,7 @@
 #include "views/compute_view.h"
 #include "views/curves_view.h"
 #include "views/explore_worker.h"
+#include "views/frontier_chart.h"
 #include "views/generations_view.h"
 #include "views/latent_view.h"
 #include "views/lessons_view.h"
@@ -194,15 +195,24 @@ QWidget* MainWindow::build_compute_dock() {
   bar->addWidget(compute_text_, 1);
   bar->addWidget(inspect);
   bar->addWidget(next);
+  frontier_ = new FrontierChart;
+  auto* split = new QSplitter(Qt::Vertical);
+  split->addWidget(compute_);
+  split->addWidget(frontier_);
+  split->setStretchFactor(0, 3);
+  split->setStretchFactor(1, 2);
   auto* layout = new QVBoxLayout(page);
   layout->addLayout(bar);
-  layout->addWidget(compute_, 1);
+  layout->addWidget(split, 1);
   connect(inspect, &QPushButton::clicked, this, [this] { inspect_compute(compute_seed_); });
   connect(next, &QPushButton::clicked, this, [this] {
     compute_text_->clear();
     inspect_compute(++compute_seed_);
   });
-  connect(compute_run_, &QComboBox::textActivated, this, [this] { inspect_compute(compute_seed_); });
+  connect(compute_run_, &QComboBox::textActivated, this, [this] {
+    inspect_compute(compute_seed_);
+    update_frontier();
+  });
   return page;
 }
 

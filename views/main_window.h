@@ -35,6 +35,7 @@ class TrainView;
 class GenerationsView;
 class LatentView;
 class ComputeView;
+class FrontierChart;
 class LessonsView;
 class ExploreWorker;
 class ModelWorker;
@@ -91,6 +92,7 @@ class MainWindow : public QMainWindow {
   void rename_run(qint64 id, const QString& name);
   void inspect_latent(quint64 seed);
   void inspect_compute(quint64 seed);  // the Compute dock's run on its text (empty: a held-out sequence)
+  void update_frontier();              // the Compute dock's chart: the runs of its run's dataset
   void open_database();
   // Model files (main_window_models.cpp).
   void connect_models();
@@ -146,7 +148,8 @@ class MainWindow : public QMainWindow {
   LessonsView* lessons_ = nullptr;
   QComboBox* latent_run_ = nullptr;
   QLineEdit* latent_text_ = nullptr;
-  ComputeView* compute_ = nullptr;  // the Compute dock: a routed run's blocks x tokens
+  ComputeView* compute_ = nullptr;     // the Compute dock: a routed run's blocks x tokens
+  FrontierChart* frontier_ = nullptr;  // and under it, CE against FLOPs across runs
   QComboBox* compute_run_ = nullptr;
   QLineEdit* compute_text_ = nullptr;
   quint64 compute_seed_ = 1;

@@ -9,6 +9,7 @@
 #include <QSettings>
 #include <QStatusBar>
 #include <QTimer>
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -19,6 +20,7 @@
 #include "views/compute_view.h"
 #include "views/curves_view.h"
 #include "views/explore_worker.h"
+#include "views/frontier_chart.h"
 #include "views/generations_view.h"
 #include "views/latent_view.h"
 #include "views/lessons_view.h"
@@ -168,6 +170,7 @@ void MainWindow::on_runs_changed(std::vector<RunSummary> runs) {
   compute_run_->addItems(routed);
   if (compute_run_->findText(keep_routed) >= 0) compute_run_->setCurrentText(keep_routed);
   if (keep_routed.isEmpty() && !routed.isEmpty()) inspect_compute(compute_seed_);  // the first routed run
+  update_frontier();
   if (latent_run_->findText(keep) >= 0) latent_run_->setCurrentText(keep);
   if (first_runs_ && !all.isEmpty()) {  // something to look at in every view from the first frame
     first_runs_ = false;
@@ -189,6 +192,7 @@ void MainWindow::on_metrics(const MetricBatch& rows) {
   cache_revision_ = cache_.revision();
   if (curves_->isVisible()) curves_->schedule_refresh();  // a hidden view catches up when shown
   runs_model_->refresh_values();
+  update_frontier();
 }
 
 void MainWindow::on_store_error(const QString& message) {
@@ -271,6 +275,23 @@ void MainWindow::inspect_latent(quint64 seed) {
     return latent_->set_message("No Free Transformer run (H > 0) with a checkpoint yet: train one in Train");
   QMetaObject::invokeMethod(explorer_, "inspect", Qt::QueuedConnection, Q_ARG(QString, run), Q_ARG(int, -1),
                             Q_ARG(QString, latent_text_->text()), Q_ARG(quint64, seed));
+}
+
+void MainWindow::update_frontier() {
+  QString dataset = "synthetic";  // the Compute run's task, else the synthetic task
+  for (const RunSummary& r : runs_model_->runs())
+    if (QString::fromStdString(r.info.name) == compute_run_->currentText()) dataset = r.dataset;
+  std::vector<RunSummary> same;
+  for (const RunSummary& r : runs_model_->runs())
+    if (r.dataset == dataset) same.push_back(r);
+  std::vector<ftx::FrontierPoint> points = ftx::frontier_points(cache_, same);
+  if (points.size() == frontier_->points().size() &&
+      std::equal(points.begin(), points.end(), frontier_->points().begin(),
+                 [](const ftx::FrontierPoint& a, const ftx::FrontierPoint& b) {
+                   return a.run == b.run && a.step == b.step && a.val_ce == b.val_ce;
+                 }))
+    return;  // nothing new: keep the chart (and a hover) as it is
+  frontier_->set_points(std::move(points), dataset);
 }
 
 void MainWindow::inspect_compute(quint64 seed) {
