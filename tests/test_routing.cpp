@@ -624,8 +624,34 @@ TEST(RouteMetrics, TheEvaluatorStoresTheGatesEventAurocs) {
       EXPECT_TRUE(got.count("route/computed/" + std::string(e) + "/" + std::to_string(l)));
     }
     EXPECT_NEAR(got["route/computed/background/" + std::to_string(l)], 0.5, 0.1);
+    EXPECT_DOUBLE_EQ(got["route/gate/" + std::to_string(l)], 1.0);
   }
+  for (const char* e : {"start", "letter", "noise"}) EXPECT_DOUBLE_EQ(got["route/auroc/" + std::string(e)], 0.5) << e;
+  EXPECT_DOUBLE_EQ(got["route/gate"], 1.0);
+  EXPECT_FALSE(got.count("route/s_ce")) << "random routing has no surprise";
   EXPECT_TRUE(got.count("val/ce_prior"));
+}
+
+// SDT's evaluation stores the gate and its two parts per block and over the blocks, consistent
+// with each other (the means of s_ce and s_cu bound the mean gate: max(a, c) <= g <= a + c).
+TEST(RouteMetrics, TheEvaluatorStoresTheSurpriseMeans) {
+  TrainConfig tc;
+  tc.dataset = "synthetic";
+  auto data = make_dataset(tc);
+  ASSERT_TRUE(data);
+  ModelConfig c = routed(base_config(0), Routing::Sdt, 0.5f);
+  c.vocab_size = data->tokenizer().vocab_size(), c.max_seq_len = data->seq_len();
+  Model m(cpu(), c);
+  m.load_params(random_params(m, 4, 0.2f).data());
+  EvalConfig ec;
+  ec.val_sequences = 8, ec.batch = 8;
+  std::map<std::string, double> got;
+  for (const auto& [k, v] : evaluate(m, *data, ec, 0.0f, nullptr)) got[k] = v;
+  for (const char* k : {"route/gate", "route/s_ce", "route/s_cu", "route/gate/1", "route/s_ce/3", "route/auroc/start"})
+    EXPECT_TRUE(got.count(k)) << k;
+  EXPECT_GE(got["route/gate"], std::max(got["route/s_ce"], got["route/s_cu"]) - 1e-9);
+  EXPECT_LE(got["route/gate"], got["route/s_ce"] + got["route/s_cu"] + 1e-9);
+  EXPECT_NEAR(got["route/gate"], (got["route/gate/1"] + got["route/gate/3"]) / 2, 1e-12);
 }
 
 }  // namespace

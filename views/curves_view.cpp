@@ -112,6 +112,15 @@ std::vector<ChartSpec> chart_specs() {
         {"synth/noise_agree_indep", Qt::DashDotDotLine, true, "noise"}},
        false,
        true},
+      {"Routing",
+       "gate, s_ce, s_cu, AUROC",
+       {{"route/gate", Qt::SolidLine, true, "gate"},
+        {"route/s_ce", Qt::DashLine, true, "s_ce"},
+        {"route/s_cu", Qt::DotLine, true, "s_cu"},
+        {"route/auroc/start", Qt::DashDotLine, true, "AUROC start"},
+        {"route/auroc/noise", Qt::DashDotDotLine, true, "AUROC noise"}},
+       false,
+       true},
   };
 }
 
@@ -795,7 +804,7 @@ void CurvesView::build_charts(QVBoxLayout* layout) {
   }
   stale_.assign(panels_.size(), 1);
   // A timer, not a queued call: queued calls posted while Qt sends posted events run in the same
-  // pass, so the six charts (and their layout and paint events) would again form one stretch.
+  // pass, so the seven charts (and their layout and paint events) would again form one stretch.
   refresh_timer_ = new QTimer(this);
   refresh_timer_->setSingleShot(true);
   refresh_timer_->setInterval(0);

@@ -1,5 +1,6 @@
-// CurvesView: the Curves dock. A 2x3 grid of Qt Charts (cross-entropy, KL with the kappa line,
-// loss, learning rate, tokens/s, synthetic-task agreement) overlaying several runs, one colour per
+// CurvesView: the Curves dock. A grid of Qt Charts, three a row (cross-entropy, KL with the kappa
+// line, loss, learning rate, tokens/s, synthetic-task agreement, and routing: a routed run's mean
+// gate, its two surprise parts and the gates' event AUROCs) overlaying several runs, one colour per
 // run and one line style per metric key; optional debiased EMA smoothing (raw drawn faint under
 // it), log y, rubber-band / wheel / drag / arrow-key zoom and pan, a hover read-out, PNG and CSV
 // export. Reads a MetricCache the owner fills; refresh() redraws only what changed and hands Qt
@@ -51,7 +52,7 @@ class CurvesView : public QWidget {
   // zoomed chart keeps its range and re-downsamples only series whose data changed.
   void refresh();
   // The same, one chart per turn of the event loop: Qt Charts lays out and paints each chart in
-  // its own events, so six charts redrawn at once would hold the UI thread for one long stretch
+  // its own events, so seven charts redrawn at once would hold the UI thread for one long stretch
   // (60 ms measured with a live run on two cores). What a live run and user actions call.
   void schedule_refresh();
   bool save_png(const QString& path);  // the charts and the run legend, as shown

@@ -126,14 +126,14 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
   } else {
     out.emplace_back("val/ce_prior", post.ce);  // no latent: both are the plain CE
   }
-  if (!cfg.synthetic) return out;
   // A routed model does not generate yet (its top-k routing is not causal: docs/subjective_depth.md);
-  // on the synthetic task its gates are scored against the task's events instead.
+  // its gates are measured instead, and on the synthetic task scored against the task's events.
   if (model.config().routing.kind != Routing::None) {
-    const Metrics ev = route_event_metrics(synthetic_gate_auroc(model, data, std::min(cfg.val_sequences, cfg.batch)));
-    out.insert(out.end(), ev.begin(), ev.end());
+    const Metrics route = route_eval_metrics(model, data, std::min(cfg.val_sequences, cfg.batch), cfg.synthetic);
+    out.insert(out.end(), route.begin(), route.end());
     return out;
   }
+  if (!cfg.synthetic) return out;
 
   // Figure 4 as numbers: per prompt one independent group and one fixed-Z group.
   const Tokenizer& tokenizer = data.tokenizer();

@@ -101,7 +101,15 @@ double auroc(std::vector<float> pos, std::vector<float> neg) {
   return u / (double(pos.size()) * double(neg.size()));
 }
 
-std::vector<EventAuroc> synthetic_gate_auroc(Model& model, const BatchSource& data, int n) {
+namespace {
+
+// The first n held-out sequences of `data` through the model: every block's choice, and on the
+// synthetic task each position's event.
+struct RouteBatch {
+  std::vector<BlockCompute> blocks;
+  std::vector<SynthEvent> events;  // (n T); empty unless asked for
+};
+RouteBatch run_batch(Model& model, const BatchSource& data, int n, bool events) {
   const int S = data.seq_len(), T = S - 1;
   std::vector<int32_t> tok(size_t(n) * S);
   data.validation(tok.data(), 0, n);
@@ -112,15 +120,23 @@ std::vector<EventAuroc> synthetic_gate_auroc(Model& model, const BatchSource& da
     for (int t = 0; t < T; ++t)
       in[size_t(b) * T + t] = tok[size_t(b) * S + t], tg[size_t(b) * T + t] = tok[size_t(b) * S + t + 1];
   (void)model.forward(*state, in.data(), tg.data(), nullptr, 1, kStreamEval, 0.0f);
-  const std::vector<BlockCompute> blocks = read_block_compute(model, *state, n, T);
-  std::vector<SynthEvent> ev(size_t(n) * T);
-  for (int b = 0; b < n; ++b) {
-    const std::vector<int32_t> row(tok.begin() + long(b) * S, tok.begin() + long(b + 1) * S);
-    const std::vector<SynthEvent> e = synthetic_events(data.tokenizer().decode(row));
-    for (int t = 0; t < T && t < int(e.size()); ++t) ev[size_t(b) * T + t] = e[size_t(t)];
+  RouteBatch rb;
+  rb.blocks = read_block_compute(model, *state, n, T);
+  if (events) {
+    rb.events.resize(size_t(n) * T);
+    for (int b = 0; b < n; ++b) {
+      const std::vector<int32_t> row(tok.begin() + long(b) * S, tok.begin() + long(b + 1) * S);
+      const std::vector<SynthEvent> e = synthetic_events(data.tokenizer().decode(row));
+      for (int t = 0; t < T && t < int(e.size()); ++t) rb.events[size_t(b) * T + t] = e[size_t(t)];
+    }
   }
+  return rb;
+}
+
+std::vector<EventAuroc> event_aurocs(const RouteBatch& rb) {
+  const std::vector<SynthEvent>& ev = rb.events;
   std::vector<EventAuroc> out;
-  for (const BlockCompute& bl : blocks) {
+  for (const BlockCompute& bl : rb.blocks) {
     if (!bl.routed) continue;
     std::vector<float> background;
     double bg_computed = 0;
@@ -143,20 +159,59 @@ std::vector<EventAuroc> synthetic_gate_auroc(Model& model, const BatchSource& da
   return out;
 }
 
-std::vector<std::pair<std::string, double>> route_event_metrics(const std::vector<EventAuroc>& ev) {
-  // route/<what>/<event>/<block>
-  const auto key = [](const char* what, const char* event, int layer) {
-    std::string k = "route/";
-    k.append(what).append("/").append(event).append("/").append(std::to_string(layer));
-    return k;
-  };
+double mean(const std::vector<float>& v) {
+  double s = 0;
+  for (float x : v) s += x;
+  return v.empty() ? 0.0 : s / double(v.size());
+}
+
+// "route/<a>/<b>[/<c>]"
+std::string route_key(const std::string& a, const std::string& b, const std::string& c = {}) {
+  std::string k = "route/";
+  k.append(a).append("/").append(b);
+  if (!c.empty()) k.append("/").append(c);
+  return k;
+}
+
+}  // namespace
+
+std::vector<EventAuroc> synthetic_gate_auroc(Model& model, const BatchSource& data, int n) {
+  return event_aurocs(run_batch(model, data, n, true));
+}
+
+std::vector<std::pair<std::string, double>> route_eval_metrics(Model& model, const BatchSource& data, int n,
+                                                               bool synthetic) {
+  const RouteBatch rb = run_batch(model, data, n, synthetic);
   std::vector<std::pair<std::string, double>> out;
+  double gate = 0, s_ce = 0, s_cu = 0;
+  int routed = 0, surprise = 0;
+  for (const BlockCompute& b : rb.blocks) {
+    if (!b.routed) continue;
+    const std::string block = std::to_string(b.layer);
+    out.emplace_back(route_key("gate", block), mean(b.gate));
+    gate += mean(b.gate), ++routed;
+    if (b.s_ce.empty()) continue;
+    out.emplace_back(route_key("s_ce", block), mean(b.s_ce));
+    out.emplace_back(route_key("s_cu", block), mean(b.s_cu));
+    s_ce += mean(b.s_ce), s_cu += mean(b.s_cu), ++surprise;
+  }
+  if (routed > 0) out.emplace_back("route/gate", gate / routed);
+  if (surprise > 0) out.emplace_back("route/s_ce", s_ce / surprise), out.emplace_back("route/s_cu", s_cu / surprise);
+  if (!synthetic) return out;
+  const std::vector<EventAuroc> ev = event_aurocs(rb);
+  for (SynthEvent e : {SynthEvent::Start, SynthEvent::Letter, SynthEvent::Noise}) {
+    double sum = 0;
+    int count = 0;
+    for (const EventAuroc& a : ev)
+      if (a.event == e && std::isfinite(a.auroc)) sum += a.auroc, ++count;
+    if (count > 0) out.emplace_back(route_key("auroc", synth_event_name(e)), sum / count);
+  }
   for (const EventAuroc& a : ev) {
-    const char* name = synth_event_name(a.event);
-    if (std::isfinite(a.auroc)) out.emplace_back(key("auroc", name, a.layer), a.auroc);
-    if (a.positives > 0) out.emplace_back(key("computed", name, a.layer), a.computed);
+    const std::string block = std::to_string(a.layer), name = synth_event_name(a.event);
+    if (std::isfinite(a.auroc)) out.emplace_back(route_key("auroc", name, block), a.auroc);
+    if (a.positives > 0) out.emplace_back(route_key("computed", name, block), a.computed);
     if (a.event == SynthEvent::Start && a.negatives > 0)
-      out.emplace_back(key("computed", "background", a.layer), a.computed_background);
+      out.emplace_back(route_key("computed", "background", block), a.computed_background);
   }
   return out;
 }

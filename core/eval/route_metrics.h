@@ -59,8 +59,14 @@ std::vector<BlockCompute> read_block_compute(const Model& model, const ModelStat
 // AUROC and computed shares for the start, letter and noise events against '_'.
 std::vector<EventAuroc> synthetic_gate_auroc(Model& model, const BatchSource& data, int n);
 
-// The metrics the evaluator stores for them: route/auroc/<event>/<block> and
-// route/computed/<event>/<block> (event: start, letter, noise; computed also for background).
-std::vector<std::pair<std::string, double>> route_event_metrics(const std::vector<EventAuroc>& ev);
+// What the evaluator stores for a routed model, over the first n held-out sequences of `data`:
+// per routed block the mean gate (route/gate/<block>) and, for SDT and STT, the means of the gate's
+// two parts (route/s_ce/<block>, route/s_cu/<block>), with their means over the blocks (route/gate,
+// route/s_ce, route/s_cu: the Curves view's Routing chart). On the synthetic task also each block's
+// event AUROCs and computed shares (route/auroc/<event>/<block>, route/computed/<event>/<block>,
+// event: start, letter, noise; computed also for background) and the AUROCs' means over the blocks
+// (route/auroc/<event>).
+std::vector<std::pair<std::string, double>> route_eval_metrics(Model& model, const BatchSource& data, int n,
+                                                               bool synthetic);
 
 }  // namespace ftx
