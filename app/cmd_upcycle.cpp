@@ -5,6 +5,7 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "app/options.h"
 #include "core/io/model_params.h"
 #include "core/train/train_config.h"
 
@@ -20,21 +21,27 @@ void add_upcycle_options(CLI::App& app, UpcycleArgs& a) {
       ->check(CLI::IsMember({"zero", "bitlinear"}))
       ->capture_default_str();
   c->add_option("--seed", a.seed, "Seed of zeta, the readout and a bit-linear post-sampler")->capture_default_str();
+  add_field_options(c, a.routing);
 }
 
 int run_upcycle(const UpcycleArgs& a) {
   if (a.latent_bits < 0 || a.latent_bits > kMaxLatentBits)
     return fail("--latent-bits must be in 0.." + std::to_string(kMaxLatentBits) + ", got " +
                 std::to_string(a.latent_bits));
+  auto routing = routing_config(a.routing, [](const Field& f) { return option_name(f); });
+  if (!routing) return fail(routing.error());
   UpcycleOptions opt;
   opt.latent_bits = a.latent_bits;
+  opt.routing = *routing;
   opt.bitlinear_post_sampler = a.post_sampler == "bitlinear";
   opt.seed = a.seed;
   const float kappa = a.kappa_bits ? static_cast<float>(bits_to_nats(*a.kappa_bits)) : -1.0f;
-  if (auto s = upcycle_model_file(a.from, opt, kappa, a.out); !s) return fail(s.error());
-  std::printf("wrote %s: %s from %s\n", a.out.c_str(),
-              a.latent_bits > 0 ? ("Free Transformer, H = " + std::to_string(a.latent_bits)).c_str() : "plain decoder",
-              a.from.c_str());
+  auto written = upcycle_model_file(a.from, opt, kappa, a.out);
+  if (!written) return fail(written.error());
+  std::string what = a.latent_bits > 0 ? "Free Transformer, H = " + std::to_string(a.latent_bits) : "plain decoder";
+  if (opt.routing.kind != Routing::None)
+    what += std::string(", routing ") + routing_name(opt.routing.kind) + " on blocks " + routed_blocks_text(*written);
+  std::printf("wrote %s: %s from %s\n", a.out.c_str(), what.c_str(), a.from.c_str());
   return 0;
 }
 

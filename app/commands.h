@@ -146,6 +146,7 @@ struct UpcycleArgs {
   int latent_bits = 16;
   std::optional<double> kappa_bits;
   uint64_t seed = 1;
+  RouteOverrides routing;  // --routing and its settings
 };
 void add_upcycle_options(CLI::App& app, UpcycleArgs& a);
 int run_upcycle(const UpcycleArgs& a);

@@ -154,6 +154,7 @@ TEST(ShapeModelConfig, OverridesChangeOnlyWhatTheyName) {
 }
 
 TEST(ShapeModelConfig, ErrorsNameFieldsInCoreWordsOrTheCallers) {
+  const ShapeOverrides kFresh;  // the defaults, assigned back between the cases
   ShapeOverrides o;
   o.dim = 30, o.heads = 4;
   expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"dim 30 is not a multiple of heads 4"});
@@ -161,21 +162,21 @@ TEST(ShapeModelConfig, ErrorsNameFieldsInCoreWordsOrTheCallers) {
   ASSERT_FALSE(flagged.ok());
   EXPECT_NE(flagged.error().message.find("--dim 30 is not a multiple of --heads 4"), std::string::npos)
       << flagged.error().message;
-  o = {};
+  o = kFresh;
   o.layers = 1;
   expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"layers 1:", "at least 2 blocks"});
   o.latent_bits = 0;
   EXPECT_TRUE(shape_model_config(o, kVocab, kSeqLen).ok()) << "one block is enough without Z";
-  o = {};
+  o = kFresh;
   o.latent_bits = 25;
   expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"latent_bits 25", "0..20", "H"});
-  o = {};
+  o = kFresh;
   o.dim = -8;
   expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"dim -8", "positive"});
-  o = {};
+  o = kFresh;
   o.preset = "huge";
   expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"preset 'huge'", "tiny or small"});
-  o = {};
+  o = kFresh;
   o.heads = 4, o.kv_heads = 3;
   expect_error(status_of(shape_model_config(o, kVocab, kSeqLen)), {"n_kv_heads"});
 }

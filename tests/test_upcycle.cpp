@@ -58,12 +58,12 @@ std::vector<float> logits_of(const ModelConfig& c, const std::vector<float>& par
 
 // Upcycles the model at `path` to H bits and compares logits on a fixed prompt; returns the
 // largest absolute difference.
-float upcycled_logit_diff(const std::string& path, int H, bool bitlinear, int T) {
+float upcycled_logit_diff(const std::string& path, int H, bool bitlinear, int T, RoutingConfig routing = {}) {
   auto src = read_model_params(path);
   EXPECT_TRUE(src.ok()) << (src.ok() ? "" : src.error().message);
   if (!src) return -1;
   UpcycleOptions opt;
-  opt.latent_bits = H, opt.bitlinear_post_sampler = bitlinear, opt.seed = 5;
+  opt.latent_bits = H, opt.bitlinear_post_sampler = bitlinear, opt.seed = 5, opt.routing = routing;
   auto up = upcycle(cpu(), src->info.config, src->params, opt);
   EXPECT_TRUE(up.ok()) << (up.ok() ? "" : up.error().message);
   if (!up) return -1;
@@ -78,6 +78,7 @@ float upcycled_logit_diff(const std::string& path, int H, bool bitlinear, int T)
   EXPECT_EQ(a.size(), b.size());
   float diff = 0;
   for (size_t i = 0; i < a.size() && i < b.size(); ++i) diff = std::max(diff, std::abs(a[i] - b[i]));
+  if (H == 0) return diff;
   // The encoder starts as the injection block.
   const auto specs = param_specs(up->config);
   const auto sspecs = param_specs(src->info.config);
@@ -105,6 +106,41 @@ TEST(Upcycle, RealSmolLM2LogitsUnchanged) {
   const std::string path = test::smollm2_gguf_path();
   REQUIRE_REAL_MODEL(path);
   EXPECT_EQ(upcycled_logit_diff(path, 16, false, 16), 0.0f);
+}
+
+// Routed compute on an upcycled model: at capacity 1 with the gate held at 1 every routed block
+// computes every token and writes its output whole, so the logits are the source's, bit for bit,
+// with and without Z, for every router; the router's tensors are there to train.
+RoutingConfig full_hard(Routing kind) {
+  RoutingConfig r;
+  r.kind = kind, r.capacity = 1.0f, r.hard_gate = true;
+  return r;
+}
+
+TEST(Upcycle, RoutedAtCapacityOneWithAHardGateKeepsTheLogits) {
+  for (Routing kind : {Routing::Random, Routing::Mod, Routing::Sdt, Routing::Stt}) {
+    SCOPED_TRACE(routing_name(kind));
+    EXPECT_EQ(upcycled_logit_diff(kReal + "tiny_gqa_llama3", 0, false, 12, full_hard(kind)), 0.0f);
+  }
+  // With Z the 3-block fixture has no block to route: Z enters block 1, the only odd one.
+  auto src = read_model_params(kReal + "tiny_gqa_llama3");
+  ASSERT_TRUE(src.ok());
+  UpcycleOptions opt;
+  opt.latent_bits = 4, opt.routing = full_hard(Routing::Sdt);
+  auto refused = upcycle(cpu(), src->info.config, src->params, opt);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.error().message.find("no block of 3 can be routed"), std::string::npos) << refused.error().message;
+  RoutingConfig soft = full_hard(Routing::Mod);
+  soft.capacity = 0.5f, soft.hard_gate = false;
+  EXPECT_GT(upcycled_logit_diff(kReal + "tiny_gqa_llama3", 0, false, 12, soft), 1e-4f)
+      << "half the tokens through a gate changes the logits";
+}
+
+TEST(Upcycle, RealSmolLM2RoutedAtCapacityOneKeepsTheLogits) {
+  const std::string path = test::smollm2_gguf_path();
+  REQUIRE_REAL_MODEL(path);
+  EXPECT_EQ(upcycled_logit_diff(path, 0, false, 16, full_hard(Routing::Sdt)), 0.0f);
+  EXPECT_EQ(upcycled_logit_diff(path, 16, false, 16, full_hard(Routing::Mod)), 0.0f) << "with Z";
 }
 
 TEST(Upcycle, LatentBitsZeroIsThePlainModel) {
@@ -374,6 +410,26 @@ TEST(UpcycleCli, BadInputsAreOneLine) {
   ASSERT_EQ(e.size(), 1u);
   EXPECT_NE(e[0].find(data), std::string::npos) << e[0];
   EXPECT_NE(e[0].find("tiny_qwen2"), std::string::npos) << e[0];
+  // Routing: an unknown router, settings without one; nothing written either time.
+  e.clear();
+  EXPECT_EQ(
+      ftx_cli("upcycle --from " + kReal + "tiny_gqa_llama3 --latent-bits 0 --routing bogus --out " + (dir / "r"), &e),
+      1);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_NE(e[0].find("--routing 'bogus': unknown"), std::string::npos) << e[0];
+  e.clear();
+  EXPECT_EQ(
+      ftx_cli("upcycle --from " + kReal + "tiny_gqa_llama3 --latent-bits 0 --capacity 0.25 --out " + (dir / "r"), &e),
+      1);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_NE(e[0].find("--capacity and the other routing settings need --routing"), std::string::npos) << e[0];
+  EXPECT_FALSE(std::filesystem::exists(dir / "r"));
+  // a good one writes a routed checkpoint
+  EXPECT_EQ(
+      ftx_cli("upcycle --from " + kReal + "tiny_gqa_llama3 --latent-bits 0 --routing mod --out " + (dir / "r"), &e), 0);
+  auto written = read_model_params(dir / "r");
+  ASSERT_TRUE(written.ok()) << written.error().message;
+  EXPECT_EQ(written->info.config.routing.kind, Routing::Mod);
 }
 
 }  // namespace

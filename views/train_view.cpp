@@ -99,7 +99,8 @@ QWidget* TrainView::build_form() {
   preset_ = new QComboBox;
   for (const std::string& name : ftx::model_preset_names()) preset_->addItem(QString::fromStdString(name));
   preset_->addItem(kCustom);
-  preset_->setCurrentText(QString::fromStdString(ftx::ShapeOverrides{}.preset));
+  const ftx::ShapeOverrides defaults;
+  preset_->setCurrentText(QString::fromStdString(defaults.preset));
   preset_->setObjectName("preset");
   layers_ = spin(1, 64, 4), dim_ = spin(8, 4096, 128), heads_ = spin(1, 64, 4);
   layers_->setObjectName("layers"), dim_->setObjectName("dim"), heads_->setObjectName("heads");

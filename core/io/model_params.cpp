@@ -46,8 +46,8 @@ Result<ModelParams> read_model_params(const std::string& path) {
 
 namespace ftx {
 
-Status upcycle_model_file(const std::string& from, const UpcycleOptions& opt, float kappa_nats,
-                          const std::string& out_dir) {
+Result<ModelConfig> upcycle_model_file(const std::string& from, const UpcycleOptions& opt, float kappa_nats,
+                                       const std::string& out_dir) {
   auto src = read_model_params(from);
   if (!src) return src.error();
   std::unique_ptr<Backend> cpu = make_cpu_backend();
@@ -69,7 +69,7 @@ Status upcycle_model_file(const std::string& from, const UpcycleOptions& opt, fl
   std::ofstream out(path);
   out << rec.dump(2) << "\n";
   if (!out.flush()) return make_error(path + ": cannot write");
-  return {};
+  return ck.config;
 }
 
 float recorded_kappa_nats(const std::string& path) {

@@ -33,9 +33,10 @@ namespace ftx {
 // writes the checkpoint directory `out_dir` (config.json with "free_transformer" when H > 0,
 // model.safetensors in F32, the file's tokenizer). upcycle.json beside records where it came from
 // and, when kappa_nats >= 0, {"train": {"kappa_nats": ...}}: the kappa `ftx train --init` uses.
-// Errors name `from` (not a plain decoder, bad H) or `out_dir`.
-Status upcycle_model_file(const std::string& from, const UpcycleOptions& opt, float kappa_nats,
-                          const std::string& out_dir);
+// Returns the written model's config. Errors name `from` (not a plain decoder, bad H, routing
+// that does not fit) or `out_dir`.
+Result<ModelConfig> upcycle_model_file(const std::string& from, const UpcycleOptions& opt, float kappa_nats,
+                                       const std::string& out_dir);
 
 inline constexpr const char* kUpcycleFileName = "upcycle.json";
 

@@ -156,6 +156,19 @@ Result<ModelConfig> model_preset(const std::string& name) {
   return c;
 }
 
+Result<RoutingConfig> routing_config(const RouteOverrides& o, FieldName name) {
+  auto field = [&](const char* key) { return name(find_field<RouteOverrides>(key)); };
+  auto kind = routing_from_name(o.routing);
+  if (!kind)
+    return make_error(field("routing") + " '" + o.routing + "': unknown (expected none, random, mod, sdt or stt)");
+  if (*kind == Routing::None && !(o.route == RoutingConfig{}))
+    return make_error(field("capacity") + " and the other routing settings need " + field("routing") +
+                      " random, mod, sdt or stt");
+  RoutingConfig r = o.route;
+  r.kind = *kind;
+  return r;
+}
+
 Result<ModelConfig> shape_model_config(const ShapeOverrides& o, int vocab_size, int seq_len, FieldName name) {
   auto field = [&](const char* key) { return name(find_field<ShapeOverrides>(key)); };
   FTX_TRY(check_fields(o, name));
@@ -177,14 +190,9 @@ Result<ModelConfig> shape_model_config(const ShapeOverrides& o, int vocab_size, 
     return make_error(field("layers") + " " + std::to_string(cfg->n_layers) +
                       ": a Free Transformer needs at least 2 blocks (Z enters at the middle one)");
   cfg->inject_after = cfg->n_layers / 2;
-  auto kind = routing_from_name(o.routing);
-  if (!kind)
-    return make_error(field("routing") + " '" + o.routing + "': unknown (expected none, random, mod, sdt or stt)");
-  if (*kind == Routing::None && !(o.route == RoutingConfig{}))
-    return make_error(field("capacity") + " and the other routing settings need " + field("routing") +
-                      " random, mod, sdt or stt");
-  cfg->routing = o.route;
-  cfg->routing.kind = *kind;
+  auto routing = routing_config(o, name);
+  if (!routing) return routing.error();
+  cfg->routing = *routing;
   cfg->vocab_size = vocab_size;
   cfg->max_seq_len = std::max(cfg->max_seq_len, seq_len);
   FTX_TRY(cfg->validate());

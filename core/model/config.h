@@ -103,30 +103,14 @@ std::string why_no_generation(const ModelConfig& c);
 const std::vector<std::string>& model_preset_names();
 Result<ModelConfig> model_preset(const std::string& name);
 
-// The model shape a user asks for: a preset and overrides of its sizes. `ftx train`, `ftx bench`
-// and the studio's Train form all fill one and call shape_model_config, so one request gives one
-// model wherever it is made.
-struct ShapeOverrides {
-  std::string preset = "small";
-  std::optional<int> layers, dim, heads, kv_heads, ffn;  // heads also sets kv_heads unless given
-  int latent_bits = kDefaultLatentBits;
-  // Routed compute (RoutingConfig): the kind by name, then its settings.
+// The routing settings as the command line and the Train form give them (ftx train, ftx bench,
+// ftx upcycle): the router by name, then its settings. routing_config() checks and converts them.
+struct RouteOverrides {
   std::string routing = "none";
   RoutingConfig route;
 
-  template <class Self, class V>  // Self: ShapeOverrides, maybe const (core/util/fields.h)
+  template <class Self, class V>  // Self: RouteOverrides or a struct deriving from it, maybe const
   static void for_each_field(Self& s, V&& v) {
-    v(s.preset, Field{.key = "preset", .help = "Model preset: " + preset_list(" | ")});
-    v(s.layers, Field{.key = "layers", .help = "Override the preset's number of blocks", .bounds = kPositive});
-    v(s.dim, Field{.key = "dim", .help = "Override the model width", .bounds = kPositive});
-    v(s.heads, Field{.key = "heads", .help = "Override the number of query heads", .bounds = kPositive});
-    v(s.kv_heads,
-      Field{.key = "kv_heads", .help = "Override the number of key/value heads (GQA)", .bounds = kPositive});
-    v(s.ffn, Field{.key = "ffn", .help = "Override the SwiGLU hidden width", .bounds = kPositive});
-    v(s.latent_bits, Field{.key = "latent_bits",
-                           .help = "H: latent bits per position (0 = plain decoder)",
-                           .bounds = closed_range(0, kMaxLatentBits),
-                           .note = "(H, latent bits per position)"});
     v(s.routing,
       Field{.key = "routing", .help = "Routed compute: none | random | mod | sdt | stt (docs/subjective_depth.md)"});
     v(s.route.capacity, Field{.key = "capacity",
@@ -147,6 +131,34 @@ struct ShapeOverrides {
     v(s.route.gate_penalty, Field{.key = "gate_penalty",
                                   .help = "With --routing stt: weight of the mean gate in the loss",
                                   .bounds = kNonNegative});
+  }
+};
+// The RoutingConfig of `o`. Errors name the fields through `name`: an unknown router, and routing
+// settings without a router.
+Result<RoutingConfig> routing_config(const RouteOverrides& o, FieldName name = field_key);
+
+// The model shape a user asks for: a preset and overrides of its sizes. `ftx train`, `ftx bench`
+// and the studio's Train form all fill one and call shape_model_config, so one request gives one
+// model wherever it is made.
+struct ShapeOverrides : RouteOverrides {
+  std::string preset = "small";
+  std::optional<int> layers, dim, heads, kv_heads, ffn;  // heads also sets kv_heads unless given
+  int latent_bits = kDefaultLatentBits;
+
+  template <class Self, class V>  // Self: ShapeOverrides, maybe const (core/util/fields.h)
+  static void for_each_field(Self& s, V&& v) {
+    v(s.preset, Field{.key = "preset", .help = "Model preset: " + preset_list(" | ")});
+    v(s.layers, Field{.key = "layers", .help = "Override the preset's number of blocks", .bounds = kPositive});
+    v(s.dim, Field{.key = "dim", .help = "Override the model width", .bounds = kPositive});
+    v(s.heads, Field{.key = "heads", .help = "Override the number of query heads", .bounds = kPositive});
+    v(s.kv_heads,
+      Field{.key = "kv_heads", .help = "Override the number of key/value heads (GQA)", .bounds = kPositive});
+    v(s.ffn, Field{.key = "ffn", .help = "Override the SwiGLU hidden width", .bounds = kPositive});
+    v(s.latent_bits, Field{.key = "latent_bits",
+                           .help = "H: latent bits per position (0 = plain decoder)",
+                           .bounds = closed_range(0, kMaxLatentBits),
+                           .note = "(H, latent bits per position)"});
+    RouteOverrides::for_each_field(s, v);  // routed compute: --routing and its settings
   }
   static std::string preset_list(const char* separator);  // "tiny | small"
 };

@@ -24,11 +24,12 @@ Result<Upcycled> upcycle(Backend& be, const ModelConfig& src, const std::vector<
   Upcycled out;
   out.config = src;
   out.config.latent_bits = opt.latent_bits;
-  if (opt.latent_bits == 0) {
+  out.config.routing = opt.routing;
+  if (opt.latent_bits == 0 && opt.routing.kind == Routing::None) {
     out.params = src_params;
     return out;
   }
-  if (src.n_layers < 2)
+  if (opt.latent_bits > 0 && src.n_layers < 2)
     return make_error("a Free Transformer needs at least 2 blocks to inject Z in the middle, the source has " +
                       std::to_string(src.n_layers));
   out.config.inject_after = src.n_layers / 2;
@@ -59,7 +60,7 @@ Result<Upcycled> upcycle(Backend& be, const ModelConfig& src, const std::vector<
   const std::string inj = "model.layers." + std::to_string(out.config.inject_after) + ".";
   for (const ParamSpec& s : specs)
     if (s.name.starts_with("free.encoder.")) copy(s.name, inj + s.name.substr(std::string("free.encoder.").size()));
-  if (!opt.bitlinear_post_sampler) {
+  if (opt.latent_bits > 0 && !opt.bitlinear_post_sampler) {
     const ParamSpec* ps = find_param(specs, "free.post_sampler.weight");
     std::fill_n(out.params.data() + ps->offset, size_t(ps->numel), 0.0f);
   }

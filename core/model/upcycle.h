@@ -32,6 +32,10 @@ struct UpcycleOptions {
   float post_sampler_std = 0.02f;  // only with bitlinear_post_sampler
   float readout_logit_std = 0.1f;  // std of the bit logits at the start (see above)
   uint64_t seed = 1;               // Philox seed of zeta, the readout and a bit-linear post-sampler
+  // Routed compute on the odd blocks (docs/subjective_depth.md): the router's new tensors start as
+  // a fresh model's; the blocks keep the source's weights. At capacity 1 with a hard gate the logits
+  // are the source's.
+  RoutingConfig routing;
 };
 
 struct Upcycled {
