@@ -601,21 +601,28 @@ TEST(RouteMetrics, BlockComputeMatchesTheModelsChoiceAndGate) {
   }
 }
 
-// The evaluator scores a routed model's gates against the synthetic task's events: random routing
-// (gate 1 everywhere) is at chance, and every routed block and event has its keys.
-TEST(RouteMetrics, TheEvaluatorStoresTheGatesEventAurocs) {
+// The evaluator's metrics for a random-weight routed model on n synthetic-task sequences.
+std::map<std::string, double> evaluate_routed(Routing kind, int n, uint32_t seed) {
   TrainConfig tc;
   tc.dataset = "synthetic";
   auto data = make_dataset(tc);
-  ASSERT_TRUE(data);
-  ModelConfig c = routed(base_config(0), Routing::Random, 0.5f);
+  EXPECT_TRUE(data);
+  if (!data) return {};
+  ModelConfig c = routed(base_config(0), kind, 0.5f);
   c.vocab_size = data->tokenizer().vocab_size(), c.max_seq_len = data->seq_len();
   Model m(cpu(), c);
-  m.load_params(random_params(m, 3, 0.2f).data());
+  m.load_params(random_params(m, seed, 0.2f).data());
   EvalConfig ec;
-  ec.val_sequences = 16, ec.batch = 16;
+  ec.val_sequences = n, ec.batch = n;
   std::map<std::string, double> got;
   for (const auto& [k, v] : evaluate(m, *data, ec, 0.0f, nullptr)) got[k] = v;
+  return got;
+}
+
+// The evaluator scores a routed model's gates against the synthetic task's events: random routing
+// (gate 1 everywhere) is at chance, and every routed block and event has its keys.
+TEST(RouteMetrics, TheEvaluatorStoresTheGatesEventAurocs) {
+  std::map<std::string, double> got = evaluate_routed(Routing::Random, 16, 3);
   for (int l : {1, 3}) {
     for (const char* e : {"start", "letter", "noise"}) {
       const std::string a = "route/auroc/" + std::string(e) + "/" + std::to_string(l);
@@ -635,18 +642,7 @@ TEST(RouteMetrics, TheEvaluatorStoresTheGatesEventAurocs) {
 // SDT's evaluation stores the gate and its two parts per block and over the blocks, consistent
 // with each other (the means of s_ce and s_cu bound the mean gate: max(a, c) <= g <= a + c).
 TEST(RouteMetrics, TheEvaluatorStoresTheSurpriseMeans) {
-  TrainConfig tc;
-  tc.dataset = "synthetic";
-  auto data = make_dataset(tc);
-  ASSERT_TRUE(data);
-  ModelConfig c = routed(base_config(0), Routing::Sdt, 0.5f);
-  c.vocab_size = data->tokenizer().vocab_size(), c.max_seq_len = data->seq_len();
-  Model m(cpu(), c);
-  m.load_params(random_params(m, 4, 0.2f).data());
-  EvalConfig ec;
-  ec.val_sequences = 8, ec.batch = 8;
-  std::map<std::string, double> got;
-  for (const auto& [k, v] : evaluate(m, *data, ec, 0.0f, nullptr)) got[k] = v;
+  std::map<std::string, double> got = evaluate_routed(Routing::Sdt, 8, 4);
   for (const char* k : {"route/gate", "route/s_ce", "route/s_cu", "route/gate/1", "route/s_ce/3", "route/auroc/start"})
     EXPECT_TRUE(got.count(k)) << k;
   EXPECT_GE(got["route/gate"], std::max(got["route/s_ce"], got["route/s_cu"]) - 1e-9);
