@@ -8,13 +8,11 @@
 #include <utility>
 
 #include "kernels/base/philox.h"
+#include "kernels/cpu/ops_route.h"
 
 namespace ftx {
 
 namespace {
-
-double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-double softplus(double p) { return p > 20.0 ? p : std::log1p(std::exp(p)); }
 
 bool is_letter(char c) { return c >= 'A' && c <= 'Z'; }
 
@@ -40,14 +38,15 @@ std::vector<BlockCompute> read_block_compute(const Model& model, const ModelStat
         std::vector<float> st(3 * N);
         model.read_route_surprise(s, l, st.data());
         const std::array<float, 4> p = model.read_route_gate_params(l);
-        const double o_ce = softplus(p[0]), m_cu = softplus(p[1]), b_ce = softplus(p[2]), b_cu = softplus(p[3]);
+        double k[4];  // o_ce, m_cu, beta_ce, beta_cu, as the CPU backend's gate takes them
+        for (int i = 0; i < 4; ++i) k[i] = cpu::route_softplus(double(p[size_t(i)]));
         b.d_st.assign(st.begin(), st.begin() + long(N));
         b.d_ch.assign(st.begin() + long(N), st.begin() + long(2 * N));
         b.ma.assign(st.begin() + long(2 * N), st.end());
         b.s_ce.resize(N), b.s_cu.resize(N);
         for (size_t i = 0; i < N; ++i) {
-          b.s_ce[i] = float(sigmoid(b_ce * (double(b.d_st[i]) - double(b.d_ch[i]) + std::log(o_ce))));
-          b.s_cu[i] = float(sigmoid(b_cu * (double(b.d_st[i]) - m_cu * double(b.ma[i]))));
+          const cpu::RouteGateAt r = cpu::route_gate_at(b.d_st[i], b.d_ch[i], b.ma[i], k);
+          b.s_ce[i] = float(r.a), b.s_cu[i] = float(r.c);
         }
       }
     }
