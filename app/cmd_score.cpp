@@ -18,6 +18,7 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "core/eval/route_metrics.h"
 #include "kernels/base/philox.h"
 
 namespace ftx::app {
@@ -80,10 +81,15 @@ void add_score_options(CLI::App& app, ScoreArgs& a) {
   c->add_option("--checkpoint", a.checkpoint, "A checkpoint directory or a .gguf file")->required();
   c->add_option("--input", a.input, "JSON file {\"tokens\": [[...]], \"codes\": [[...]]}")->required();
   c->add_option("--seed", a.seed, "Seed of the encoder's samples when no codes are given")->capture_default_str();
+  c->add_option("--router", a.router,
+                "Routed models: teacher (the training choice) | student (the causal student router)")
+      ->capture_default_str();
   add_device_options(c, a.device, a.precision);
 }
 
 int run_score(const ScoreArgs& a) {
+  if (a.router != "teacher" && a.router != "student")
+    return fail("--router '" + a.router + "': unknown (expected teacher or student)");
   auto lm = load_model_dir(a.checkpoint, a.device, a.precision);
   if (!lm) return fail(lm.error());
   Model& model = *lm->model;
@@ -95,6 +101,8 @@ int run_score(const ScoreArgs& a) {
   const ModelConfig& mc = model.config();
   const int V = mc.vocab_size;
   const bool routed = mc.routing.kind != Routing::None;
+  if (a.router == "student" && !routed) return fail(a.checkpoint + ": --router student needs a routed model");
+  const bool student = a.router == "student";
   json blocks = json::array();  // routed models: one entry per routed block
   for (int l = 0; l < mc.n_layers; ++l)
     if (mc.routed(l)) blocks.push_back({{"block", l}, {"computed", json::array()}, {"gate", json::array()}});
@@ -105,6 +113,7 @@ int run_score(const ScoreArgs& a) {
     json row = json::array();
     if (mc.is_free() || routed) {
       auto state = model.make_state(1, T);
+      state->route_student = student;
       const uint32_t* codes = in->codes.empty() ? nullptr : in->codes[i].data();
       StepStats st = model.forward(*state, t.data(), t.data() + 1, codes, a.seed, kStreamEval + i, 0.0f);
       std::vector<float> losses(T), kl(T);
@@ -116,9 +125,8 @@ int run_score(const ScoreArgs& a) {
       }
       ce_sum += st.ce * T, kl_sum += st.kl * T;
       for (json& b : blocks) {
-        std::vector<int32_t> pos(size_t(mc.route_k(T)));
         std::vector<float> gate(static_cast<size_t>(T));
-        model.read_route_positions(*state, b["block"].get<int>(), pos.data());
+        const std::vector<int32_t> pos = model.read_route_choice(*state, b["block"].get<int>())[0];
         model.read_route_gate(*state, b["block"].get<int>(), gate.data());
         b["computed"].push_back(pos);
         b["gate"].push_back(gate);
@@ -146,7 +154,7 @@ int run_score(const ScoreArgs& a) {
   if (mc.is_free()) out["kl_per_token"] = kl_rows;
   if (routed)
     out["routing"] = {{"router", routing_name(mc.routing.kind)},
-                      {"path", "teacher: top-k over the whole sequence (not causal)"},
+                      {"path", route_path_text(mc.routing, student)},
                       {"capacity", offered ? double(computed) / double(offered) : 0.0},
                       {"blocks", blocks}};
   std::printf("%s\n", out.dump().c_str());

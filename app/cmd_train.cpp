@@ -107,7 +107,10 @@ int run_train(TrainArgs& a) {
               a.run.c_str(), a.db.c_str(), tc.dataset.c_str(), m.n_layers, m.dim, m.latent_bits,
               nats_to_bits(tc.kappa_nats), tc.kappa_nats, static_cast<long long>(trainer->model().num_params()),
               a.resume ? "resuming at step" : "starting at step", trainer->step(), tc.steps);
-  if (m.routing.kind != Routing::None)
+  if (m.routing.kind != Routing::None && m.routing.mode == RouteMode::Threshold)
+    std::printf("routing %s: blocks %s compute every token whose gate reaches %.4g (threshold mode)\n",
+                routing_name(m.routing.kind), routed_blocks_text(m).c_str(), m.routing.g_th);
+  else if (m.routing.kind != Routing::None)
     std::printf("routing %s: blocks %s compute %d of every %d tokens (capacity %.4g)\n", routing_name(m.routing.kind),
                 routed_blocks_text(m).c_str(), m.route_k(data->seq_len() - 1), data->seq_len() - 1, m.routing.capacity);
   std::fflush(stdout);

@@ -60,6 +60,7 @@ int run_generate(const GenerateArgs& a);
 
 struct ScoreArgs {
   std::string checkpoint, input, device = "cpu", precision;
+  std::string router = "teacher";  // routed models: who chooses the tokens (teacher | student)
   uint64_t seed = 1;
 };
 void add_score_options(CLI::App& app, ScoreArgs& a);

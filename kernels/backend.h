@@ -115,6 +115,9 @@ class Backend {
   // token matrix, rows[b*k + i] = b*T + pos[b*k + i] (what the embedding ops gather and scatter
   // by). 0 <= k <= T; scores are finite.
   virtual void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k) = 0;
+  // mask (N) = 0, then mask[rows[i]] = 1 for i < M: which tokens a selection holds, as class
+  // indices (the student router's targets).
+  virtual void route_mask(int32_t* mask, const int32_t* rows, int N, int M) = 0;
 
   // ---- the routed block's write-back: its selected tokens' rows take the gated change --------
   // out (N, C) = x, then row r = rows[i] (i < M, distinct rows) = g[r] y[i] + (1 - g[r]) x[r], where

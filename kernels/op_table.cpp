@@ -405,6 +405,18 @@ std::vector<uint32_t> distinct_rows(int N, int M, uint64_t seed) {
   return all;
 }
 
+// N rows, M of them selected (OpDims::OC): the selection as 0/1 per row.
+OpCase route_mask_case(const OpDims& d, uint64_t seed) {
+  const int N = d.N, M = d.OC;
+  const std::vector<uint32_t> unwritten(size_t(N), kUnwritten);
+  OpCase c = make_case("route_mask", kv({{"N", N}, {"M", M}}), OpError::Exact,
+                       {words("mask", OpRole::Out, OpElem::I32, unwritten),
+                        words("rows", OpRole::In, OpElem::I32, distinct_rows(N, M, seed))});
+  c.run = [=](Backend& be, const OpArgs& a) { be.route_mask(a.i32(0), a.i32(1), N, M); };
+  c.reference = [=](OpHost& h) { cpu::route_mask(h.i32(0), h.i32(1), N, M); };
+  return c;
+}
+
 // N rows, M of them selected (OpDims::OC). variant 1: in place (out is x; no gradient: the
 // backward needs x before the op). The gate is near 1 on some rows and exactly 1 on one.
 OpCase route_scatter_forward_case(const OpDims& d, uint64_t seed) {
@@ -1062,6 +1074,7 @@ std::vector<OpRow> build_table() {
       {"route_gate_forward", route_gate_forward_case, gate_sizes},
       {"route_gate_backward", route_gate_backward_case, gate_sizes},
       {"topk_rows", topk_rows_case, topk_sizes},
+      {"route_mask", route_mask_case, scatter_sizes},
       {"route_scatter_forward", route_scatter_forward_case, scatter_sizes},
       {"route_scatter_backward", route_scatter_backward_case, scatter_sizes},
       {"rope_forward_at", [](const OpDims& d, uint64_t s) { return rope_at_case(d, s, true); }, rope_sizes},

@@ -96,6 +96,12 @@ class OpTraceBackend final : public Backend {
     note("topk_rows", d);
     b_.topk_rows(pos, rows, score, B, T, k);
   }
+  void route_mask(int32_t* mask, const int32_t* rows, int N, int M) override {
+    OpDims d;
+    d.N = N, d.OC = M;
+    note("route_mask", d);
+    b_.route_mask(mask, rows, N, M);
+  }
   void route_scatter_forward(float* out, const float* x, const float* y, const float* g, const int32_t* rows, int N,
                              int M, int C) override {
     OpDims d = nc(N, C, out == x ? 1 : 0);

@@ -21,6 +21,7 @@
 
 #include "core/eval/evaluator.h"
 #include "core/eval/route_metrics.h"
+#include "core/explore/compute.h"
 #include "core/io/checkpoint.h"
 #include "core/io/config_json.h"
 #include "core/model/model.h"
@@ -236,40 +237,58 @@ std::vector<std::vector<double>> host_block_on(const ModelConfig& c, const HostB
   return out;
 }
 
-TEST(Routing, RoutedBlockEqualsABruteForceBlockOnTheSelection) {
-  const int B = 3, T = 12;
-  ModelConfig c = routed(base_config(0), Routing::Mod, 0.5f);
+// The routed block 3 of c after a forward of B sequences of T random tokens (the student's path
+// when `student`) against the float64 block on the tokens the rule picks: top-k by the gate, the
+// gate reaching g_th (threshold mode), the student's probability above 1/2 (the student path).
+// Returns how many tokens the block computed, and whether some sequence's choice (top-k) is out of
+// time order in score order.
+struct BruteForce {
+  int computed = 0;
+  bool out_of_order = false;
+  std::vector<int> counts;  // per sequence
+};
+BruteForce check_against_brute_force(const ModelConfig& c, bool student, int B, int T, uint32_t seed) {
   Model m(cpu(), c);
-  const std::vector<float> p = random_params(m, 50, 0.3f);
+  const std::vector<float> p = random_params(m, seed, 0.3f);
   m.load_params(p.data());
   auto s = m.make_state(B, T);
+  s->route_student = student;
   const auto in = test::random_tokens(size_t(B) * T, 29, 5);
   (void)m.forward(*s, in.data(), nullptr, nullptr, 1, 2, 0.0f);
-  const int l = 3, k = c.route_k(T), C = c.dim;
-  ASSERT_EQ(k, 6);
-  std::vector<float> x(size_t(B) * T * C), y(x.size()), gate(size_t(B) * T);
-  std::vector<int32_t> pos(size_t(B) * k);
+  const int l = 3, C = c.dim;
+  std::vector<float> x(size_t(B) * T * C), y(x.size()), gate(size_t(B) * T), prob(size_t(B) * T);
   cpu().download(x.data(), s->xs[l], x.size() * sizeof(float));
   cpu().download(y.data(), s->xs[l + 1], y.size() * sizeof(float));
-  m.read_route_positions(*s, l, pos.data());
+  const std::vector<std::vector<int32_t>> choice = m.read_route_choice(*s, l);
   m.read_route_gate(*s, l, gate.data());
+  if (c.routing.has_student()) m.read_route_student(*s, l, prob.data());
   const HostBlock w = host_block(m, p, l);
-  bool out_of_order = false;  // the scores' order is not time order in some sequence
+  BruteForce out;
   double err = 0, ref = 0;
   for (int b = 0; b < B; ++b) {
     std::vector<std::vector<double>> xb(static_cast<size_t>(T));
     for (int t = 0; t < T; ++t)
       xb[size_t(t)].assign(x.begin() + (size_t(b) * T + t) * C, x.begin() + (size_t(b) * T + t + 1) * C);
-    // The k largest gates of the sequence, ties to the earlier position, in time order.
-    std::vector<int> order(static_cast<size_t>(T));
-    for (int t = 0; t < T; ++t) order[size_t(t)] = t;
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int i, int j) { return gate[size_t(b) * T + i] > gate[size_t(b) * T + j]; });
-    std::vector<int> sel(order.begin(), order.begin() + k);
-    out_of_order = out_of_order || !std::is_sorted(sel.begin(), sel.end());
-    std::sort(sel.begin(), sel.end());
-    for (int i = 0; i < k; ++i) ASSERT_EQ(pos[size_t(b) * k + i], sel[size_t(i)]) << "sequence " << b;
-    const auto yb = host_block_on(c, w, xb, sel);
+    std::vector<int> sel;
+    if (student) {
+      for (int t = 0; t < T; ++t)
+        if (prob[size_t(b) * T + t] > 0.5f) sel.push_back(t);
+    } else if (c.routing.mode == RouteMode::Threshold) {
+      for (int t = 0; t < T; ++t)
+        if (gate[size_t(b) * T + t] >= c.routing.g_th) sel.push_back(t);
+    } else {  // the k largest gates of the sequence, ties to the earlier position, in time order
+      std::vector<int> order(static_cast<size_t>(T));
+      for (int t = 0; t < T; ++t) order[size_t(t)] = t;
+      std::stable_sort(order.begin(), order.end(),
+                       [&](int i, int j) { return gate[size_t(b) * T + i] > gate[size_t(b) * T + j]; });
+      sel.assign(order.begin(), order.begin() + c.route_k(T));
+      out.out_of_order = out.out_of_order || !std::is_sorted(sel.begin(), sel.end());
+      std::sort(sel.begin(), sel.end());
+    }
+    EXPECT_EQ(choice[size_t(b)], std::vector<int32_t>(sel.begin(), sel.end())) << "sequence " << b;
+    out.computed += int(sel.size());
+    out.counts.push_back(int(sel.size()));
+    const auto yb = sel.empty() ? std::vector<std::vector<double>>{} : host_block_on(c, w, xb, sel);
     for (int t = 0; t < T; ++t) {
       const auto it = std::find(sel.begin(), sel.end(), t);
       const double g = gate[size_t(b) * T + t];
@@ -284,8 +303,101 @@ TEST(Routing, RoutedBlockEqualsABruteForceBlockOnTheSelection) {
       }
     }
   }
-  EXPECT_TRUE(out_of_order);
   EXPECT_LT(std::sqrt(err / ref), 1e-5);
+  return out;
+}
+
+TEST(Routing, RoutedBlockEqualsABruteForceBlockOnTheSelection) {
+  const BruteForce r = check_against_brute_force(routed(base_config(0), Routing::Mod, 0.5f), false, 3, 12, 50);
+  EXPECT_EQ(r.computed, 3 * 6);
+  EXPECT_TRUE(r.out_of_order);
+}
+
+// c in threshold mode, g_th at the median gate of the routed blocks 1 and 3 under top-k for params p
+// and tokens in (B, T): a threshold that some tokens reach and some do not.
+ModelConfig at_median_gate(ModelConfig c, const std::vector<float>& p, const std::vector<int32_t>& in, int B, int T,
+                           const uint32_t* codes = nullptr) {
+  Model m(cpu(), c);
+  m.load_params(p.data());
+  auto s = m.make_state(B, T);
+  (void)m.forward(*s, in.data(), nullptr, codes, 1, 2, 0.0f);
+  std::vector<float> g(size_t(2 * B) * T);
+  m.read_route_gate(*s, 1, g.data());
+  m.read_route_gate(*s, 3, g.data() + size_t(B) * T);
+  std::nth_element(g.begin(), g.begin() + long(g.size() / 2), g.end());
+  c.routing.mode = RouteMode::Threshold, c.routing.g_th = g[g.size() / 2];
+  return c;
+}
+
+// Threshold mode: each sequence computes its own tokens whose gate reaches g_th, a count of its
+// own; the block on them (the fillers that pad the batch to its largest count change nothing).
+TEST(Routing, ThresholdModeComputesTheTokensWhoseGateReachesTheThreshold) {
+  for (Routing kind : {Routing::Sdt, Routing::Stt}) {
+    SCOPED_TRACE(routing_name(kind));
+    ModelConfig c = routed(base_config(0), kind, 0.5f);
+    Model m(cpu(), c);
+    c = at_median_gate(c, random_params(m, 51, 0.3f), test::random_tokens(3 * 12, 29, 5), 3, 12);
+    const BruteForce r = check_against_brute_force(c, false, 3, 12, 51);
+    EXPECT_GT(r.computed, 0);
+    EXPECT_LT(r.computed, 3 * 12);
+    EXPECT_NE(*std::min_element(r.counts.begin(), r.counts.end()), *std::max_element(r.counts.begin(), r.counts.end()))
+        << "sequences with fewer tokens than the batch's largest count carry fillers";
+  }
+}
+
+// The student path: the student router's choice, token by token; STT's gate is then the student's
+// probability (no teacher ran).
+TEST(Routing, TheStudentPathComputesTheTokensTheStudentChooses) {
+  for (Routing kind : {Routing::Mod, Routing::Sdt, Routing::Stt}) {
+    SCOPED_TRACE(routing_name(kind));
+    const BruteForce r = check_against_brute_force(routed(base_config(0), kind, 0.5f), true, 3, 12, 52);
+    EXPECT_GT(r.computed, 0);
+    EXPECT_LT(r.computed, 3 * 12);
+  }
+}
+
+// Threshold mode and the student path are causal: tokens after t change nothing at or before t.
+// (Top-k over the whole sequence is not: the Compute view and ftx score say so.)
+TEST(Routing, ThresholdModeAndTheStudentPathAreCausal) {
+  const int T = 14, cut = 8;
+  struct Case {
+    Routing kind;
+    bool threshold, student;
+  };
+  for (const Case& k :
+       {Case{Routing::Sdt, true, false}, Case{Routing::Stt, true, false}, Case{Routing::Mod, false, true},
+        Case{Routing::Sdt, false, true}, Case{Routing::Stt, false, true}, Case{Routing::Random, false, true}}) {
+    SCOPED_TRACE(std::string(routing_name(k.kind)) + (k.student ? " student" : " threshold"));
+    for (int H : {0, 3}) {
+      ModelConfig c = routed(base_config(H), k.kind, 0.5f);
+      if (k.threshold) {
+        Model t(cpu(), c);
+        std::vector<uint32_t> codes(size_t(T), 5u);
+        c = at_median_gate(c, random_params(t, 53, 0.3f), test::random_tokens(size_t(T), 29, 6), 1, T,
+                           H > 0 ? codes.data() : nullptr);
+      }
+      Model m(cpu(), c);
+      m.load_params(random_params(m, 53, 0.3f).data());
+      auto logits = [&](const std::vector<int32_t>& in) {
+        auto s = m.make_state(1, T);
+        s->route_student = k.student;
+        std::vector<uint32_t> codes(size_t(T), 5u);
+        (void)m.forward(*s, in.data(), nullptr, H > 0 ? codes.data() : nullptr, 1, 2, 0.0f);
+        std::vector<float> out(size_t(T) * c.vocab_size);
+        m.read_logits(*s, out.data());
+        return out;
+      };
+      std::vector<int32_t> a = test::random_tokens(size_t(T), 29, 6), b = a;
+      for (int t = cut; t < T; ++t) b[size_t(t)] = (a[size_t(t)] + 1 + t) % 29;
+      const std::vector<float> la = logits(a), lb = logits(b);
+      const size_t early = size_t(cut) * c.vocab_size;
+      double err = 0, ref = 0, later = 0;
+      for (size_t i = 0; i < early; ++i) err = std::max(err, double(std::abs(la[i] - lb[i]))), ref += std::abs(la[i]);
+      for (size_t i = early; i < la.size(); ++i) later = std::max(later, double(std::abs(la[i] - lb[i])));
+      EXPECT_LE(err, 1e-5 * ref / double(early)) << "H=" << H << ": rounding only (the batch's shapes differ)";
+      EXPECT_GT(later, 1e-3) << "the later tokens changed, and so must their logits";
+    }
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -389,7 +501,17 @@ ModelConfig fd_config(int latent_bits, Routing kind) {
   ModelConfig c = routed(base_config(latent_bits, 8), kind, 0.5f);
   c.routing.aux_weight = 0;  // the prior's own loss stops the change it predicts: checked apart
   c.routing.gate_penalty = 0.05f;
+  c.routing.student_weight = 0.5f;  // the student's weights are checked with the rest
   return c;
+}
+
+// Threshold mode at the median gate of the Fd harness's batch, so that the frozen choice has
+// computed and skipped tokens (and fillers) in it.
+void check_fd_threshold(Routing kind, uint32_t seed) {
+  const ModelConfig topk = fd_config(0, kind);
+  Fd probe(topk, 2, 6);
+  const ModelConfig c = at_median_gate(topk, fd_params(probe.model, seed), probe.in, 2, 6);
+  check_fd(c, seed);
 }
 
 TEST(RoutingBackward, ModMatchesFiniteDifferences) { check_fd(fd_config(0, Routing::Mod), 60); }
@@ -397,6 +519,8 @@ TEST(RoutingBackward, SdtMatchesFiniteDifferences) { check_fd(fd_config(0, Routi
 TEST(RoutingBackward, SdtWithZMatchesFiniteDifferences) { check_fd(fd_config(2, Routing::Sdt), 62); }
 TEST(RoutingBackward, SttMatchesFiniteDifferences) { check_fd(fd_config(0, Routing::Stt), 67); }
 TEST(RoutingBackward, RandomMatchesFiniteDifferences) { check_fd(fd_config(0, Routing::Random), 64); }
+TEST(RoutingBackward, SdtThresholdMatchesFiniteDifferences) { check_fd_threshold(Routing::Sdt, 65); }
+TEST(RoutingBackward, SttThresholdMatchesFiniteDifferences) { check_fd_threshold(Routing::Stt, 66); }
 
 // With the gate held at 1 the prior reaches the loss only through its own error term, whose
 // target (the change) is stopped: its gradient is that term's alone, which FD sees exactly.
@@ -417,6 +541,7 @@ TEST(RoutingBackward, ThePriorLearnsFromItsOwnLoss) {
 TEST(RoutingConfig, RoundTripsThroughConfigJson) {
   ModelConfig c = routed(base_config(3), Routing::Stt, 0.25f);
   c.routing.ma_window = 7, c.routing.aux_weight = 0.5f, c.routing.gate_penalty = 0.002f;
+  c.routing.mode = RouteMode::Threshold, c.routing.g_th = 0.625f, c.routing.student_weight = 0.03f;
   auto back = config_from_json(config_to_json(c, nullptr), "config.json");
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back->routing, c.routing);
@@ -454,6 +579,38 @@ TEST(RoutingConfig, BadSettingsAreRefusedByName) {
   EXPECT_FALSE(shape_model_config(o, 29, 64).ok());
   o.routing = "mod", o.route.capacity = 0.0f;
   EXPECT_FALSE(shape_model_config(o, 29, 64).ok()) << "capacity must be in (0, 1]";
+
+  // threshold mode: only for a gate in (0, 1), g_th only with it, g_th in (0, 1)
+  auto refusal = [&](const ShapeOverrides& bad) {
+    auto r = shape_model_config(bad, 29, 64);
+    return r.ok() ? std::string("accepted") : r.error().message;
+  };
+  ShapeOverrides t;
+  t.routing = "stt", t.route_mode = "threshold", t.route.g_th = 0.6f;
+  auto stt = shape_model_config(t, 29, 64);
+  ASSERT_TRUE(stt.ok()) << stt.error().message;
+  EXPECT_EQ(stt->routing.mode, RouteMode::Threshold);
+  EXPECT_FLOAT_EQ(stt->routing.g_th, 0.6f);
+  t.routing = "mod";
+  EXPECT_NE(refusal(t).find("route_mode threshold needs routing sdt or stt"), std::string::npos) << refusal(t);
+  t.routing = "sdt", t.route_mode = "sometimes";
+  EXPECT_NE(refusal(t).find("route_mode 'sometimes': unknown"), std::string::npos) << refusal(t);
+  t.route_mode = "topk";
+  EXPECT_NE(refusal(t).find("g_th needs route_mode threshold"), std::string::npos) << refusal(t);
+  t.route_mode = "threshold", t.route.g_th = 1.0f;
+  EXPECT_NE(refusal(t).find("g_th"), std::string::npos) << refusal(t);
+  ShapeOverrides none;
+  none.route_mode = "threshold";
+  EXPECT_NE(refusal(none).find("need routing"), std::string::npos) << refusal(none);
+  nlohmann::json j2 = config_to_json(routed(base_config(0), Routing::Mod, 0.5f), nullptr);
+  j2["routing"]["mode"] = "threshold";
+  auto r2 = config_from_json(j2, "m/config.json");
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.error().message.find("threshold mode needs a gate in (0, 1)"), std::string::npos) << r2.error().message;
+  j2["routing"]["mode"] = "often";
+  r2 = config_from_json(j2, "m/config.json");
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.error().message.find("routing.mode"), std::string::npos) << r2.error().message;
 }
 
 // A checkpoint of config c with random weights at dir; its parameters.
@@ -519,6 +676,31 @@ TEST(RoutingCli, ScoreReportsWhatEachRoutedBlockComputed) {
   EXPECT_FALSE(j.contains("kl_per_token"));
 }
 
+// ftx score --router student: the student's causal choice, said in the output; a bad --router
+// value, or a student asked of a dense model, is one line and exit 1.
+TEST(RoutingCli, ScoreRunsTheStudentPathAndRefusesBadRouters) {
+  test::TempDir tmp;
+  (void)save_random_checkpoint(tmp.path() + "/sdt", routed(base_config(0), Routing::Sdt, 0.5f), 91);
+  (void)save_random_checkpoint(tmp.path() + "/dense", base_config(0), 92);
+  ASSERT_TRUE(test::write_file(tmp.path() + "/in.json", R"({"tokens": [[1,2,3,4,5,6,7,8,9]]})"));
+  auto score = [&](const std::string& dir, const std::string& router) {
+    return test::run_ftx(
+        {"score", "--checkpoint", tmp.path() + "/" + dir, "--input", tmp.path() + "/in.json", "--router", router},
+        tmp.path());
+  };
+  const test::Outcome r = score("sdt", "student");
+  ASSERT_EQ(r.code, 0) << test::describe(r);
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["routing"]["path"].get<std::string>().rfind("student", 0), 0u) << r.out;
+  EXPECT_NE(j["routing"]["path"].get<std::string>().find("(causal)"), std::string::npos) << r.out;
+  const test::Outcome bad = score("sdt", "oracle");
+  EXPECT_EQ(bad.code, 1);
+  EXPECT_NE(bad.err.find("--router 'oracle': unknown"), std::string::npos) << test::describe(bad);
+  const test::Outcome dense = score("dense", "student");
+  EXPECT_EQ(dense.code, 1);
+  EXPECT_NE(dense.err.find("--router student needs a routed model"), std::string::npos) << test::describe(dense);
+}
+
 TEST(RoutingConfig, ARoutedModelSaysItCannotGenerateYet) {
   const ModelConfig c = routed(base_config(0), Routing::Sdt, 0.5f);
   Model m(cpu(), c);
@@ -581,14 +763,16 @@ TEST(RouteMetrics, BlockComputeMatchesTheModelsChoiceAndGate) {
     for (const BlockCompute& b : blocks) {
       EXPECT_EQ(b.routed, c.routed(b.layer));
       if (!b.routed) continue;
-      std::vector<int32_t> pos(size_t(B) * k);
-      std::vector<float> gate(size_t(B) * T);
-      m.read_route_positions(*s, b.layer, pos.data());
+      std::vector<float> gate(size_t(B) * T), student(size_t(B) * T);
+      const std::vector<std::vector<int32_t>> choice = m.read_route_choice(*s, b.layer);
       m.read_route_gate(*s, b.layer, gate.data());
+      m.read_route_student(*s, b.layer, student.data());
       EXPECT_EQ(b.gate, gate);
+      EXPECT_EQ(b.student, student);
       for (int r = 0; r < B; ++r) {
         EXPECT_EQ(std::count(b.computed.begin() + r * T, b.computed.begin() + (r + 1) * T, uint8_t(1)), k);
-        for (int i = 0; i < k; ++i) EXPECT_EQ(b.computed[size_t(r * T + pos[size_t(r * k + i)])], 1);
+        ASSERT_EQ(choice[size_t(r)].size(), size_t(k));
+        for (int32_t t : choice[size_t(r)]) EXPECT_EQ(b.computed[size_t(r * T + t)], 1);
       }
       EXPECT_EQ(b.s_ce.empty(), kind == Routing::Mod);
       for (size_t i = 0; i < b.s_ce.size(); ++i) {
@@ -648,6 +832,58 @@ TEST(RouteMetrics, TheEvaluatorStoresTheSurpriseMeans) {
   EXPECT_GE(got["route/gate"], std::max(got["route/s_ce"], got["route/s_cu"]) - 1e-9);
   EXPECT_LE(got["route/gate"], got["route/s_ce"] + got["route/s_cu"] + 1e-9);
   EXPECT_NEAR(got["route/gate"], (got["route/gate/1"] + got["route/gate/3"]) / 2, 1e-12);
+}
+
+// With a student router the evaluator also stores the realised capacities (top-k: k / T exactly),
+// the student's agreement with the teacher, and the CE of both paths on the same sequences.
+TEST(RouteMetrics, TheEvaluatorStoresTheStudentAgainstTheTeacher) {
+  std::map<std::string, double> got = evaluate_routed(Routing::Mod, 8, 5);
+  const double T = 65, k = std::floor(0.5 * T);
+  EXPECT_DOUBLE_EQ(got["route/capacity/1"], k / T);
+  EXPECT_DOUBLE_EQ(got["route/capacity"], k / T);
+  for (const char* key : {"route/student/agree", "route/student/agree/3", "route/student/capacity",
+                          "route/student/capacity/1", "route/student/ce", "route/teacher/ce"}) {
+    ASSERT_TRUE(got.count(key)) << key;
+    EXPECT_TRUE(std::isfinite(got[key])) << key;
+  }
+  EXPECT_GE(got["route/student/agree"], 0.0);
+  EXPECT_LE(got["route/student/agree"], 1.0);
+  EXPECT_GT(got["route/student/ce"], 0.0);
+  EXPECT_FALSE(evaluate_routed(Routing::Random, 8, 5).count("route/student/agree")) << "random routing has no student";
+}
+
+// The Compute view's inspection on either path: the teacher's top-k computes k of the T tokens in
+// every routed block, and says it is not causal; the student path computes what the student
+// chooses, and says it is causal.
+TEST(RouteMetrics, InspectComputeRunsTheTeacherOrTheStudent) {
+  TrainConfig tc;
+  tc.dataset = "synthetic";
+  auto data = make_dataset(tc);
+  ASSERT_TRUE(data);
+  ModelConfig c = routed(base_config(0), Routing::Sdt, 0.5f);
+  c.vocab_size = data->tokenizer().vocab_size(), c.max_seq_len = data->seq_len();
+  ExplorerModel m;
+  m.run = "sdt", m.train = tc, m.tokenizer = std::shared_ptr<const Tokenizer>(data->tokenizer().clone());
+  m.seq_len = data->seq_len(), m.model = std::make_unique<Model>(cpu(), c);
+  m.model->load_params(random_params(*m.model, 22, 0.3f).data());
+  const std::string text = "K>____K___!__";
+  auto teacher = inspect_compute(m, text, 1);
+  ASSERT_TRUE(teacher.ok()) << teacher.error().message;
+  EXPECT_FALSE(teacher->student);
+  EXPECT_NE(teacher->path.find("not causal"), std::string::npos) << teacher->path;
+  const int T = int(text.size()) - 1, k = c.route_k(T);
+  for (const BlockCompute& b : teacher->blocks)
+    if (b.routed) EXPECT_EQ(std::count(b.computed.begin(), b.computed.end(), uint8_t(1)), k) << "block " << b.layer;
+  auto student = inspect_compute(m, text, 1, true);
+  ASSERT_TRUE(student.ok()) << student.error().message;
+  EXPECT_TRUE(student->student);
+  EXPECT_EQ(student->path.rfind("student", 0), 0u) << student->path;
+  for (const BlockCompute& b : student->blocks) {
+    if (!b.routed) continue;
+    ASSERT_EQ(b.student.size(), size_t(T));
+    for (int t = 0; t < T; ++t)
+      EXPECT_EQ(b.computed[size_t(t)] != 0, b.student[size_t(t)] > 0.5f) << "block " << b.layer << " position " << t;
+  }
 }
 
 }  // namespace

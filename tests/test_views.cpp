@@ -23,6 +23,7 @@
 
 #include <sqlite3.h>
 #include <QApplication>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDoubleSpinBox>
 #include <QGraphicsSimpleTextItem>
@@ -655,6 +656,26 @@ TEST(TrainView, RoutingRowRequestsARoutedRun) {
   auto cfg = ftx::shape_model_config(r.shape, 29, 64);
   ASSERT_TRUE(cfg.ok()) << cfg.error().message;
   EXPECT_EQ(cfg->routing.kind, ftx::Routing::Sdt);
+
+  // threshold mode: only for sdt and stt; it turns the capacity off and sends its g_th
+  auto* threshold = h.view.findChild<QCheckBox*>("threshold");
+  auto* g_th = h.view.findChild<QDoubleSpinBox*>("g_th");
+  ASSERT_TRUE(threshold && g_th);
+  routing->setCurrentText("mod");
+  EXPECT_FALSE(threshold->isEnabled());
+  routing->setCurrentText("stt");
+  EXPECT_TRUE(threshold->isEnabled());
+  EXPECT_FALSE(g_th->isEnabled());
+  threshold->setChecked(true);
+  EXPECT_TRUE(g_th->isEnabled());
+  EXPECT_FALSE(capacity->isEnabled());
+  g_th->setValue(0.6);
+  button(&h.view, "Start")->click();
+  ASSERT_EQ(h.started.size(), 2u);
+  auto stt = ftx::shape_model_config(h.started[1][0].shape, 29, 64);
+  ASSERT_TRUE(stt.ok()) << stt.error().message;
+  EXPECT_EQ(stt->routing.mode, ftx::RouteMode::Threshold);
+  EXPECT_FLOAT_EQ(stt->routing.g_th, 0.6f);
 }
 
 // Fine-tuning from the form: the text dataset needs its token file (refused without one), a model
@@ -1022,6 +1043,7 @@ ftx::ComputeInspection two_block_inspection() {
   r.gate = {0.1f, 0.95f, 0.2f, 0.6f};
   r.d_st = {0.5f, 2.0f, 0.4f, 1.0f}, r.d_ch = {0.4f, 0.1f, 0.3f, 0.9f}, r.ma = {0.5f, 1.2f, 1.0f, 1.0f};
   r.s_ce = {0.05f, 0.9f, 0.1f, 0.2f}, r.s_cu = {0.05f, 0.5f, 0.1f, 0.5f};
+  r.student = {0.2f, 0.8f, 0.7f, 0.3f};  // agrees at 0 and 1, differs at 2 and 3
   ci.blocks = {dense, r};
   ftx::EventAuroc a;
   a.layer = 1, a.event = ftx::SynthEvent::Start, a.auroc = 0.875, a.computed = 1.0, a.computed_background = 0.25;
@@ -1056,6 +1078,8 @@ TEST(ComputeView, CellsShowComputedAndSkippedTokensWithTheirGate) {
   EXPECT_TRUE(on.contains("g = 0.950")) << on.toStdString();
   EXPECT_TRUE(on.contains("D_st 2.0000")) << on.toStdString();
   EXPECT_TRUE(off.contains("skipped")) << off.toStdString();
+  EXPECT_TRUE(on.contains("student: p(compute) 0.800, agrees with the teacher")) << on.toStdString();
+  EXPECT_TRUE(off.contains("student: p(compute) 0.700, differs from the teacher")) << off.toStdString();
   EXPECT_TRUE(v.cell_text(0, 3).contains("dense block")) << v.cell_text(0, 3).toStdString();
   EXPECT_TRUE(v.cell_text(1, 1).contains("token '>'")) << v.cell_text(1, 1).toStdString();
   // colours: the high gate is yellowish (red and green high, blue low), the skipped cell is the

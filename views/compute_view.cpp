@@ -74,7 +74,7 @@ QStringList ComputeView::header_lines() const {
               .arg(run_)
               .arg(step_)
               .arg(QString::fromStdString(ci.router), num(ci.capacity, 2), num(ci.realised, 3), routed.join(", ")),
-          "Teacher path: top-k over the whole sequence (not causal). Hover a cell for its numbers.",
+          "Path: " + QString::fromStdString(ci.path) + ". Hover a cell for its numbers.",
           "Colour: each routed block's gate from its lowest (blue) to its highest (yellow) on this sequence: " +
               ranges.join(", ")};
 }
@@ -122,6 +122,9 @@ QString ComputeView::cell_text(int block, int pos) const {
   const size_t i = size_t(pos);
   s += b.computed[i] ? "computed" : "skipped (passed on unchanged, no K/V)";
   s += "\ngate g = " + num(b.gate[i]);
+  if (!b.student.empty())
+    s += QString("\nstudent: p(compute) %1, %2 the teacher")
+             .arg(num(b.student[i]), (b.student[i] > 0.5f) == (b.computed[i] != 0) ? "agrees with" : "differs from");
   if (!b.d_st.empty())
     s += QString("\nD_st %1, D_ch %2, MA(D_st) %3\ns_ce %4 (expected change), s_cu %5 (unexpected)")
              .arg(num(b.d_st[i], 4), num(b.d_ch[i], 4), num(b.ma[i], 4), num(b.s_ce[i]), num(b.s_cu[i]));

@@ -121,6 +121,14 @@ std::vector<ChartSpec> chart_specs() {
         {"route/auroc/noise", Qt::DashDotDotLine, true, "AUROC noise"}},
        false,
        true},
+      {"Routed capacity and the student",
+       "share of tokens",
+       {{"route/capacity", Qt::SolidLine, true, "computed, teacher"},
+        {"route/student/capacity", Qt::DashLine, true, "computed, student"},
+        {"route/student/agree", Qt::DotLine, true, "student agrees"},
+        {"route/student/recall", Qt::DashDotLine, true, "student recall"}},
+       false,
+       true},
   };
 }
 

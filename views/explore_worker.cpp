@@ -169,7 +169,7 @@ void ExploreWorker::inspect(QString run, int step, QString text, quint64 seed) {
   emit busy_changed(false);
 }
 
-void ExploreWorker::compute(QString run, int step, QString text, quint64 seed) {
+void ExploreWorker::compute(QString run, int step, QString text, quint64 seed, bool student) {
   emit busy_changed(true);
   auto m = model(run.toStdString(), step);
   if (!m) {
@@ -178,7 +178,7 @@ void ExploreWorker::compute(QString run, int step, QString text, quint64 seed) {
   }
   std::unique_ptr<ftx::BatchSource> data = datasets_((*m)->train);
   const std::string seq = text.isEmpty() && data ? held_out_text(*data, seed) : text.toStdString();
-  auto ci = ftx::inspect_compute(**m, seq, seed);
+  auto ci = ftx::inspect_compute(**m, seq, seed, student);
   if (ci && data && (*m)->train.dataset == "synthetic") {
     const auto key = std::make_pair(run.toStdString(), (*m)->step);
     auto cached = route_events_.find(key);

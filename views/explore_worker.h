@@ -41,7 +41,7 @@ class ExploreWorker : public QObject {
   void inspect(QString run, int step, QString text, quint64 seed);  // empty text: a validation-like sequence
   // The Compute view: a routed run's blocks on `text` (empty: a held-out sequence picked by seed),
   // with the gate's event AUROCs on the synthetic task.
-  void compute(QString run, int step, QString text, quint64 seed);
+  void compute(QString run, int step, QString text, quint64 seed, bool student);
   void coinflip(quint64 seed);
   void kappa_lesson(quint64 seed);
   // The "Z picks the document" lesson: the runs kinds-free and kinds-baseline as the store holds

@@ -186,6 +186,12 @@ QWidget* MainWindow::build_compute_dock() {
   compute_run_->setMinimumContentsLength(18);
   compute_text_ = new QLineEdit;
   compute_text_->setPlaceholderText("sequence to run (empty: a held-out sequence of the run's task)");
+  compute_path_ = new QComboBox;
+  compute_path_->setObjectName("compute_path");
+  compute_path_->addItems({"teacher", "student"});
+  compute_path_->setToolTip(
+      "Who chooses the tokens: the teacher (training's choice: top-k over the whole sequence, or threshold "
+      "mode) or the student router (causal, what generation would run)");
   auto* inspect = new QPushButton("Inspect");
   auto* next = new QPushButton("New sequence");
   compute_ = new ComputeView;
@@ -193,6 +199,7 @@ QWidget* MainWindow::build_compute_dock() {
   bar->addWidget(new QLabel("Routed run"));
   bar->addWidget(compute_run_);
   bar->addWidget(compute_text_, 1);
+  bar->addWidget(compute_path_);
   bar->addWidget(inspect);
   bar->addWidget(next);
   frontier_ = new FrontierChart;
@@ -213,6 +220,7 @@ QWidget* MainWindow::build_compute_dock() {
     inspect_compute(compute_seed_);
     update_frontier();
   });
+  connect(compute_path_, &QComboBox::currentIndexChanged, this, [this] { inspect_compute(compute_seed_); });
   return page;
 }
 

@@ -151,6 +151,7 @@ class MainWindow : public QMainWindow {
   ComputeView* compute_ = nullptr;     // the Compute dock: a routed run's blocks x tokens
   FrontierChart* frontier_ = nullptr;  // and under it, CE against FLOPs across runs
   QComboBox* compute_run_ = nullptr;
+  QComboBox* compute_path_ = nullptr;  // teacher | student
   QLineEdit* compute_text_ = nullptr;
   quint64 compute_seed_ = 1;
   std::map<QString, QDockWidget*> docks_;

@@ -299,7 +299,8 @@ void MainWindow::inspect_compute(quint64 seed) {
   if (run.isEmpty())
     return compute_->set_message("No routed run with a checkpoint yet: train one with a router in Train (Routing)");
   QMetaObject::invokeMethod(explorer_, "compute", Qt::QueuedConnection, Q_ARG(QString, run), Q_ARG(int, -1),
-                            Q_ARG(QString, compute_text_->text()), Q_ARG(quint64, seed));
+                            Q_ARG(QString, compute_text_->text()), Q_ARG(quint64, seed),
+                            Q_ARG(bool, compute_path_->currentIndex() == 1));
 }
 
 // Another store opens in a new studio window (a process of its own, like "open in new window"):

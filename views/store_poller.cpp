@@ -28,8 +28,12 @@ RunSummary summarize_run(const ftx::RunInfo& info) {
     r.free_bits_label = ftx::free_bits_label(c->train->free_bits_form());
   }
   if (c->model) r.latent_bits = c->model->latent_bits;
-  if (c->model && c->model->routing.kind != ftx::Routing::None)
-    r.routing = QString("%1 %2").arg(ftx::routing_name(c->model->routing.kind)).arg(c->model->routing.capacity);
+  if (c->model && c->model->routing.kind != ftx::Routing::None) {
+    const ftx::RoutingConfig& ro = c->model->routing;
+    r.routing = ro.mode == ftx::RouteMode::Threshold
+                    ? QString("%1 g>=%2").arg(ftx::routing_name(ro.kind)).arg(ro.g_th)
+                    : QString("%1 %2").arg(ftx::routing_name(ro.kind)).arg(ro.capacity);
+  }
   return r;
 }
 

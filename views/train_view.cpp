@@ -1,5 +1,6 @@
 #include "views/train_view.h"
 
+#include <QCheckBox>
 #include <QComboBox>
 #include <QDateTime>
 #include <QDoubleSpinBox>
@@ -143,12 +144,32 @@ QWidget* TrainView::build_form() {
   capacity_->setValue(ftx::RoutingConfig{}.capacity);
   capacity_->setToolTip("Share of each sequence a routed block computes (gamma)");
   capacity_->setEnabled(false);
+  threshold_ = new QCheckBox("threshold g >=");
+  threshold_->setObjectName("threshold");
+  threshold_->setToolTip(
+      "sdt, stt: compute every token whose gate reaches the threshold (causal, a count per sequence) instead of "
+      "the top capacity share of each sequence");
+  g_th_ = new QDoubleSpinBox;
+  g_th_->setObjectName("g_th");
+  g_th_->setRange(0.01, 0.99), g_th_->setSingleStep(0.05), g_th_->setDecimals(2);
+  g_th_->setValue(ftx::RoutingConfig{}.g_th);
   auto* routing_row = new QHBoxLayout;
   routing_row->addWidget(routing_);
   routing_row->addWidget(new QLabel("capacity"));
   routing_row->addWidget(capacity_);
-  connect(routing_, &QComboBox::currentTextChanged, this,
-          [this](const QString& r) { capacity_->setEnabled(r != ftx::routing_name(ftx::Routing::None)); });
+  routing_row->addWidget(threshold_);
+  routing_row->addWidget(g_th_);
+  auto enable_routing = [this] {
+    const QString r = routing_->currentText();
+    const bool surprise = r == ftx::routing_name(ftx::Routing::Sdt) || r == ftx::routing_name(ftx::Routing::Stt);
+    const bool threshold = surprise && threshold_->isChecked();
+    capacity_->setEnabled(r != ftx::routing_name(ftx::Routing::None) && !threshold);
+    threshold_->setEnabled(surprise);
+    g_th_->setEnabled(threshold);
+  };
+  connect(routing_, &QComboBox::currentTextChanged, this, enable_routing);
+  connect(threshold_, &QCheckBox::toggled, this, enable_routing);
+  enable_routing();
   steps_ = spin(1, 10000000, d.steps), batch_ = spin(1, 4096, d.batch), seed_ = spin(0, 1 << 30, 1);
   lr_ = new QLineEdit(QString::number(d.lr));
   device_ = new QComboBox;
@@ -284,6 +305,10 @@ ftx::Result<ftx::TrainRequest> TrainView::request() const {
   r.shape.routing = routing_->currentText().toStdString();
   if (r.shape.routing != ftx::routing_name(ftx::Routing::None))
     r.shape.route.capacity = static_cast<float>(capacity_->value());
+  if (threshold_->isEnabled() && threshold_->isChecked()) {
+    r.shape.route_mode = ftx::route_mode_name(ftx::RouteMode::Threshold);
+    r.shape.route.g_th = static_cast<float>(g_th_->value());
+  }
   r.train.dataset = dataset_->currentData().toString().toStdString();
   if (r.train.dataset == "text") {
     const QString data = text_data_->text().trimmed();

@@ -14,6 +14,7 @@
 
 #include "core/session/session.h"
 
+class QCheckBox;
 class QComboBox;
 class QDoubleSpinBox;
 class QSpinBox;
@@ -64,6 +65,8 @@ class TrainView : public QWidget {
   QLabel *kappa_nats_, *status_, *message_;
   QPushButton *start_, *pause_, *resume_, *stop_, *step_, *set_kappa_, *sweep_start_;
   QDoubleSpinBox* capacity_;
+  QCheckBox* threshold_;  // routing sdt|stt: --route-mode threshold
+  QDoubleSpinBox* g_th_;  // its --g-th
   QProgressBar* progress_;
 };
 

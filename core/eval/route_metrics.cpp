@@ -18,6 +18,13 @@ bool is_letter(char c) { return c >= 'A' && c <= 'Z'; }
 
 }  // namespace
 
+std::string route_path_text(const RoutingConfig& ro, bool student) {
+  if (student && ro.kind == Routing::Random) return "student: each token drawn with probability capacity (causal)";
+  if (student) return "student: the student router, token by token (causal)";
+  if (ro.mode == RouteMode::Threshold) return "teacher: every token whose gate reaches g_th (causal)";
+  return "teacher: top-k over the whole sequence (not causal)";
+}
+
 std::vector<BlockCompute> read_block_compute(const Model& model, const ModelState& s, int B, int T) {
   const ModelConfig& mc = model.config();
   const size_t N = size_t(B) * T;
@@ -26,14 +33,16 @@ std::vector<BlockCompute> read_block_compute(const Model& model, const ModelStat
     BlockCompute b;
     b.layer = l, b.routed = mc.routed(l);
     if (b.routed) {
-      const int k = mc.route_k(T);
-      std::vector<int32_t> pos(size_t(B) * k);
-      if (k > 0) model.read_route_positions(s, l, pos.data());
       b.computed.assign(N, 0);
+      const std::vector<std::vector<int32_t>> choice = model.read_route_choice(s, l);
       for (int r = 0; r < B; ++r)
-        for (int i = 0; i < k; ++i) b.computed[size_t(r) * T + size_t(pos[size_t(r) * k + i])] = 1;
+        for (int32_t t : choice[size_t(r)]) b.computed[size_t(r) * T + size_t(t)] = 1;
       b.gate.resize(N);
       model.read_route_gate(s, l, b.gate.data());
+      if (mc.routing.has_student()) {
+        b.student.resize(N);
+        model.read_route_student(s, l, b.student.data());
+      }
       if (mc.routing.surprise()) {
         std::vector<float> st(3 * N);
         model.read_route_surprise(s, l, st.data());
@@ -107,8 +116,9 @@ namespace {
 struct RouteBatch {
   std::vector<BlockCompute> blocks;
   std::vector<SynthEvent> events;  // (n T); empty unless asked for
+  double ce = 0;                   // mean over the n T predictions
 };
-RouteBatch run_batch(Model& model, const BatchSource& data, int n, bool events) {
+RouteBatch run_batch(Model& model, const BatchSource& data, int n, bool events, bool student = false) {
   const int S = data.seq_len(), T = S - 1;
   std::vector<int32_t> tok(size_t(n) * S);
   data.validation(tok.data(), 0, n);
@@ -118,8 +128,10 @@ RouteBatch run_batch(Model& model, const BatchSource& data, int n, bool events) 
   for (int b = 0; b < n; ++b)
     for (int t = 0; t < T; ++t)
       in[size_t(b) * T + t] = tok[size_t(b) * S + t], tg[size_t(b) * T + t] = tok[size_t(b) * S + t + 1];
-  (void)model.forward(*state, in.data(), tg.data(), nullptr, 1, kStreamEval, 0.0f);
+  state->route_student = student;
+  const StepStats st = model.forward(*state, in.data(), tg.data(), nullptr, 1, kStreamEval, 0.0f);
   RouteBatch rb;
+  rb.ce = st.ce;
   rb.blocks = read_block_compute(model, *state, n, T);
   if (events) {
     rb.events.resize(size_t(n) * T);
@@ -172,6 +184,45 @@ std::string route_key(const std::string& a, const std::string& b, const std::str
   return k;
 }
 
+// <prefix>/<block>: the share of tokens each routed block computed; <prefix>: their mean.
+void add_capacity_metrics(const RouteBatch& rb, const std::string& prefix,
+                          std::vector<std::pair<std::string, double>>& out) {
+  double sum = 0;
+  int routed = 0;
+  for (const BlockCompute& b : rb.blocks) {
+    if (!b.routed) continue;
+    double c = 0;
+    for (uint8_t x : b.computed) c += x;
+    c = b.computed.empty() ? 0.0 : c / double(b.computed.size());
+    out.emplace_back(prefix + "/" + std::to_string(b.layer), c);
+    sum += c, ++routed;
+  }
+  if (routed > 0) out.emplace_back(prefix, sum / routed);
+}
+
+// The student's decisions against the teacher's on the teacher's pass: agreement per block and
+// overall, precision and recall overall (NaN-free: a ratio with nothing under it is left out).
+void add_student_metrics(const RouteBatch& rb, std::vector<std::pair<std::string, double>>& out) {
+  double agree_sum = 0, tp = 0, fp = 0, fn = 0;
+  int routed = 0;
+  for (const BlockCompute& b : rb.blocks) {
+    if (!b.routed || b.student.empty()) continue;
+    double agree = 0;
+    for (size_t i = 0; i < b.computed.size(); ++i) {
+      const bool s = b.student[i] > 0.5f, t = b.computed[i] != 0;
+      agree += s == t;
+      tp += s && t, fp += s && !t, fn += !s && t;
+    }
+    agree /= double(std::max<size_t>(1, b.computed.size()));
+    out.emplace_back(route_key("student", "agree", std::to_string(b.layer)), agree);
+    agree_sum += agree, ++routed;
+  }
+  if (routed == 0) return;
+  out.emplace_back("route/student/agree", agree_sum / routed);
+  if (tp + fp > 0) out.emplace_back("route/student/precision", tp / (tp + fp));
+  if (tp + fn > 0) out.emplace_back("route/student/recall", tp / (tp + fn));
+}
+
 }  // namespace
 
 std::vector<EventAuroc> synthetic_gate_auroc(Model& model, const BatchSource& data, int n) {
@@ -196,6 +247,14 @@ std::vector<std::pair<std::string, double>> route_eval_metrics(Model& model, con
   }
   if (routed > 0) out.emplace_back("route/gate", gate / routed);
   if (surprise > 0) out.emplace_back("route/s_ce", s_ce / surprise), out.emplace_back("route/s_cu", s_cu / surprise);
+  add_capacity_metrics(rb, "route/capacity", out);
+  if (model.config().routing.has_student()) {
+    add_student_metrics(rb, out);
+    const RouteBatch sb = run_batch(model, data, n, false, true);
+    add_capacity_metrics(sb, "route/student/capacity", out);
+    out.emplace_back("route/teacher/ce", rb.ce);
+    out.emplace_back("route/student/ce", sb.ce);
+  }
   if (!synthetic) return out;
   const std::vector<EventAuroc> ev = event_aurocs(rb);
   for (SynthEvent e : {SynthEvent::Start, SynthEvent::Letter, SynthEvent::Noise}) {

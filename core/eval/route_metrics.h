@@ -21,6 +21,7 @@ struct BlockCompute {
   bool routed = false;            // false: a dense block, every token computed
   std::vector<uint8_t> computed;  // (T) routed: 1 where the block ran on the token at that position
   std::vector<float> gate;        // (T) routed: the write-back gate g (1 for random routing, a hard gate)
+  std::vector<float> student;     // (T) MoD, SDT, STT: the student router's probability of computing
   // SDT and STT (else empty), (T) each: the static change D_st, the change against its prediction
   // D_ch, the moving average of D_st, and the gate's parts s_ce = sigmoid(beta_ce CE) (an expected
   // change) and s_cu = sigmoid(beta_cu CU) (an unexpected one): g = s_ce + s_cu - s_ce s_cu.
@@ -52,6 +53,10 @@ struct EventAuroc {
 // |pos| |neg|); NaN when either is empty.
 double auroc(std::vector<float> pos, std::vector<float> neg);
 
+// Who chose a routed model's tokens, and whether that choice is causal: "teacher: top-k over the
+// whole sequence (not causal)", "student: the student router, token by token (causal)", ...
+std::string route_path_text(const RoutingConfig& ro, bool student);
+
 // Every block of the last forward of s over (B, T) sequences, each array (B T) long.
 std::vector<BlockCompute> read_block_compute(const Model& model, const ModelState& s, int B, int T);
 
@@ -65,7 +70,12 @@ std::vector<EventAuroc> synthetic_gate_auroc(Model& model, const BatchSource& da
 // route/s_ce, route/s_cu: the Curves view's Routing chart). On the synthetic task also each block's
 // event AUROCs and computed shares (route/auroc/<event>/<block>, route/computed/<event>/<block>,
 // event: start, letter, noise; computed also for background) and the AUROCs' means over the blocks
-// (route/auroc/<event>).
+// (route/auroc/<event>). Each block's realised capacity, the share of tokens it computed
+// (route/capacity[/<block>]); with a student router, how often the student's decision (probability
+// above 1/2) matches the teacher's (route/student/agree[/<block>]), its precision and recall against
+// it (route/student/precision, route/student/recall), and a second pass on the student path: its
+// realised capacity (route/student/capacity[/<block>]) and CE beside the teacher's on the same
+// sequences (route/student/ce, route/teacher/ce).
 std::vector<std::pair<std::string, double>> route_eval_metrics(Model& model, const BatchSource& data, int n,
                                                                bool synthetic);
 

@@ -7,7 +7,7 @@
 
 namespace ftx {
 
-Result<ComputeInspection> inspect_compute(ExplorerModel& m, const std::string& text, uint64_t seed) {
+Result<ComputeInspection> inspect_compute(ExplorerModel& m, const std::string& text, uint64_t seed, bool student) {
   const ModelConfig& mc = m.model->config();
   if (mc.routing.kind == Routing::None)
     return make_error("run '" + m.run + "' routes no block (--routing none): pick a routed run");
@@ -19,9 +19,11 @@ Result<ComputeInspection> inspect_compute(ExplorerModel& m, const std::string& t
   ComputeInspection ci;
   ci.text = text, ci.T = n - 1;
   ci.router = routing_name(mc.routing.kind), ci.capacity = mc.routing.capacity;
+  ci.student = student, ci.path = route_path_text(mc.routing, student);
   if (labels_tokens(m))
     for (int32_t id : *tokens) ci.tokens.emplace_back(m.tokenizer->token_bytes(id));
   auto state = m.model->make_state(1, ci.T);
+  state->route_student = student;
   (void)m.model->forward(*state, tokens->data(), tokens->data() + 1, nullptr, seed, kStreamEval, 0.0f);
   ci.blocks = read_block_compute(*m.model, *state, 1, ci.T);
   int64_t computed = 0, offered = 0;

@@ -2,8 +2,7 @@
 // Compute view (per block and token: computed or skipped, the gate, the surprise statistics; see
 // core/eval/route_metrics.h), with the run's synthetic-task event AUROCs when the caller adds them.
 //
-// Deliberately not here: drawing, choosing the sequence or the run (the caller), the student
-// router (not built: these are the teacher's top-k choices, which see the whole sequence).
+// Deliberately not here: drawing, choosing the sequence or the run (the caller).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -22,14 +21,18 @@ struct ComputeInspection {
   std::string router;                // routing_name
   double capacity = 0;               // the configured gamma
   double realised = 0;               // computed / offered over the routed blocks, this sequence
+  bool student = false;              // the student path chose (else the teacher)
+  std::string path;                  // who chose, and whether causally (route_path_text)
   std::vector<BlockCompute> blocks;  // every block, in order
   std::vector<EventAuroc> events;    // synthetic task only (over event_sequences held-out sequences)
   int event_sequences = 0;
 };
 
-// Runs the routed model of `m` on `text` (its teacher path: top-k over the whole sequence; Z, if
-// any, sampled from the encoder with `seed`). Errors for a model without routing and for a text
-// the run's tokenizer cannot encode or that is not 2..seq_len tokens long.
-Result<ComputeInspection> inspect_compute(ExplorerModel& m, const std::string& text, uint64_t seed);
+// Runs the routed model of `m` on `text`, its teacher path (training's choice) or, with `student`,
+// the student router's (Z, if any, sampled from the encoder with `seed`). Errors for a model
+// without routing and for a text the run's tokenizer cannot encode or that is not 2..seq_len
+// tokens long.
+Result<ComputeInspection> inspect_compute(ExplorerModel& m, const std::string& text, uint64_t seed,
+                                          bool student = false);
 
 }  // namespace ftx

@@ -335,6 +335,13 @@ Status read_routing(const KeyReader& r, ModelConfig* c) {
   FTX_TRY(rr.get_bool("hard_gate", &c->routing.hard_gate));
   FTX_TRY(rr.get_int("prior_div", 1, 1 << 20, &c->routing.prior_div, false));
   FTX_TRY(rr.get_int("ma_window", 1, 1 << 30, &c->routing.ma_window, false));
+  FTX_TRY(unit("student_weight", 1e6, &c->routing.student_weight));
+  if (const json* mode = rr.find("mode")) {
+    auto m = mode->is_string() ? route_mode_from_name(mode->get<std::string>()) : std::nullopt;
+    if (!m) return rr.err("mode", mode->dump() + " is not one of topk, threshold");
+    c->routing.mode = *m;
+  }
+  FTX_TRY(unit("g_th", 1.0, &c->routing.g_th));
   return {};
 }
 
@@ -426,7 +433,10 @@ json config_to_json(const ModelConfig& c, const Tokenizer* tokenizer) {
                     {"prior_div", ro.prior_div},
                     {"ma_window", ro.ma_window},
                     {"aux_weight", short_float(ro.aux_weight)},
-                    {"gate_penalty", short_float(ro.gate_penalty)}};
+                    {"gate_penalty", short_float(ro.gate_penalty)},
+                    {"mode", route_mode_name(ro.mode)},
+                    {"g_th", short_float(ro.g_th)},
+                    {"student_weight", short_float(ro.student_weight)}};
   }
   if (tokenizer) j["tokenizer"] = tokenizer_to_json(*tokenizer);
   return j;

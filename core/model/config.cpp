@@ -27,10 +27,18 @@ std::optional<Routing> routing_from_name(const std::string& name) {
   return std::nullopt;
 }
 
+const char* route_mode_name(RouteMode m) { return m == RouteMode::Threshold ? "threshold" : "topk"; }
+
+std::optional<RouteMode> route_mode_from_name(const std::string& name) {
+  for (RouteMode m : {RouteMode::TopK, RouteMode::Threshold})
+    if (name == route_mode_name(m)) return m;
+  return std::nullopt;
+}
+
 std::string why_no_generation(const ModelConfig& c) {
   if (c.routing.kind == Routing::None) return {};
   return std::string("a routed model (routing ") + routing_name(c.routing.kind) +
-         ") does not generate yet: its top-k choice needs the whole sequence (docs/subjective_depth.md)";
+         ") does not generate yet: the KV caches of routed blocks are not built (docs/subjective_depth.md)";
 }
 
 std::string routed_blocks_text(const ModelConfig& c) {
@@ -81,8 +89,13 @@ Status ModelConfig::validate() const {
       return bad(name + ": capacity must be in [0, 1], got " + std::to_string(r.capacity));
     if (r.prior_div < 1) return bad(name + ": prior_div must be at least 1");
     if (r.ma_window < 1) return bad(name + ": ma_window must be at least 1");
-    if (!(r.aux_weight >= 0 && std::isfinite(r.aux_weight)) || !(r.gate_penalty >= 0 && std::isfinite(r.gate_penalty)))
+    if (!(r.aux_weight >= 0 && std::isfinite(r.aux_weight)) ||
+        !(r.gate_penalty >= 0 && std::isfinite(r.gate_penalty)) ||
+        !(r.student_weight >= 0 && std::isfinite(r.student_weight)))
       return bad(name + ": loss weights must be finite and not negative");
+    if (!(r.g_th > 0 && r.g_th < 1)) return bad(name + ": g_th must be in (0, 1), got " + std::to_string(r.g_th));
+    if (r.mode == RouteMode::Threshold && !r.surprise())
+      return bad(name + ": threshold mode needs a gate in (0, 1) (routing sdt or stt)");
     bool any = false;
     for (int l = 0; l < n_layers; ++l) any = any || routed(l);
     if (!any)
@@ -161,11 +174,19 @@ Result<RoutingConfig> routing_config(const RouteOverrides& o, FieldName name) {
   auto kind = routing_from_name(o.routing);
   if (!kind)
     return make_error(field("routing") + " '" + o.routing + "': unknown (expected none, random, mod, sdt or stt)");
-  if (*kind == Routing::None && !(o.route == RoutingConfig{}))
+  if (*kind == Routing::None && (!(o.route == RoutingConfig{}) || o.route_mode != "topk"))
     return make_error(field("capacity") + " and the other routing settings need " + field("routing") +
                       " random, mod, sdt or stt");
+  auto mode = route_mode_from_name(o.route_mode);
+  if (!mode) return make_error(field("route_mode") + " '" + o.route_mode + "': unknown (expected topk or threshold)");
   RoutingConfig r = o.route;
   r.kind = *kind;
+  r.mode = *mode;
+  if (r.mode == RouteMode::Threshold && !r.surprise())
+    return make_error(field("route_mode") + " threshold needs " + field("routing") +
+                      " sdt or stt (a gate in (0, 1) to compare with " + field("g_th") + ")");
+  if (r.mode == RouteMode::TopK && r.g_th != RoutingConfig{}.g_th)
+    return make_error(field("g_th") + " needs " + field("route_mode") + " threshold");
   return r;
 }
 

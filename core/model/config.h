@@ -36,6 +36,12 @@ struct RopeScaling {
 enum class Routing { None, Random, Mod, Sdt, Stt };
 const char* routing_name(Routing r);  // "none", "random", "mod", "sdt", "stt"
 std::optional<Routing> routing_from_name(const std::string& name);
+// How the teacher selects: the k = floor(gamma T) tokens of largest gate in each sequence (TopK: the
+// choice needs the whole sequence), or every token whose gate reaches g_th (Threshold: causal, the
+// count varies per sequence; SDT and STT, whose gate is in (0, 1)).
+enum class RouteMode { TopK, Threshold };
+const char* route_mode_name(RouteMode m);  // "topk", "threshold"
+std::optional<RouteMode> route_mode_from_name(const std::string& name);
 
 struct RoutingConfig {
   Routing kind = Routing::None;
@@ -47,8 +53,14 @@ struct RoutingConfig {
   int ma_window = 100;          // W: the moving average of the static change (min(W, T) in effect)
   float aux_weight = 0.05f;     // the prior's mean squared error to the (stopped) change it predicts
   float gate_penalty = 0.001f;  // STT: weight of the mean gate in the loss
+  RouteMode mode = RouteMode::TopK;
+  float g_th = 0.75f;            // Threshold mode: a token is computed when its gate is >= g_th
+  float student_weight = 0.01f;  // the student router's cross-entropy against the teacher's choice
   // SDT and STT: the gate is computed from surprise statistics (a prior network, its parameters)
   bool surprise() const { return kind == Routing::Sdt || kind == Routing::Stt; }
+  // MoD, SDT and STT carry a student router: a linear map of [x_t, x_(t-1)] to two logits (skip,
+  // compute), trained against the teacher's choice, that decides causally and without the teacher.
+  bool has_student() const { return kind == Routing::Mod || surprise(); }
   bool operator==(const RoutingConfig&) const = default;
 };
 
@@ -108,6 +120,7 @@ Result<ModelConfig> model_preset(const std::string& name);
 struct RouteOverrides {
   std::string routing = "none";
   RoutingConfig route;
+  std::string route_mode = "topk";
 
   template <class Self, class V>  // Self: RouteOverrides or a struct deriving from it, maybe const
   static void for_each_field(Self& s, V&& v) {
@@ -131,6 +144,16 @@ struct RouteOverrides {
     v(s.route.gate_penalty, Field{.key = "gate_penalty",
                                   .help = "With --routing stt: weight of the mean gate in the loss",
                                   .bounds = kNonNegative});
+    v(s.route_mode, Field{.key = "route_mode",
+                          .help = "With --routing sdt|stt: topk (k = capacity x T per sequence) | threshold "
+                                  "(every token whose gate reaches --g-th; causal)"});
+    v(s.route.g_th, Field{.key = "g_th",
+                          .help = "With --route-mode threshold: the gate a token needs to be computed",
+                          .bounds = {0, 1, true, true}});
+    v(s.route.student_weight,
+      Field{.key = "student_weight",
+            .help = "With --routing mod|sdt|stt: weight of the student router's loss against the teacher's choice",
+            .bounds = kNonNegative});
   }
 };
 // The RoutingConfig of `o`. Errors name the fields through `name`: an unknown router, and routing

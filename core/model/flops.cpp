@@ -4,18 +4,19 @@
 
 namespace ftx {
 
-double train_flops_per_token(const ModelConfig& c, int T) {
+double train_flops_per_token(const ModelConfig& c, int T, std::optional<double> routed_share) {
   const double D = c.dim, Q = double(c.n_heads) * c.head_dim, KV = double(c.n_kv_heads) * c.head_dim;
   const double block = D * Q + 2 * D * KV + Q * D + 3 * D * c.ffn_hidden;  // q, k, v, o; gate, up, down
   double gemm_params = double(c.vocab_size) * D, flops = 0;
   if (c.is_free()) gemm_params += double(c.latent_bits) * D;
-  const double f_routed = T > 0 ? double(c.route_k(T)) / T : 0.0;
+  const double f_routed = routed_share ? *routed_share : T > 0 ? double(c.route_k(T)) / T : 0.0;
   const double P = c.route_prior_hidden();
   for (int l = 0; l < c.n_layers + (c.is_free() ? 1 : 0); ++l) {  // the encoder block last
     const bool routed = l < c.n_layers && c.routed(l);
     const double f = routed ? f_routed : 1.0;  // share of the tokens the block computes
     flops += 6 * block * f + 12.0 * f * f * T * Q;
     if (!routed) continue;
+    if (c.routing.has_student()) flops += 6 * 2 * 2 * D;
     switch (c.routing.kind) {
       case Routing::Mod:
         flops += 6 * D;

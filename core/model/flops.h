@@ -19,8 +19,10 @@ namespace ftx {
 //   (2 * 2^H * D) and the per-bit reduction of dG * G (2 * 2^H * H), as `ftx bench mapper` counts.
 // A routed block (docs/subjective_depth.md) computing a share f = k / T of the tokens counts f of its
 // GEMM FLOPs and f^2 of its attention's, plus its router: MoD's score (6 D), the SDT/STT prior
-// network (6 x 3 D P) and, for STT, the teacher's dense forward (2 x block + 4 T D_att).
-double train_flops_per_token(const ModelConfig& c, int T);
+// network (6 x 3 D P), for STT the teacher's dense forward (2 x block + 4 T D_att), and the
+// student router (6 x 2 x 2D). f is k / T under top-k; threshold mode's f varies per sequence, so
+// its caller passes the share measured (`routed_share`, e.g. the evaluator's route/capacity).
+double train_flops_per_token(const ModelConfig& c, int T, std::optional<double> routed_share = std::nullopt);
 inline constexpr const char* kFlopsConvention =
     "PaLM: 6 x GEMM weights + 12 x L_att x T x D_att (+ mapper backward 2 x 2^H x (D + H)) per token; a routed "
     "block computing a share f of the tokens: f x its GEMMs + f^2 x its attention + its router";

@@ -276,7 +276,8 @@ static int32_t* take_ints(Carver& c, size_t n) { return reinterpret_cast<int32_t
 
 // A routed model's buffers (docs/subjective_depth.md): per routed block, and shared scratch.
 static void carve_routes(Carver& c, ModelState& s, const ModelConfig& m, const Backend* be) {
-  const int B = s.B, T = s.T, k = m.route_k(T);
+  // The selection buffers hold up to every token: a per-token choice may take them all.
+  const int B = s.B, T = s.T, k = T;
   const size_t N = size_t(B) * T, C = m.dim, P = m.route_prior_hidden(), M = size_t(B) * k;
   const Routing kind = m.routing.kind;
   const bool surprise = m.routing.surprise();
@@ -284,8 +285,15 @@ static void carve_routes(Carver& c, ModelState& s, const ModelConfig& m, const B
   for (int l = 0; l < m.n_layers; ++l) {
     if (!m.routed(l)) continue;
     RouteActs& r = s.routes[size_t(l)];
-    r.k = k;
+    r.k = m.route_k(T);
     r.score = c.take(N);
+    r.g_app = c.take(N);
+    if (m.routing.has_student()) {
+      r.mask = take_ints(c, N);
+      r.st_in = c.take(N * 2 * C);
+      r.st_logits = c.take(N * 2);
+      r.st_loss = c.take(N);
+    }
     r.g = r.score;  // MoD, SDT and STT rank by the gate itself
     r.pos = take_ints(c, M);
     r.rows = take_ints(c, M);
@@ -309,6 +317,7 @@ static void carve_routes(Carver& c, ModelState& s, const ModelConfig& m, const B
   if (kind == Routing::Stt) carve_block(c, s.teacher, m, B, T, T, false, be);
   s.ones = c.take(N);
   s.d_g = c.take(N);
+  if (m.routing.has_student()) s.d_st_logits = c.take(N * 2);
   s.d_y_sel = c.take(M * C);
   s.d_x_sel = c.take(M * C);
   s.d_st_ch = c.take(2 * N);
@@ -535,10 +544,16 @@ static void difference(Backend& be, float* out, const float* after, const float*
   be.add_inplace(out, after, n);
 }
 
-// The gate a routed block scales its selected tokens' change by: ones for random routing and a
-// hard gate, else the router's (MoD's score, the SDT/STT surprise gate).
+// Random routing and a hard gate take the block's output whole; the others scale the change by a
+// learned gate (MoD's score, the SDT/STT surprise gate, on the student path of STT the student's
+// probability).
+static bool learned_gate(const ModelConfig& m) { return !(m.routing.kind == Routing::Random || m.routing.hard_gate); }
+
+// The gate a routed block scales its selected tokens' change by: under a per-token choice g_app
+// (0 on the skipped tokens), else ones or the router's gate.
 static const float* applied_gate(const ModelConfig& m, const ModelState& s, const RouteActs& r) {
-  return m.routing.kind == Routing::Random || m.routing.hard_gate ? s.ones : r.g;
+  if (r.per_token) return r.g_app;
+  return learned_gate(m) ? r.g : s.ones;
 }
 
 // change_hat = down(silu(gate(norm(prior_in))) * up(norm(prior_in))): the SDT prior / STT
@@ -562,6 +577,43 @@ void Model::prior_backward(const RouteW& w, const RouteG& dw, RouteActs& r, Mode
   be_.rmsnorm_backward(d_in, dw.prior_norm, s.d_ln, r.prior_in, w.prior_norm, r.prior_rstd, N, C);
 }
 
+// The student router's logits (skip, compute) for every token, from [x_t, x_(t-1)] (zero before a
+// sequence's first token). Its input is read, never trained through; with the routing frozen it is
+// held at the last forward's value, as a stopped input is for finite differences.
+void Model::student_forward(const RouteW& w, RouteActs& r, const float* x, int B, int T, bool frozen) {
+  const int C = cfg_.dim, N = B * T;
+  const size_t row = size_t(C) * sizeof(float);
+  if (frozen) return linear(r.st_logits, r.st_in, w.student, w.student_bias, N, 2 * C, 2);
+  be_.copy_rows(r.st_in, 2 * row, x, row, row, size_t(N));
+  if (N > 1) be_.copy_rows(r.st_in + 3 * size_t(C), 2 * row, x, row, row, size_t(N - 1));
+  for (int b = 0; b < B; ++b) be_.fill(r.st_in + size_t(b) * T * 2 * C + C, 0.0f, size_t(C));
+  linear(r.st_logits, r.st_in, w.student, w.student_bias, N, 2 * C, 2);
+}
+
+// A per-token choice (threshold mode, the student path): r.chosen (B, T) becomes the gathered layout
+// of RouteActs, each sequence's chosen positions in time order, then skipped ones as fillers up to
+// the batch's largest count.
+void Model::lay_out_choice(RouteActs& r, int B, int T) {
+  int k = 0;
+  for (int b = 0; b < B; ++b) {
+    int n = 0;
+    for (int t = 0; t < T; ++t) n += r.chosen[size_t(b) * T + size_t(t)];
+    k = std::max(k, n);
+  }
+  r.k = k, r.per_token = true;
+  r.host_pos.assign(size_t(B) * k, 0);
+  std::vector<int32_t> rows(size_t(B) * k);
+  for (int b = 0; b < B; ++b) {
+    int i = 0;
+    for (int pass = 1; pass >= 0; --pass)  // chosen first, then fillers
+      for (int t = 0; t < T && i < k; ++t)
+        if (r.chosen[size_t(b) * T + size_t(t)] == pass) r.host_pos[size_t(b) * k + size_t(i++)] = t;
+    for (int j = 0; j < k; ++j) rows[size_t(b) * k + size_t(j)] = b * T + r.host_pos[size_t(b) * k + size_t(j)];
+  }
+  be_.upload(r.pos, r.host_pos.data(), r.host_pos.size() * sizeof(int32_t));
+  be_.upload(r.rows, rows.data(), rows.size() * sizeof(int32_t));
+}
+
 void Model::route_forward(ModelState& s, int l) {
   const int B = s.B, T = s.T, N = B * T, C = cfg_.dim;
   const size_t NC = size_t(N) * C;
@@ -570,10 +622,12 @@ void Model::route_forward(ModelState& s, int l) {
   RouteActs& r = s.routes[size_t(l)];
   const float* x = s.xs[size_t(l)];
   float* out = s.xs[size_t(l) + 1];
-  if (r.k == 0) {  // capacity 0: the block computes nothing
+  if (cfg_.route_k(T) == 0) {  // capacity 0: the block computes nothing
+    r.k = 0, r.per_token = false;
     be_.copy(out, x, NC * sizeof(float));
     return;
   }
+  const bool student = s.route_student;
   switch (ro.kind) {
     case Routing::Random:  // the draws upload_batch placed in r.score
       break;
@@ -582,6 +636,7 @@ void Model::route_forward(ModelState& s, int l) {
       break;
     case Routing::Sdt:
     case Routing::Stt:
+      if (ro.kind == Routing::Stt && student) break;  // the student path runs no teacher
       if (ro.kind == Routing::Sdt) {
         // The decision block l - 1 ran densely: its change, against the prior's guess from its input.
         difference(be_, r.change, x, r.prior_in, NC);
@@ -603,9 +658,57 @@ void Model::route_forward(ModelState& s, int l) {
     case Routing::None:
       FT_ASSERT(false, "route_forward on a model without routing");
   }
+  if (ro.has_student()) student_forward(w, r, x, B, T, s.freeze_routing);
+  // The choice: top-k on the device, or per token on the host (threshold, the student).
+  const bool per_token = student || ro.mode == RouteMode::Threshold;
+  std::vector<float> host(per_token ? size_t(N) * 2 : 0);
+  if (!s.freeze_routing) {
+    if (!per_token) {
+      r.k = cfg_.route_k(T), r.per_token = false;
+      be_.topk_rows(r.pos, r.rows, r.score, B, T, r.k);
+    } else {
+      r.chosen.assign(size_t(N), 0);
+      if (student && ro.kind == Routing::Random) {  // a draw in the top gamma of [0, 1)
+        be_.download(host.data(), r.score, size_t(N) * sizeof(float));
+        for (int n = 0; n < N; ++n) r.chosen[size_t(n)] = host[size_t(n)] >= 1.0f - ro.capacity;
+      } else if (student) {  // the student says compute
+        be_.download(host.data(), r.st_logits, size_t(N) * 2 * sizeof(float));
+        for (int n = 0; n < N; ++n) r.chosen[size_t(n)] = host[2 * size_t(n) + 1] > host[2 * size_t(n)];
+      } else {  // threshold mode: the gate reaches g_th
+        be_.download(host.data(), r.g, size_t(N) * sizeof(float));
+        for (int n = 0; n < N; ++n) r.chosen[size_t(n)] = host[size_t(n)] >= ro.g_th;
+      }
+      lay_out_choice(r, B, T);
+    }
+  }
+  if (r.per_token) {  // g_app: the gate on the chosen tokens, 0 elsewhere
+    std::vector<float> g(size_t(N), 1.0f);
+    if (student && ro.kind == Routing::Stt && !ro.hard_gate) {  // the student's probability of computing
+      be_.download(host.data(), r.st_logits, size_t(N) * 2 * sizeof(float));
+      for (int n = 0; n < N; ++n)
+        g[size_t(n)] = float(1.0 / (1.0 + std::exp(double(host[2 * size_t(n)]) - host[2 * size_t(n) + 1])));
+    } else if (learned_gate(cfg_)) {
+      be_.download(g.data(), r.g, size_t(N) * sizeof(float));
+    }
+    for (int n = 0; n < N; ++n)
+      if (!r.chosen[size_t(n)]) g[size_t(n)] = 0.0f;
+    be_.upload(r.g_app, g.data(), size_t(N) * sizeof(float));
+  }
+  if (ro.has_student() && !student) {  // the student learns the teacher's choice
+    if (r.per_token) {
+      const std::vector<int32_t> mask(r.chosen.begin(), r.chosen.end());
+      be_.upload(r.mask, mask.data(), size_t(N) * sizeof(int32_t));
+    } else {
+      be_.route_mask(r.mask, r.rows, N, B * r.k);
+    }
+    be_.crossentropy_forward(r.st_loss, r.st_logits, r.mask, N, 2);
+  }
+  if (r.k == 0) {  // no token of the batch chosen
+    be_.copy(out, x, NC * sizeof(float));
+    return;
+  }
   const float* g = applied_gate(cfg_, s, r);
   const int M = B * r.k;
-  if (!s.freeze_routing) be_.topk_rows(r.pos, r.rows, r.score, B, T, r.k);
   be_.embedding_forward(r.x_sel, r.rows, f32_weight(x), M, C);
   block_forward(w_.layers[size_t(l)], r.sel, r.x_sel, r.x_sel, r.y_sel, B, r.k, true, 0, nullptr, r.pos);
   be_.route_scatter_forward(out, x, r.y_sel, g, r.rows, N, M, C);
@@ -618,24 +721,39 @@ void Model::route_backward(ModelState& s, int l) {
   const RouteW& w = w_.routes[size_t(l)];
   const RouteG& dw = g_.routes[size_t(l)];
   RouteActs& r = s.routes[size_t(l)];
-  if (r.k == 0) return;  // the identity: s.dx passes through
+  FT_ASSERT(!s.route_student, "backward follows the teacher's forward only");
+  if (cfg_.route_k(T) == 0) return;  // the identity: s.dx passes through
   const float* x = s.xs[size_t(l)];
-  const float* g = applied_gate(cfg_, s, r);
-  const bool learned_gate = g != s.ones;
-  const int M = B * r.k;
-  // The write-back, then the block on the selection; its input gradient adds at the selected rows.
+  const float inv_n = 1.0f / float(N);
+  if (ro.has_student() && ro.student_weight > 0) {  // the student's cross-entropy, to its weights only
+    be_.crossentropy_backward(s.d_st_logits, r.st_logits, r.mask, N, 2, ro.student_weight * inv_n);
+    be_.matmul_backward(nullptr, dw.student, s.d_st_logits, r.st_in, w.student, N, 2 * C, 2, false);
+    be_.sum_rows(dw.student_bias, s.d_st_logits, N, 2);
+  }
+  const bool learned = learned_gate(cfg_);
   be_.fill(s.d_g, 0.0f, size_t(N));
-  be_.route_scatter_backward(s.dx, s.d_y_sel, s.d_g, s.dx, x, r.y_sel, g, r.rows, N, M, C);
-  block_backward(w_.layers[size_t(l)], g_.layers[size_t(l)], r.sel, r.x_sel, r.x_sel, s.d_y_sel, s.d_x_sel, nullptr, s,
-                 true, B, r.k, r.pos);
-  be_.embedding_backward(s.dx, s.d_x_sel, r.rows, M, C);
+  if (r.k > 0) {
+    // The write-back, then the block on the selection; its input gradient adds at the selected rows.
+    const float* g = applied_gate(cfg_, s, r);
+    const int M = B * r.k;
+    be_.route_scatter_backward(s.dx, s.d_y_sel, s.d_g, s.dx, x, r.y_sel, g, r.rows, N, M, C);
+    block_backward(w_.layers[size_t(l)], g_.layers[size_t(l)], r.sel, r.x_sel, r.x_sel, s.d_y_sel, s.d_x_sel, nullptr,
+                   s, true, B, r.k, r.pos);
+    be_.embedding_backward(s.dx, s.d_x_sel, r.rows, M, C);
+    if (r.per_token && learned) {  // g_app = g on the chosen tokens only: the fillers' share is not g's
+      std::vector<float> d(static_cast<size_t>(N));
+      be_.download(d.data(), s.d_g, size_t(N) * sizeof(float));
+      for (int n = 0; n < N; ++n)
+        if (!r.chosen[size_t(n)]) d[size_t(n)] = 0.0f;
+      be_.upload(s.d_g, d.data(), size_t(N) * sizeof(float));
+    }
+  }
   if (ro.kind == Routing::Mod) {
-    if (learned_gate) be_.matmul_backward(s.dx, dw.router, s.d_g, x, w.router, N, C, 1, true);
+    if (learned) be_.matmul_backward(s.dx, dw.router, s.d_g, x, w.router, N, C, 1, true);
     return;
   }
-  if (ro.kind != Routing::Sdt && ro.kind != Routing::Stt) return;
-  const float inv_n = 1.0f / float(N);
-  if (learned_gate) {
+  if (!ro.surprise()) return;
+  if (learned) {
     if (ro.kind == Routing::Stt && ro.gate_penalty > 0) {  // + gate_penalty * mean(g)
       be_.fill(s.d_junk, ro.gate_penalty * inv_n, size_t(N));
       be_.add_inplace(s.d_g, s.d_junk, size_t(N));
@@ -669,23 +787,23 @@ void Model::route_backward(ModelState& s, int l) {
 
 double Model::route_loss(const ModelState& s) const {
   const RoutingConfig& ro = cfg_.routing;
-  if (ro.kind != Routing::Sdt && ro.kind != Routing::Stt) return 0.0;
+  if (s.route_student || cfg_.route_k(s.T) == 0) return 0.0;  // the student path trains nothing
   const size_t N = size_t(s.B) * s.T;
   std::vector<float> host(N);
+  auto mean = [&](const float* dev) {
+    be_.download(host.data(), dev, N * sizeof(float));
+    double sum = 0.0;
+    for (float v : host) sum += v;
+    return sum / double(N);
+  };
   double loss = 0.0;
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    if (!cfg_.routed(l) || s.routes[size_t(l)].k == 0) continue;
+    if (!cfg_.routed(l)) continue;
     const RouteActs& r = s.routes[size_t(l)];
-    double sum = 0.0;
-    be_.download(host.data(), r.st_ch + N, N * sizeof(float));
-    for (float v : host) sum += v;
-    loss += ro.aux_weight * sum / double(N);
-    if (ro.kind == Routing::Stt && !ro.hard_gate) {
-      sum = 0.0;
-      be_.download(host.data(), r.g, N * sizeof(float));
-      for (float v : host) sum += v;
-      loss += ro.gate_penalty * sum / double(N);
-    }
+    if (ro.has_student()) loss += ro.student_weight * mean(r.st_loss);
+    if (!ro.surprise()) continue;
+    loss += ro.aux_weight * mean(r.st_ch + N);
+    if (ro.kind == Routing::Stt && !ro.hard_gate) loss += ro.gate_penalty * mean(r.g);
   }
   return loss;
 }
@@ -804,7 +922,7 @@ void Model::backward(ModelState& s) {
     std::swap(s.dx, s.dx2);
     // SDT: block l decided for block l + 1, whose gate measured this block's change and the prior
     // read this block's input: their gradients to the input wait in d_carry.
-    if (cfg_.routing.kind == Routing::Sdt && cfg_.routed(l + 1) && s.routes[size_t(l + 1)].k > 0)
+    if (cfg_.routing.kind == Routing::Sdt && cfg_.routed(l + 1) && cfg_.route_k(T) > 0)
       be_.add_inplace(s.dx, s.d_carry, NC);
     if (!inj) continue;
     // kv_in = x_k + R: the residual gets d_kv too; R's gradient drives the post-sampler and, through
@@ -849,14 +967,39 @@ void Model::read_logits(const ModelState& s, float* host) const {
   be_.download(host, s.logits, size_t(s.B) * s.T * cfg_.vocab_size * sizeof(float));
 }
 
-void Model::read_route_positions(const ModelState& s, int layer, int32_t* host) const {
+std::vector<std::vector<int32_t>> Model::read_route_choice(const ModelState& s, int layer) const {
   FT_ASSERT(cfg_.routed(layer), "block %d is not routed", layer);
   const RouteActs& r = s.routes[size_t(layer)];
-  be_.download(host, r.pos, size_t(s.B) * r.k * sizeof(int32_t));
+  std::vector<std::vector<int32_t>> out(size_t(s.B));
+  if (r.k == 0) return out;
+  std::vector<int32_t> pos(size_t(s.B) * r.k);
+  if (r.per_token)
+    pos = r.host_pos;
+  else
+    be_.download(pos.data(), r.pos, pos.size() * sizeof(int32_t));
+  for (int b = 0; b < s.B; ++b)
+    for (int i = 0; i < r.k; ++i) {
+      const int32_t t = pos[size_t(b) * r.k + size_t(i)];
+      if (!r.per_token || r.chosen[size_t(b) * s.T + size_t(t)]) out[size_t(b)].push_back(t);
+    }
+  return out;
+}
+void Model::read_route_student(const ModelState& s, int layer, float* host) const {
+  FT_ASSERT(cfg_.routed(layer) && cfg_.routing.has_student(), "block %d has no student router", layer);
+  const size_t N = size_t(s.B) * s.T;
+  std::vector<float> logits(2 * N);
+  be_.download(logits.data(), s.routes[size_t(layer)].st_logits, logits.size() * sizeof(float));
+  for (size_t n = 0; n < N; ++n) host[n] = float(1.0 / (1.0 + std::exp(double(logits[2 * n]) - logits[2 * n + 1])));
 }
 void Model::read_route_gate(const ModelState& s, int layer, float* host) const {
   FT_ASSERT(cfg_.routed(layer), "block %d is not routed", layer);
-  be_.download(host, applied_gate(cfg_, s, s.routes[size_t(layer)]), size_t(s.B) * s.T * sizeof(float));
+  const size_t N = size_t(s.B) * s.T;
+  if (s.route_student && cfg_.routing.kind == Routing::Stt && learned_gate(cfg_))
+    read_route_student(s, layer, host);  // no teacher ran: the student's probability is the gate
+  else if (learned_gate(cfg_))
+    be_.download(host, s.routes[size_t(layer)].g, N * sizeof(float));
+  else
+    std::fill(host, host + N, 1.0f);
 }
 void Model::read_route_surprise(const ModelState& s, int layer, float* host) const {
   FT_ASSERT(cfg_.routed(layer) && cfg_.routing.surprise(), "block %d has no surprise gate", layer);

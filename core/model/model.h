@@ -59,6 +59,9 @@ class Model {
   Model& operator=(const Model&) = delete;
 
   const ModelConfig& config() const { return cfg_; }
+  // Whether a training step can be recorded once as a device graph and replayed: not when routers
+  // choose per token on the host (threshold mode), which changes the step's shapes.
+  bool step_graphable() const { return cfg_.routing.mode != RouteMode::Threshold; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   Backend& backend() { return be_; }
   int64_t num_params() const { return n_params_; }
@@ -107,11 +110,16 @@ class Model {
   void read_kl_batch_mean(const ModelState& s, float* host) const;  // (T) nats: mean over the batch
   void read_token_losses(const ModelState& s, float* host) const;   // (B, T) -log p(target)
   void read_logits(const ModelState& s, float* host) const;         // (B, T, V)
-  // A routed block's choice in the last forward (docs/subjective_depth.md): the positions it
-  // computed, (B, k) in time order with k = config().route_k(T), and the gate of every token (B, T)
-  // (1 for random routing and a hard gate; MoD's raw score).
-  void read_route_positions(const ModelState& s, int layer, int32_t* host) const;
+  // A routed block's choice in the last forward (docs/subjective_depth.md): for each sequence the
+  // positions it computed, in time order (k = config().route_k(T) of them under top-k, any number
+  // under a per-token choice), and the gate of every token, computed or not (B, T): 1 for random
+  // routing and a hard gate, MoD's raw score, the surprise gate, and on STT's student path (no
+  // teacher) the student's probability.
+  std::vector<std::vector<int32_t>> read_route_choice(const ModelState& s, int layer) const;
   void read_route_gate(const ModelState& s, int layer, float* host) const;
+  // MoD, SDT and STT: the student router's probability of computing each token (B, T), read after
+  // either path's forward (the student runs in both).
+  void read_route_student(const ModelState& s, int layer, float* host) const;
   // SDT and STT: the surprise statistics of every token, (3, B, T): D_st, D_ch and the moving
   // average of D_st; and the gate's four parameters (before softplus): o_ce, m_cu, beta_ce, beta_cu.
   void read_route_surprise(const ModelState& s, int layer, float* host) const;
@@ -164,6 +172,8 @@ class Model {
   void route_forward(ModelState& s, int l);
   void route_backward(ModelState& s, int l);
   void prior_forward(const RouteW& w, RouteActs& r, int N);
+  void student_forward(const RouteW& w, RouteActs& r, const float* x, int B, int T, bool frozen);
+  void lay_out_choice(RouteActs& r, int B, int T);
   double route_loss(const ModelState& s) const;  // the routers' loss terms of the last forward
   void prior_backward(const RouteW& w, const RouteG& dw, RouteActs& r, ModelState& s, float* d_in);
   void init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed, float std) const;

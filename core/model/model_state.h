@@ -29,17 +29,29 @@ struct BlockActs {
 };
 
 // Activations of one routed block (docs/subjective_depth.md) for one (B, T), kept for backward.
-// k tokens of each sequence are computed; the block's own activations are those of (B, k).
+// The block runs on (B, k) gathered tokens: under top-k every sequence's k = route_k(T) chosen ones;
+// when the choice is made per token (threshold mode, the student path) each sequence's own chosen
+// tokens in time order, then, up to the largest count k in the batch, some of its skipped tokens.
+// Those fillers come after every chosen token, so causal attention keeps them out of the chosen
+// tokens' view, and their gate is 0, so they write nothing back.
 struct RouteActs {
-  int k = 0;
-  float* score;   // (N) what top-k ranks: random draws, MoD's router output, or the gate (SDT, STT)
-  float* g;       // == score: the learned gate (MoD's score, SDT/STT's surprise gate); random
-                  // routing and a hard gate scale by ModelState::ones instead
-  int32_t* pos;   // (B, k) the selected positions, in time order
-  int32_t* rows;  // (B k) their rows in the (B T) token matrix
-  float* x_sel;   // (B k, C) the block's inputs, gathered
-  float* y_sel;   // (B k, C) the block's outputs on them
-  BlockActs sel;  // the block on the selection
+  int k = 0;                      // gathered tokens per sequence in the last forward (buffers hold up to T)
+  bool per_token = false;         // the last forward chose per token (counts below), not top-k
+  std::vector<uint8_t> chosen;    // per_token: (B, T) 1 where the token was computed (host)
+  std::vector<int32_t> host_pos;  // per_token: (B, k) the gathered positions (host)
+  float* g_app;                   // (N) per_token: the gate applied, 0 on skipped tokens (fillers included)
+  int32_t* mask;                  // (N) the teacher's choice, 0/1: the student's targets
+  float* st_in;                   // (N, 2C) [x_t, x_(t-1)] (zero before the first token): the student's input
+  float* st_logits;               // (N, 2) the student's (skip, compute) logits
+  float* st_loss;                 // (N) its cross-entropy against mask
+  float* score;                   // (N) what top-k ranks: random draws, MoD's router output, or the gate (SDT, STT)
+  float* g;                       // == score: the learned gate (MoD's score, SDT/STT's surprise gate); random
+                                  // routing and a hard gate scale by ModelState::ones instead
+  int32_t* pos;                   // (B, k) the selected positions, in time order
+  int32_t* rows;                  // (B k) their rows in the (B T) token matrix
+  float* x_sel;                   // (B k, C) the block's inputs, gathered
+  float* y_sel;                   // (B k, C) the block's outputs on them
+  BlockActs sel;                  // the block on the selection
   // SDT and STT: the surprise of a change against its prediction.
   float* prior_in;     // (N, C) the prior's input: the decision block's input (SDT: xs[l - 1], not
                        // owned) or the teacher's output one token earlier, zero at t = 0 (STT)
@@ -85,9 +97,14 @@ class ModelState {
   float* ones = nullptr;
   float *d_g, *d_y_sel, *d_x_sel, *d_st_ch, *d_change, *d_change_hat, *d_aux_hat, *d_carry, *d_junk;
   float *d_prior_h, *d_prior_gate, *d_prior_up;
+  float* d_st_logits = nullptr;  // (N, 2)
   // Hold what the routed blocks' gradients treat as constant at the last forward's values: the
-  // top-k choice, the moving averages and STT's teacher pass (finite-difference checks).
+  // choice, the moving averages, STT's teacher pass and the student's input (finite differences).
   bool freeze_routing = false;
+  // Routed models: who chooses the tokens in forward. The teacher (training: top-k or threshold on
+  // the router's gate) or the student router (causal, no teacher pass: inference); only the
+  // teacher's forward has a backward.
+  bool route_student = false;
   bool has_targets = false;
   float kappa = 0;
   FreeBitsForm free_bits_form = FreeBitsForm::BatchMean;

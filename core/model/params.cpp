@@ -55,7 +55,7 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
     b.add("free.post_sampler.weight", {D, c.num_codes()}, ParamInit::Normal, true);
   }
   // Routed blocks (docs/subjective_depth.md): MoD's linear score; SDT's prior and STT's transition
-  // network (a SwiGLU on a normalised input), with the gate's four scalars.
+  // network (a SwiGLU on a normalised input), with the gate's four scalars; the student router.
   for (int l = 0; l < c.n_layers; ++l) {
     if (!c.routed(l)) continue;
     const std::string p = "route.layers." + std::to_string(l) + ".";
@@ -75,6 +75,10 @@ std::vector<ParamSpec> param_specs(const ModelConfig& c) {
       case Routing::None:
       case Routing::Random:
         break;
+    }
+    if (c.routing.has_student()) {  // logits (skip, compute) from [x_t, x_(t-1)]
+      b.gemm(p + "student.weight", {2, 2 * D});
+      b.add(p + "student.bias", {2}, ParamInit::Zeros, false);
     }
   }
   return b.specs;

@@ -64,6 +64,10 @@ ModelTensors<M, V> resolve(const ModelConfig& c, const std::vector<ParamSpec>& s
         r.prior_wu = m(p + "prior.up_proj.weight");
         r.prior_wd = m(p + "prior.down_proj.weight");
       }
+      if (c.routing.has_student()) {
+        r.student = m(p + "student.weight");
+        r.student_bias = v(p + "student.bias");
+      }
     }
   }
   return t;

@@ -33,6 +33,8 @@ struct RouteTensors {
   V gate;                          // (4) route.layers.L.gate: o_ce, m_cu, beta_ce, beta_cu before softplus (SDT, STT)
   V prior_norm;                    // (C) route.layers.L.prior.norm.weight (SDT, STT)
   M prior_wg, prior_wu, prior_wd;  // (P, C), (P, C), (C, P) route.layers.L.prior.*_proj.weight
+  M student;                       // (2, 2C) route.layers.L.student.weight (MoD, SDT, STT)
+  V student_bias;                  // (2) route.layers.L.student.bias
 };
 
 template <class M, class V>

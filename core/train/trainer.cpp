@@ -237,14 +237,15 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   // replayed (only lr, t, kappa and the Philox stream change from step to step).
   const uint64_t stream = kStreamLatent + static_cast<uint64_t>(step_);
   model_->upload_batch(*state_, inputs_.data(), targets_.data(), tcfg_.seed, stream);
-  be_.begin_graph();
+  const bool graph = model_->step_graphable();
+  if (graph) be_.begin_graph();
   model_->zero_grad();
   model_->forward_ops(*state_, nullptr, tcfg_.seed, stream, kappa, tcfg_.free_bits_form());
   model_->backward(*state_);
   be_.clip_grad_norm(model_->grads(), model_->num_params(), tcfg_.grad_clip, grad_norm_);
   be_.adamw_update(model_->params(), model_->grads(), adam_m_, adam_v_, adam_segments_.data(),
                    static_cast<int>(adam_segments_.size()), adam);
-  be_.end_graph();
+  if (graph) be_.end_graph();
   rep.stats = model_->read_stats(*state_);
   float norm = 0;
   be_.download(&norm, grad_norm_, sizeof norm);
@@ -361,7 +362,12 @@ Status Trainer::eval_and_record(BatchSource& data, const TrainerCallbacks& cb) {
   std::vector<GroupResult> samples;
   EvalReport rep{step_, evaluate(*model_, data, ec, tcfg_.kappa_at(step_), &samples)};
   // What a predicted token costs (core/model/flops.h): a routed run's x-axis against dense runs.
-  rep.metrics.emplace_back("model/flops_per_token", train_flops_per_token(model_->config(), data.seq_len() - 1));
+  // Threshold mode computes a share of its own: the one this evaluation measured.
+  std::optional<double> share;
+  if (model_->config().routing.mode == RouteMode::Threshold)
+    for (const auto& [k, v] : rep.metrics)
+      if (k == "route/capacity") share = v;
+  rep.metrics.emplace_back("model/flops_per_token", train_flops_per_token(model_->config(), data.seq_len() - 1, share));
   for (const auto& [k, v] : rep.metrics) store_.add_metric(run_id_, step_, k, v);
   FTX_TRY(record_generations(samples, data.tokenizer()));
   if (cb.on_eval) cb.on_eval(rep);

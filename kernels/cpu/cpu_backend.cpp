@@ -89,6 +89,7 @@ class CpuBackend final : public Backend {
   void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k) override {
     cpu::topk_rows(pos, rows, score, B, T, k);
   }
+  void route_mask(int32_t* mask, const int32_t* rows, int N, int M) override { cpu::route_mask(mask, rows, N, M); }
   void route_scatter_forward(float* out, const float* x, const float* y, const float* g, const int32_t* rows, int N,
                              int M, int C) override {
     cpu::route_scatter_forward(out, x, y, g, rows, N, M, C);

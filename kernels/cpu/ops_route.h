@@ -32,6 +32,11 @@ void topk_rows(int32_t* pos, int32_t* rows, const S* score, int B, int T, int k)
   }
 }
 
+inline void route_mask(int32_t* mask, const int32_t* rows, int N, int M) {
+  std::fill(mask, mask + N, 0);
+  for (int i = 0; i < M; ++i) mask[rows[i]] = 1;
+}
+
 // out = x, then row r = rows[i] of out = g[r] y[i] + (1 - g[r]) x[r] for i < M; out may alias x.
 // With g[r] = 1 the row is y[i] exactly.
 template <class T>

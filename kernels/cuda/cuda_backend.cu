@@ -228,6 +228,10 @@ class CudaBackend final : public Backend {
     if (B == 0 || k == 0) return;
     op("topk_rows", cuda::topk_rows, pos, rows, score, B, T, k);
   }
+  void route_mask(int32_t* mask, const int32_t* rows, int N, int M) override {
+    if (N == 0) return;
+    op("route_mask", cuda::route_mask, mask, rows, N, M);
+  }
   void route_scatter_forward(float* out, const float* x, const float* y, const float* g, const int32_t* rows, int N,
                              int M, int C) override {
     if (out != x) copy(out, x, size_t(N) * C * sizeof(float));

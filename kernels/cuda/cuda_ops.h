@@ -34,6 +34,7 @@ void route_gate_backward(float* d_st_ch, float* dparams, const float* dg, const 
                          const float* params, int N, cudaStream_t st);
 constexpr int kTopkMaxT = 48 * 1024;  // topk_rows: a byte of shared memory per position
 void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, int k, cudaStream_t st);
+void route_mask(int32_t* mask, const int32_t* rows, int N, int M, cudaStream_t st);
 // route_scatter_*: out (dx) already holds x (dout); only the selected rows are touched.
 void route_scatter_forward(float* out, const float* y, const float* g, const int32_t* rows, int M, int C,
                            cudaStream_t st);

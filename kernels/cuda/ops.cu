@@ -112,6 +112,15 @@ __global__ void route_scatter_forward_kernel(float* out, const float* y, const f
   *o = k * y[i] + j * *o;  // g = 1: j * o is 0, so y exactly, contracted into an FMA or not
 }
 
+__global__ void route_mask_clear_kernel(int32_t* mask, int N) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < N) mask[i] = 0;
+}
+__global__ void route_mask_set_kernel(int32_t* mask, const int32_t* rows, int M) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < M) mask[rows[i]] = 1;
+}
+
 // One warp a selected row (dx already holds dout): dg in double, dy written, dx scaled.
 __global__ void route_scatter_backward_kernel(float* dx, float* dy, float* dg, const float* x, const float* y,
                                               const float* g, const int32_t* rows, int M, int C) {
@@ -595,6 +604,15 @@ void topk_rows(int32_t* pos, int32_t* rows, const float* score, int B, int T, in
   FT_ASSERT(k >= 0 && k <= T && T <= kTopkMaxT, "topk_rows: k %d of T %d (at most %d)", k, T, kTopkMaxT);
   if (B == 0 || k == 0) return;
   FTX_LAUNCH(topk_rows_kernel, unsigned(B), kTopkThreads, size_t(T), st, pos, rows, score, T, k);
+  FTX_CUDA_LAUNCHED();
+}
+
+void route_mask(int32_t* mask, const int32_t* rows, int N, int M, cudaStream_t st) {
+  if (N == 0) return;
+  FTX_LAUNCH(route_mask_clear_kernel, blocks_for(size_t(N), kThreads), kThreads, 0, st, mask, N);
+  FTX_CUDA_LAUNCHED();
+  if (M == 0) return;
+  FTX_LAUNCH(route_mask_set_kernel, blocks_for(size_t(M), kThreads), kThreads, 0, st, mask, rows, M);
   FTX_CUDA_LAUNCHED();
 }
 

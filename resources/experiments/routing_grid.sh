@@ -5,11 +5,14 @@
 #
 #   resources/experiments/routing_grid.sh run     # trains what is missing (a finished run is kept)
 #   resources/experiments/routing_grid.sh table   # per run, at its last evaluation: validation CE, training
-#                                                 # FLOPs per token, the gates' event AUROCs (mean over blocks)
+#                                                 # FLOPs per token, the gates' event AUROCs (mean over blocks),
+#                                                 # the share computed, the student's agreement and CE
 #
 # Settings (environment): STEPS (default 3000), SEEDS ("1 2 3"), CAPS ("0.125 0.25 0.5 0.75"),
-# ROUTERS ("random mod sdt stt"), EXP (default ~/ftx-exp/routing), FTX (build/app/ftx).
-# Runs are named dense-L<layers>-s<seed> and <router>-<capacity>-s<seed> in $EXP/runs.db.
+# ROUTERS ("random mod sdt stt stt-th"), G_TH (0.75), DENSE (the dense block counts, "2 3 4"),
+# EXP (default ~/ftx-exp/routing), FTX (build/app/ftx).
+# Runs are named dense-L<layers>-s<seed>, <router>-<capacity>-s<seed> and, for STT in threshold
+# mode (its share is its own, not a capacity), stt-th<G_TH>-s<seed> in $EXP/runs.db.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 FTX=${FTX:-build/app/ftx}
@@ -17,7 +20,9 @@ EXP=${EXP:-$HOME/ftx-exp/routing}
 STEPS=${STEPS:-3000}
 SEEDS=${SEEDS:-1 2 3}
 CAPS=${CAPS:-0.125 0.25 0.5 0.75}
-ROUTERS=${ROUTERS:-random mod sdt stt}
+ROUTERS=${ROUTERS:-random mod sdt stt stt-th}
+G_TH=${G_TH:-0.75}
+DENSE=${DENSE-2 3 4}
 DB=$EXP/runs.db
 mkdir -p "$EXP"
 
@@ -38,8 +43,12 @@ train() {  # name, then ftx train flags
 case ${1:-} in
   run)
     for seed in $SEEDS; do
-      for layers in 2 3 4; do train "dense-L$layers-s$seed" --layers "$layers" --seed "$seed"; done
+      for layers in $DENSE; do train "dense-L$layers-s$seed" --layers "$layers" --seed "$seed"; done
       for router in $ROUTERS; do
+        if [[ $router == stt-th ]]; then
+          train "stt-th$G_TH-s$seed" --routing stt --route-mode threshold --g-th "$G_TH" --seed "$seed"
+          continue
+        fi
         for cap in $CAPS; do train "$router-$cap-s$seed" --routing "$router" --capacity "$cap" --seed "$seed"; done
       done
     done
@@ -57,11 +66,21 @@ case ${1:-} in
               and m.step = (select max(step) from metrics n where n.run_id = r.id)) as auroc_letter,
              (select round(avg(value), 3) from metrics m where m.run_id = r.id and m.key like 'route/auroc/noise/%'
               and m.step = (select max(step) from metrics n where n.run_id = r.id)) as auroc_noise,
+             (select round(value, 3) from metrics m where m.run_id = r.id and m.key = 'route/capacity'
+              order by step desc limit 1) as computed,
+             (select round(value, 3) from metrics m where m.run_id = r.id and m.key = 'route/student/agree'
+              order by step desc limit 1) as student_agree,
+             (select round(value, 3) from metrics m where m.run_id = r.id and m.key = 'route/student/capacity'
+              order by step desc limit 1) as student_computed,
+             (select round(value, 4) from metrics m where m.run_id = r.id and m.key = 'route/teacher/ce'
+              order by step desc limit 1) as teacher_ce,
+             (select round(value, 4) from metrics m where m.run_id = r.id and m.key = 'route/student/ce'
+              order by step desc limit 1) as student_ce,
              r.status
       from runs r order by r.name"
     ;;
   *)
-    sed -n '2,11p' "$0"
+    sed -n '2,14p' "$0"
     exit 1
     ;;
 esac
