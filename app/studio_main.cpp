@@ -47,8 +47,9 @@ int main(int argc, char** argv) {
                         QSettings().value("store/path", "workspace/runs.db").toString());
   QCommandLineOption view(
       "view",
-      "Open on this view: runs, train, curves, benchmarks, generations, latent, compute, lessons, figure4 (the "
-      "Figure 4 lesson), kinds (the lesson \"Z picks the document\"); two joined by + are shown one above the other.",
+      "Open on this view: runs, train, curves, benchmarks, generations, latent, compute (compute-student: on the "
+      "student router's path), lessons, figure4 (the Figure 4 lesson), kinds (the lesson \"Z picks the document\"); "
+      "two joined by + are shown one above the other.",
       "VIEW");
   QCommandLineOption shot("screenshot", "Save a screenshot of the window to PNG, then exit.", "PNG");
   QCommandLineOption after("after", "Seconds before the screenshot (default 3).", "SECONDS", "3");

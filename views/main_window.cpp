@@ -251,6 +251,10 @@ bool MainWindow::raise_view(const QString& name) {
     lessons_->show_kinds_tab();
     return raise_view("lessons");
   }
+  if (name == "compute-student") {  // the Compute dock on the student router's path
+    compute_path_->setCurrentIndex(1);
+    return raise_view("compute");
+  }
   // "generations+latent": the second dock split off below the first, both shown.
   const QStringList parts = name.split('+');
   std::vector<QDockWidget*> docks;

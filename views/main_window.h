@@ -46,8 +46,8 @@ class BenchmarksView;
 
 struct StudioOptions {
   QString db_path;
-  QString view;  // dock to raise: runs|train|curves|benchmarks|generations|latent|compute|lessons, or figure4|kinds (a
-                 // lesson)
+  QString view;  // dock to raise: runs|train|curves|benchmarks|generations|latent|compute|lessons, compute-student
+                 // (the Compute dock on the student path), or figure4|kinds (a lesson)
   ftx::DatasetFactory datasets;
   QStringList open;        // model files to open at start (a checkpoint directory or a .gguf file)
   bool random_ft = false;  // also a random-weight Free Transformer with the first one's tokenizer
