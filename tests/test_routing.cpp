@@ -880,10 +880,23 @@ TEST(RouteMetrics, InspectComputeRunsTheTeacherOrTheStudent) {
   EXPECT_EQ(student->path.rfind("student", 0), 0u) << student->path;
   for (const BlockCompute& b : student->blocks) {
     if (!b.routed) continue;
+    EXPECT_FALSE(b.s_ce.empty()) << "SDT's student path still measures the decision block's surprise";
     ASSERT_EQ(b.student.size(), size_t(T));
     for (int t = 0; t < T; ++t)
       EXPECT_EQ(b.computed[size_t(t)] != 0, b.student[size_t(t)] > 0.5f) << "block " << b.layer << " position " << t;
   }
+  // STT's student path runs no teacher pass: no surprise is read, and the gate is the student's.
+  ModelConfig stt = routed(base_config(0), Routing::Stt, 0.5f);
+  stt.vocab_size = c.vocab_size, stt.max_seq_len = c.max_seq_len;
+  m.model = std::make_unique<Model>(cpu(), stt);
+  m.model->load_params(random_params(*m.model, 23, 0.3f).data());
+  auto stt_student = inspect_compute(m, text, 1, true);
+  ASSERT_TRUE(stt_student.ok()) << stt_student.error().message;
+  for (const BlockCompute& b : stt_student->blocks)
+    if (b.routed) {
+      EXPECT_TRUE(b.s_ce.empty() && b.d_st.empty()) << "block " << b.layer;
+      EXPECT_EQ(b.gate, b.student) << "block " << b.layer;
+    }
 }
 
 }  // namespace

@@ -43,7 +43,8 @@ std::vector<BlockCompute> read_block_compute(const Model& model, const ModelStat
         b.student.resize(N);
         model.read_route_student(s, l, b.student.data());
       }
-      if (mc.routing.surprise()) {
+      // STT's student path runs no teacher: there is no surprise to read.
+      if (mc.routing.surprise() && !(s.route_student && mc.routing.kind == Routing::Stt)) {
         std::vector<float> st(3 * N);
         model.read_route_surprise(s, l, st.data());
         const std::array<float, 4> p = model.read_route_gate_params(l);
