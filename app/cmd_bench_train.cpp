@@ -20,7 +20,10 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
   const ModelConfig& m = trainer.model_config();
   const int T = data.seq_len() - 1;
   const double med = median(secs), tokens_per_s = double(a.batch) * T / med;
-  const double flops = train_flops_per_token(m, T), tflops = flops * tokens_per_s / 1e12;
+  // Threshold mode computes a share of its own: the last timed step's.
+  const std::optional<double> measured = trainer.routed_share();
+  const std::optional<double> share = m.routing.mode == RouteMode::Threshold ? measured : std::nullopt;
+  const double flops = train_flops_per_token(m, T, share), tflops = flops * tokens_per_s / 1e12;
   const std::optional<double> peak = peak_tflops(be, be.matmul_precision());
   json j = common_report(a, be, m, trainer.model().num_params());
   j.update({{"data", data.name()},
@@ -31,6 +34,7 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
             {"step_ms_min", *std::min_element(secs.begin(), secs.end()) * 1e3},
             {"tokens_per_s", tokens_per_s},
             {"model_flops_per_token", flops},
+            {"routed_share", measured ? json(*measured) : json(nullptr)},  // routed blocks' tokens computed
             {"model_tflops", tflops},
             {"peak_tflops", peak ? json(*peak) : json(nullptr)},
             {"mfu", peak ? json(tflops / *peak) : json(nullptr)},

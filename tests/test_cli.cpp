@@ -633,6 +633,31 @@ TEST_F(CliBench, TrainFlopsPerTokenMatchAHandCount) {
   }
 }
 
+// A routed model's report has the share of tokens its routed blocks computed in the last step:
+// k / T under top-k; under threshold mode its own share, at which the FLOPs are counted (so they
+// differ from the same model counted at --capacity); none for a dense model.
+TEST_F(CliBench, TrainReportsTheRoutedShare) {
+  const std::vector<std::string> shape = {"train", "--preset",  "tiny", "--layers", "4",  "--latent-bits",
+                                          "0",     "--seq-len", "8",    "--vocab",  "10", "--batch",
+                                          "2",     "--warmup",  "0",    "--steps",  "1"};
+  auto with = [&](std::vector<std::string> extra) {
+    std::vector<std::string> args = shape;
+    args.insert(args.end(), extra.begin(), extra.end());
+    return bench_json(args);
+  };
+  EXPECT_TRUE(with({})["routed_share"].is_null());
+  const json mod = with({"--routing", "mod", "--capacity", "0.5"});
+  ASSERT_TRUE(mod.is_object()) << mod;
+  EXPECT_EQ(mod["routed_share"].get<double>(), 0.5) << "k = 4 of T = 8";
+  const json th = with({"--routing", "stt", "--route-mode", "threshold", "--g-th", "0.6"});
+  const json topk = with({"--routing", "stt"});
+  ASSERT_TRUE(th.is_object() && topk.is_object());
+  const double share = th["routed_share"].get<double>();
+  EXPECT_GE(share, 0.0);
+  EXPECT_LE(share, 1.0);
+  if (share != 0.5) EXPECT_NE(th["model_flops_per_token"], topk["model_flops_per_token"]);
+}
+
 TEST_F(CliBench, TrainRefusesBadShapesAndPrecisionsTheCpuLacks) {
   expect_refused({"train", "--preset", "tiny", "--dim", "30", "--heads", "4"}, {"--dim 30", "--heads 4"});
   expect_refused({"train", "--preset", "tiny", "--heads", "4", "--kv-heads", "3"}, {"n_kv_heads"});

@@ -255,6 +255,18 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   rep.step = step_;
 }
 
+std::optional<double> Trainer::routed_share() const {
+  const ModelConfig& m = model_->config();
+  if (!state_ || m.routing.kind == Routing::None) return std::nullopt;
+  int64_t computed = 0, offered = 0;
+  for (int l = 0; l < m.n_layers; ++l) {
+    if (!m.routed(l)) continue;
+    for (const auto& seq : model_->read_route_choice(*state_, l)) computed += int64_t(seq.size());
+    offered += int64_t(state_->B) * state_->T;
+  }
+  return offered > 0 ? std::optional<double>(double(computed) / double(offered)) : std::nullopt;
+}
+
 void Trainer::ensure_state(const BatchSource& data) {
   if (!state_) state_ = model_->make_state(tcfg_.batch, data.seq_len() - 1);
 }

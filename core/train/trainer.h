@@ -109,6 +109,9 @@ class Trainer {
   RunStore& store() { return store_; }
   int64_t run_id() const { return run_id_; }
   int64_t data_position() const { return data_position_; }
+  // A routed model: the share of tokens its routed blocks computed in the last step (what threshold
+  // mode's FLOPs are counted at); none before the first step or without routing.
+  std::optional<double> routed_share() const;
   // True when a resumed run now uses another thread count than its checkpoint's (the curve then
   // continues within rounding, not bit for bit).
   bool thread_count_changed() const { return thread_change_; }
