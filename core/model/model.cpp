@@ -684,9 +684,7 @@ void Model::route_forward(ModelState& s, int l) {
   if (r.per_token) {  // g_app: the gate on the chosen tokens, 0 elsewhere
     std::vector<float> g(size_t(N), 1.0f);
     if (student && ro.kind == Routing::Stt && !ro.hard_gate) {  // the student's probability of computing
-      be_.download(host.data(), r.st_logits, size_t(N) * 2 * sizeof(float));
-      for (int n = 0; n < N; ++n)
-        g[size_t(n)] = float(1.0 / (1.0 + std::exp(double(host[2 * size_t(n)]) - host[2 * size_t(n) + 1])));
+      read_route_student(s, l, g.data());
     } else if (learned_gate(cfg_)) {
       be_.download(g.data(), r.g, size_t(N) * sizeof(float));
     }
