@@ -13,6 +13,7 @@
 
 #include "app/bench_common.h"
 #include "app/common.h"
+#include "core/model/flops.h"
 #include "core/train/trainer.h"
 #include "kernels/base/philox.h"
 #include "kernels/cpu/isa.h"
@@ -92,6 +93,62 @@ json generate_report(const BenchArgs& a, Backend& be, Model& model, const std::v
             {"tokens_per_s", double(a.batch) * len / (med * 1e-3)},
             {"ms_per_position", med / len}});
   return j;
+}
+
+// A routed model after a generation run over positions 0..len-1 of d (the student path): the share
+// of the routed blocks' tokens computed, and the bytes its KV caches hold (dense blocks every
+// position, routed blocks their chosen tokens).
+struct RoutedDecode {
+  double share = 1.0, kv_bytes = 0;
+};
+RoutedDecode routed_decode(const Model& model, const DecodeState& d, int len) {
+  const ModelConfig& m = model.config();
+  const double row = 2.0 * m.n_kv_heads * m.head_dim * sizeof(float);  // K and V of one token
+  RoutedDecode r;
+  int64_t computed = 0, total = 0;
+  for (int l = 0; l < m.n_layers; ++l)
+    for (int b = 0; b < d.B; ++b) {
+      const int64_t n = m.routed(l) ? int64_t(model.decode_route_positions(d, l, b).size()) : len;
+      r.kv_bytes += row * double(n);
+      if (m.routed(l)) computed += n, total += len;
+    }
+  if (total > 0) r.share = double(computed) / double(total);
+  return r;
+}
+
+// A routed preset against the dense model of the same shape (routing none, same weights where they
+// exist), timed in turn run by run: tokens/s, FLOPs per token and KV bytes of each, and the ratios.
+json routed_against_dense(const BenchArgs& a, Backend& be, Model& routed, DecodeState& d, std::vector<double>& ms) {
+  const ModelConfig& m = routed.config();
+  const int B = a.batch, len = a.generate.len;
+  ModelConfig dc = m;
+  dc.routing = RoutingConfig{};
+  Model dense(be, dc);
+  dense.init_weights(kGenerateSeed, InitConfig{});
+  auto dd = dense.make_decode_state(B, len);
+  std::vector<int32_t> tok(size_t(B), 0);
+  std::vector<uint32_t> codes(static_cast<size_t>(B));
+  std::vector<float> logits(size_t(B) * m.vocab_size);
+  std::vector<double> dense_ms;
+  ms.clear();
+  for (int i = 0; i < a.generate.steps; ++i) {
+    const int warm = i == 0 ? a.generate.warmup : 0;
+    ms.push_back(time_calls(be, warm, 1, [&] { generate_run(routed, d, len, tok, codes, logits); })[0]);
+    dense_ms.push_back(time_calls(be, warm, 1, [&] { generate_run(dense, *dd, len, tok, codes, logits); })[0]);
+  }
+  const RoutedDecode r = routed_decode(routed, d, len), rd = routed_decode(dense, *dd, len);
+  const double tps = double(B) * len / (median(ms) * 1e-3), dense_tps = double(B) * len / (median(dense_ms) * 1e-3);
+  const double flops = decode_flops_per_token(m, len, r.share), dense_flops = decode_flops_per_token(dc, len, 1.0);
+  return {{"routing", routing_name(m.routing.kind)},
+          {"router", "student"},
+          {"routed_blocks", routed_blocks_text(m)},
+          {"routed_share", r.share},
+          {"decode_flops_per_token", flops},
+          {"kv_bytes", r.kv_bytes},
+          {"dense", {{"tokens_per_s", dense_tps}, {"decode_flops_per_token", dense_flops}, {"kv_bytes", rd.kv_bytes}}},
+          {"speed_vs_dense", tps / dense_tps},
+          {"flops_vs_dense", flops / dense_flops},
+          {"kv_bytes_vs_dense", r.kv_bytes / rd.kv_bytes}};
 }
 
 // Weight bytes one decode step reads: every GEMM weight once (the embedding only as one row; a
@@ -217,12 +274,22 @@ int run_bench_generate(const BenchArgs& args) {
   Model& model = **made;
   model.init_weights(kGenerateSeed, InitConfig{});
   auto state = model.make_decode_state(B, len);
+  if (mcfg->routing.kind != Routing::None) {  // the student path, against the dense model in turn
+    std::vector<double> ms;
+    const json vs = routed_against_dense(a, *backend, model, *state, ms);
+    json j = generate_report(a, *backend, model, ms);
+    j.update(vs);
+    std::printf("%s\n", j.dump(2).c_str());
+    return 0;
+  }
   std::vector<int32_t> tok(B);
   std::vector<uint32_t> codes(B);
   std::vector<float> logits(size_t(B) * mcfg->vocab_size);  // (B, V)
   const auto ms = time_calls(*backend, a.generate.warmup, a.generate.steps,
                              [&] { generate_run(model, *state, len, tok, codes, logits); });
-  std::printf("%s\n", generate_report(a, *backend, model, ms).dump(2).c_str());
+  json j = generate_report(a, *backend, model, ms);
+  j["decode_flops_per_token"] = decode_flops_per_token(*mcfg, len, 1.0);
+  std::printf("%s\n", j.dump(2).c_str());
   return 0;
 }
 

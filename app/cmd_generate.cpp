@@ -10,6 +10,7 @@
 #include "app/common.h"
 #include "app/figure4_print.h"
 #include "core/eval/evaluator.h"
+#include "core/eval/route_metrics.h"
 #include "core/eval/synth_metrics.h"
 #include "core/store/run_store.h"
 #include "core/train/run_config.h"
@@ -99,6 +100,14 @@ Status check_groups(int independent, int fixed_groups, int group_size) {
   return {};
 }
 
+std::string generation_router_text(const ModelConfig& m, const SampleConfig& sc) {
+  if (m.routing.kind == Routing::None) return {};
+  const bool student = sc.router == "student";
+  return std::string("routing ") + routing_name(m.routing.kind) + " on blocks " + routed_blocks_text(m) + ": " +
+         route_path_text(m.routing, student) +
+         (student ? ", its KV caches holding the chosen tokens" : ", recomputed over the sequence so far at each step");
+}
+
 int run_generate(const GenerateArgs& a) {
   if (a.kinds) return run_generate_kinds(a);
   if (!a.kinds_data.empty()) return fail("--kinds-data: only with --kinds");
@@ -133,13 +142,16 @@ int run_generate(const GenerateArgs& a) {
   auto groups = figure4_groups(*lm->model, *prompt, independent, fixed_groups, group_size, a.seed, sc, tokenizer);
   if (a.json) {
     for (const auto& g : groups)
-      for (size_t i = 0; i < g.gens.size(); ++i)
-        std::printf("%s\n", to_json(g, i, tokenizer)
-                                .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)  // a cut character
+      for (size_t i = 0; i < g.gens.size(); ++i) {
+        nlohmann::json j = to_json(g, i, tokenizer);
+        if (m.routing.kind != Routing::None) j["router"] = sc.router;
+        std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)  // a cut character
                                 .c_str());
+      }
   } else {
     std::printf("run '%s', checkpoint step %d (H=%d), prompt \"%s\", seed %llu\n", a.run.c_str(), lm->step,
                 m.latent_bits, a.prompt.c_str(), static_cast<unsigned long long>(a.seed));
+    if (const std::string r = generation_router_text(m, sc); !r.empty()) std::printf("%s\n", r.c_str());
     for (const auto& g : groups)
       if (!g.gens.empty()) print_group(g, tokenizer);
     print_by_start(groups, tokenizer);

@@ -68,6 +68,7 @@ int run_generate_text(const GenerateArgs& a) {
   for (const SequenceSpec& s : specs) requests.push_back({*ids, s});
   if (auto s = check_text_requests(m, requests, sc); !s) return fail(s.error());
 
+  if (const std::string r = generation_router_text(m, sc); !r.empty()) std::fprintf(stderr, "%s\n", r.c_str());
   const bool stream = requests.size() == 1 && !a.json;
   auto t0 = std::chrono::steady_clock::now();
   auto gens = generate_text(model, &tokenizer, requests, sc, StopRule{info.eos_ids, a.stop},
@@ -96,6 +97,7 @@ int run_generate_text(const GenerateArgs& a) {
                        {"tokens", std::vector<int32_t>(g.tokens.begin() + g.prompt_len, g.tokens.end())},
                        {"finish", finish_reason_name(g.finish)}};
       if (free) j["codes"] = g.codes;
+      if (m.routing.kind != Routing::None) j["router"] = sc.router;
       std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
       continue;
     }

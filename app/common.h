@@ -58,10 +58,13 @@ Result<LoadedModel> load_model_dir(const std::string& dir, const std::string& de
 // Adds --checkpoint (required unless random_only_ok) and, with random, --random-init, --preset, --latent-bits.
 void add_model_source_options(CLI::App* c, ModelSourceArgs& a, bool random);
 Result<LoadedModel> load_model(const ModelSourceArgs& a, const std::string& device, const std::string& precision);
-// The checkpoint of run `run` at `step` (latest when absent) in the database.
 // The --independent / --fixed-groups / --group-size rules (none negative, some sequence, at most
 // 4096 sequences).
 Status check_groups(int independent, int fixed_groups, int group_size);
+// ftx generate on a routed model: which router chooses the computed tokens ("routing sdt on blocks
+// 1, 3: student: ..."); empty for a dense model.
+std::string generation_router_text(const ModelConfig& m, const SampleConfig& sc);
+// The checkpoint of run `run` at `step` (latest when absent) in the database.
 Result<LoadedModel> load_run_model(const std::string& db, const std::string& run, std::optional<int> step,
                                    const std::string& device, const std::string& precision);
 

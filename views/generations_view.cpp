@@ -53,13 +53,15 @@ QJsonArray groups_json(const std::vector<ftx::GroupView>& groups) {
   for (const ftx::GroupView& g : groups) {
     QJsonArray rows;
     for (const ftx::GroupRow& row : g.rows) rows.append(row_json(row));
-    out.append(QJsonObject{{"group", g.group},
-                           {"fixed", g.fixed},
-                           {"valid", metric_json(g.valid)},
-                           {"agreement", metric_json(g.agreement)},
-                           {"noise_agreement", metric_json(g.noise_agreement)},
-                           {"target_start", g.start},
-                           {"rows", rows}});
+    QJsonObject o{{"group", g.group},
+                  {"fixed", g.fixed},
+                  {"valid", metric_json(g.valid)},
+                  {"agreement", metric_json(g.agreement)},
+                  {"noise_agreement", metric_json(g.noise_agreement)},
+                  {"target_start", g.start},
+                  {"rows", rows}};
+    if (!g.router.empty()) o["router"] = QString::fromStdString(g.router);
+    out.append(o);
   }
   return out;
 }
@@ -169,14 +171,21 @@ QWidget* GenerationsView::build_selectors() {
   temperature_spin_->setRange(0.05, 2.0);
   temperature_spin_->setSingleStep(0.05);
   temperature_spin_->setValue(1.0);
+  router_box_ = new QComboBox;
+  router_box_->addItem(tr("student"), QStringLiteral("student"));
+  router_box_->addItem(tr("teacher"), QStringLiteral("teacher"));
+  router_box_->setToolTip(
+      tr("Routed runs: who chooses the tokens a routed block computes. The student router decides token by token "
+         "(causal, cached); the teacher is the training choice, recomputed over the sequence so far at each step. "
+         "Dense runs ignore it."));
 
   auto* row = new QWidget;
   auto* h = new QHBoxLayout(row);
   h->setContentsMargins(0, 0, 0, 0);
-  const std::pair<QString, QWidget*> fields[] = {
-      {tr("Run"), run_box_},          {tr("Step"), step_box_},
-      {tr("Prompt"), prompt_edit_},   {tr("Fixed groups"), fixed_spin_},
-      {tr("Group size"), size_spin_}, {tr("Temperature"), temperature_spin_}};
+  const std::pair<QString, QWidget*> fields[] = {{tr("Run"), run_box_},          {tr("Step"), step_box_},
+                                                 {tr("Prompt"), prompt_edit_},   {tr("Fixed groups"), fixed_spin_},
+                                                 {tr("Group size"), size_spin_}, {tr("Temperature"), temperature_spin_},
+                                                 {tr("Router"), router_box_}};
   for (const auto& [label, widget] : fields) {
     auto* l = new QLabel(label);
     l->setBuddy(widget);
@@ -314,6 +323,7 @@ ftx::Figure4Request GenerationsView::make_request(int fixed_groups) {
   req.group_size = size_spin_->value();
   req.seed = next_seed_++;
   req.temperature = static_cast<float>(temperature_spin_->value());
+  req.router = router_box_->currentData().toString().toStdString();
   return req;
 }
 
@@ -430,9 +440,13 @@ QString GenerationsView::groups_caption() const {
   const QString step = groups_step_ < 0 ? tr("latest step") : tr("step %1").arg(groups_step_);
   const QString seeds = groups_frozen_ ? tr("Z frozen, tokens resampled (sample seed %1)").arg(groups_request_.seed)
                                        : tr("seed %1").arg(groups_request_.seed);
-  return tr("%1 · %2 · prompt %3 · %4 · temperature %5")
+  const QString router = groups_.empty() || groups_[0].route_path.empty()
+                             ? QString()
+                             : QStringLiteral(" · ") + QString::fromStdString(groups_[0].route_path);
+  return tr("%1 · %2 · prompt %3 · %4 · temperature %5%6")
       .arg(groups_run_, step, QString::fromStdString(groups_request_.prompt), seeds)
-      .arg(groups_request_.temperature, 0, 'f', 2);
+      .arg(groups_request_.temperature, 0, 'f', 2)
+      .arg(router);
 }
 
 QString GenerationsView::columns_caption() const {

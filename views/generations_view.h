@@ -97,6 +97,7 @@ class GenerationsView : public QWidget {
   QSpinBox* fixed_spin_ = nullptr;
   QSpinBox* size_spin_ = nullptr;
   QDoubleSpinBox* temperature_spin_ = nullptr;
+  QComboBox* router_box_ = nullptr;  // routed runs: the student router or the teacher
   QPushButton* resample_button_ = nullptr;
   QPushButton* freeze_button_ = nullptr;
   QPushButton* new_prompt_button_ = nullptr;

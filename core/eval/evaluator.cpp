@@ -126,8 +126,8 @@ Metrics evaluate(Model& model, const BatchSource& data, const EvalConfig& cfg, f
   } else {
     out.emplace_back("val/ce_prior", post.ce);  // no latent: both are the plain CE
   }
-  // A routed model does not generate yet (its top-k routing is not causal: docs/subjective_depth.md);
-  // its gates are measured instead, and on the synthetic task scored against the task's events.
+  // A routed model's evaluation measures its gates instead of generating (docs/subjective_depth.md),
+  // on the synthetic task scored against the task's events; ftx generate runs either router.
   if (model.config().routing.kind != Routing::None) {
     const Metrics route = route_eval_metrics(model, data, std::min(cfg.val_sequences, cfg.batch), cfg.synthetic);
     out.insert(out.end(), route.begin(), route.end());

@@ -88,7 +88,6 @@ Result<Figure4Numbers> measure_figure4(Model& model, const Tokenizer& tokenizer,
   if (p.prompts.empty() || p.independent < 0 || p.fixed_groups < 0 || p.group_size < 2 ||
       p.independent + p.fixed_groups == 0)
     return make_error("Figure 4 protocol: needs prompts, and sequences (groups of at least 2)");
-  if (std::string why = why_no_generation(model.config()); !why.empty()) return make_error(why);
   std::vector<double> valid, agree_fixed, noise_fixed, agree_indep, noise_indep;
   std::vector<AgreementAt> fixed_at;
   std::vector<SynthAnalysis> independent;

@@ -4,6 +4,7 @@
 
 #include "core/eval/coinflip_exact.h"
 #include "core/eval/kind_groups.h"
+#include "core/eval/route_metrics.h"
 #include "core/eval/synth_metrics.h"
 #include "core/io/checkpoint.h"
 #include "core/sample/sampler.h"
@@ -64,11 +65,20 @@ Result<std::vector<int32_t>> encode_prompt(const ExplorerModel& m, const std::st
   return check_prompt(m, encode_text(m, prompt, "prompt"));
 }
 
-SampleConfig sample_config(const ExplorerModel& m, size_t prompt_len, float temperature) {
+SampleConfig sample_config(const ExplorerModel& m, size_t prompt_len, float temperature,
+                           const std::string& router = "student") {
   SampleConfig sc;
   sc.temperature = temperature;
   sc.max_new_tokens = m.seq_len - static_cast<int>(prompt_len);
+  if (m.model->config().routing.kind != Routing::None && !router.empty()) sc.router = router;
   return sc;
+}
+
+// Names the router of a routed run's groups (GroupView::router, route_path).
+void name_router(const ExplorerModel& m, const SampleConfig& sc, std::vector<GroupView>& groups) {
+  const RoutingConfig& ro = m.model->config().routing;
+  if (ro.kind == Routing::None) return;
+  for (GroupView& g : groups) g.router = sc.router, g.route_path = route_path_text(ro, sc.router == "student");
 }
 
 }  // namespace
@@ -108,12 +118,13 @@ Result<std::vector<GroupView>> explore_figure4(ExplorerModel& m, const Figure4Re
   if (!prompt) return prompt.error();
   if (req.fixed_groups < 0 || req.fixed_groups > 16 || req.group_size < 1 || req.group_size > 64)
     return make_error("groups: 0..16 fixed groups of 1..64 sequences");
-  const SampleConfig sc = sample_config(m, prompt->size(), req.temperature);
+  const SampleConfig sc = sample_config(m, prompt->size(), req.temperature, req.router);
   FTX_TRY(check_generation_request(m.model->config(), static_cast<int>(prompt->size()), sc, {}));
   auto groups =
       figure4_groups(*m.model, *prompt, req.group_size, req.fixed_groups, req.group_size, req.seed, sc, *m.tokenizer);
   std::vector<GroupView> out;
   for (const GroupResult& g : groups) out.push_back(to_group_view(g, *m.tokenizer, m.train.dataset == "synthetic"));
+  name_router(m, sc, out);
   return out;
 }
 
@@ -122,7 +133,7 @@ Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::strin
                                               float temperature) {
   auto prompt = encode_prompt(m, prompt_text);
   if (!prompt) return prompt.error();
-  const SampleConfig sc = sample_config(m, prompt->size(), temperature);
+  const SampleConfig sc = sample_config(m, prompt->size(), temperature, groups.empty() ? "" : groups[0].router);
   std::vector<SequenceSpec> specs;
   for (const GroupView& g : groups)
     for (const GroupRow& r : g.rows)
@@ -141,6 +152,7 @@ Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::strin
     score_group(r, *m.tokenizer);
     out.push_back(to_group_view(r, *m.tokenizer, m.train.dataset == "synthetic"));
   }
+  name_router(m, sc, out);
   return out;
 }
 

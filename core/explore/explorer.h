@@ -63,6 +63,9 @@ struct GroupView {
   double valid = 0, agreement = 0, noise_agreement = 0;  // NaN when undefined
   int start = -1;  // where the group's targets start (GroupMetrics::start); -1 when none is valid
   std::vector<AgreementAt> agreement_at;  // per valid sequence: its start, the share agreeing with it
+  // Routed runs (docs/subjective_depth.md): the router that chose the computed tokens ("student" or
+  // "teacher") and what that means (route_path_text); empty for a dense run.
+  std::string router, route_path;
 };
 // The fixed-Z groups' sequences by target start (agreement_by_start over their agreement_at),
 // then the bin of starts from kLateStart on: the Generations view's by-start line.
@@ -73,10 +76,12 @@ struct Figure4Request {
   int group_size = 8;
   uint64_t seed = 1;  // latent and sample seeds derive from it
   float temperature = 1.0f;
+  std::string router = "student";  // routed runs: student or teacher (SampleConfig::router); dense runs ignore it
 };
 // One independent group and `fixed_groups` fixed-Z groups for the prompt.
 Result<std::vector<GroupView>> explore_figure4(ExplorerModel& m, const Figure4Request& req);
-// Freeze Z: the same groups with every row's codes kept and only the tokens resampled (seed).
+// Freeze Z: the same groups with every row's codes kept and only the tokens resampled (seed), by
+// the router that generated them.
 Result<std::vector<GroupView>> explore_freeze(ExplorerModel& m, const std::string& prompt,
                                               const std::vector<GroupView>& groups, uint64_t sample_seed,
                                               float temperature);

@@ -35,12 +35,6 @@ std::optional<RouteMode> route_mode_from_name(const std::string& name) {
   return std::nullopt;
 }
 
-std::string why_no_generation(const ModelConfig& c) {
-  if (c.routing.kind == Routing::None) return {};
-  return std::string("a routed model (routing ") + routing_name(c.routing.kind) +
-         ") does not generate yet: the KV caches of routed blocks are not built (docs/subjective_depth.md)";
-}
-
 std::string routed_blocks_text(const ModelConfig& c) {
   std::string out;
   for (int l = 0; l < c.n_layers; ++l)

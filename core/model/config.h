@@ -106,9 +106,6 @@ std::vector<float> rope_inv_freq(const ModelConfig& c);
 
 // The routed blocks of c, "1, 3" (docs/subjective_depth.md).
 std::string routed_blocks_text(const ModelConfig& c);
-// Why the model cannot generate with a KV cache, or empty when it can: a routed model's top-k choice
-// needs the whole sequence (docs/subjective_depth.md).
-std::string why_no_generation(const ModelConfig& c);
 
 // The presets by name, the one list (help texts, the Train form, errors): "tiny" (tests) and
 // "small" (the synthetic task's default).

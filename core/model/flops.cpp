@@ -37,6 +37,23 @@ double train_flops_per_token(const ModelConfig& c, int T, std::optional<double> 
   return flops;
 }
 
+double decode_flops_per_token(const ModelConfig& c, int len, double routed_share) {
+  const double D = c.dim, Q = double(c.n_heads) * c.head_dim, KV = double(c.n_kv_heads) * c.head_dim;
+  const double block = D * Q + 2 * D * KV + Q * D + 3 * D * c.ffn_hidden;
+  const double keys = (double(len) + 1) / 2;
+  double flops = 2 * double(c.vocab_size) * D;
+  for (int l = 0; l < c.n_layers; ++l) {
+    const bool routed = c.routed(l);
+    const double f = routed ? routed_share : 1.0;
+    flops += 2 * block * f + 4.0 * f * f * keys * Q;
+    if (!routed) continue;
+    if (c.routing.has_student()) flops += 2 * 2 * 2 * D;
+    if (c.routing.kind == Routing::Mod) flops += 2 * D;
+    if (c.routing.kind == Routing::Sdt) flops += 2 * 3 * D * c.route_prior_hidden();
+  }
+  return flops;
+}
+
 namespace {
 
 struct PeakRow {

@@ -23,6 +23,13 @@ namespace ftx {
 // student router (6 x 2 x 2D). f is k / T under top-k; threshold mode's f varies per sequence, so
 // its caller passes the share measured (`routed_share`, e.g. the evaluator's route/capacity).
 double train_flops_per_token(const ModelConfig& c, int T, std::optional<double> routed_share = std::nullopt);
+// Generation FLOPs per token on the student path, forward only, decoding positions 0..len-1 with
+// the KV cache: 2 per weight of the blocks' GEMMs and the LM head, + 4 x L_att x D_att x the keys
+// a token attends on average ((len + 1) / 2). A routed block computing a share f of the tokens
+// counts f of its GEMMs and f^2 of its attention (its computed tokens attend its cached ones), plus
+// what its router runs at generation: the student (2 x 2 x 2D), MoD's score (2D), SDT's prior
+// (2 x 3 D P); STT runs no teacher there. The encoder does not run; Z is a gather.
+double decode_flops_per_token(const ModelConfig& c, int len, double routed_share);
 inline constexpr const char* kFlopsConvention =
     "PaLM: 6 x GEMM weights + 12 x L_att x T x D_att (+ mapper backward 2 x 2^H x (D + H)) per token; a routed "
     "block computing a share f of the tokens: f x its GEMMs + f^2 x its attention + its router";

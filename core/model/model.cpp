@@ -440,10 +440,10 @@ void Model::block_forward(const BlockW& w, BlockActs& a, const float* q_in, cons
   block_tail(w, a, q_in, out, N);
 }
 
-// One token for each of B sequences, sequence b at position pos[b] of its cache row: the
-// projections and the MLP run batched; RoPE, the cache append and attention per sequence.
+// One token per row, row i of sequence seq[i] at position pos[i], its K and V at cache slot slot[i]:
+// the projections and the MLP run batched; RoPE, the cache append and attention per row.
 void Model::block_decode(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
-                         const int* pos, const KvCache& cache) {
+                         const int* pos, const KvCache& cache, const int* seq, const int* slot) {
   const int C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads, HS = cfg_.head_dim;
   const int QD = NH * HS, KD = NKV * HS;
   const float* ln_kv = kv_in != q_in ? a.ln_kv : a.ln_q;
@@ -454,19 +454,19 @@ void Model::block_decode(const BlockW& w, BlockActs& a, const float* q_in, const
   linear(a.v, ln_kv, w.wv, w.bv, B, C, KD);
   const AttnShape full{1, NH, NKV, HS, 1, cache.cap, cache.cap, 0, true};
   const size_t saved = be_.attention_saved_floats(full);
-  for (int b = 0; b < B; ++b) {
-    const int p = pos[b];
-    float* q = a.q + size_t(b) * QD;
-    float* k = a.k + size_t(b) * KD;
-    float* v = a.v + size_t(b) * KD;
+  for (int i = 0; i < B; ++i) {
+    const int p = pos[i], b = seq != nullptr ? seq[i] : i, at = slot != nullptr ? slot[i] : p;
+    float* q = a.q + size_t(i) * QD;
+    float* k = a.k + size_t(i) * KD;
+    float* v = a.v + size_t(i) * KD;
     be_.rope_forward(q, 1, 1, NH, HS, p, rope_freq_);
     be_.rope_forward(k, 1, 1, NKV, HS, p, rope_freq_);
-    const size_t row = (size_t(b) * cache.cap + size_t(p)) * KD;
+    const size_t row = (size_t(b) * cache.cap + size_t(at)) * KD;
     be_.copy(cache.k + row, k, size_t(KD) * sizeof(float));
     be_.copy(cache.v + row, v, size_t(KD) * sizeof(float));
-    const AttnShape sh{1, NH, NKV, HS, 1, p + 1, cache.cap, p, true};
-    const size_t seq = size_t(b) * cache.cap * KD;
-    be_.attention_forward(a.atty + size_t(b) * QD, a.att + size_t(b) * saved, q, cache.k + seq, cache.v + seq, sh);
+    const AttnShape sh{1, NH, NKV, HS, 1, at + 1, cache.cap, at, true};
+    const size_t sq = size_t(b) * cache.cap * KD;
+    be_.attention_forward(a.atty + size_t(i) * QD, a.att + size_t(i) * saved, q, cache.k + sq, cache.v + sq, sh);
   }
   block_tail(w, a, q_in, out, B);
 }
@@ -1050,6 +1050,35 @@ static size_t carve_decode(DecodeState& d, const ModelConfig& m, float* base, co
   float* ints = c.take(2 * rows);
   d.tokens = reinterpret_cast<int32_t*>(ints);
   d.codes = reinterpret_cast<uint32_t*>(ints ? ints + rows : nullptr);
+  if (m.routing.kind == Routing::None) return c.used();
+  // The student path of a routed model (route_decode): scratch for a step or a chunk's rows, and
+  // each routed block's kept inputs.
+  RouteActs& r = d.route;
+  const size_t Pr = m.route_prior_hidden();
+  r.score = c.take(rows);
+  r.g = r.score;
+  r.g_app = c.take(rows);
+  r.rows = take_ints(c, rows);
+  r.x_sel = c.take(rows * C);
+  r.y_sel = c.take(rows * C);
+  if (m.routing.has_student()) {
+    r.st_in = c.take(rows * 2 * C);
+    r.st_logits = c.take(rows * 2);
+  }
+  if (m.routing.kind == Routing::Sdt) {
+    r.change = c.take(rows * C);
+    r.prior_ln = c.take(rows * C);
+    r.prior_rstd = c.take(rows);
+    r.prior_gate = c.take(rows * Pr);
+    r.prior_up = c.take(rows * Pr);
+    r.prior_h = c.take(rows * Pr);
+    r.change_hat = c.take(rows * C);
+    r.st_ch = c.take(2 * rows);
+    r.ma = c.take(rows);
+  }
+  d.past.assign(size_t(m.n_layers), RoutedPast{});
+  for (int l = 0; l < m.n_layers; ++l)
+    if (m.routed(l)) d.past[size_t(l)].prev_x = c.take(2 * B * C);
   return c.used();
 }
 
@@ -1059,23 +1088,38 @@ int64_t Model::decode_state_bytes(const ModelConfig& cfg, int B, int max_len) {
   return int64_t(carve_decode(d, cfg, nullptr, nullptr) * sizeof(float));
 }
 
-Result<std::unique_ptr<DecodeState>> Model::try_make_decode_state(int B, int max_len) {
+Result<std::unique_ptr<DecodeState>> Model::try_make_decode_state(int B, int max_len, bool teacher) {
   if (B <= 0 || max_len <= 0 || max_len > cfg_.max_seq_len)
     return make_error("decode state: " + std::to_string(B) + " sequences of " + std::to_string(max_len) +
                       " positions (the model's context is " + std::to_string(cfg_.max_seq_len) + ")");
-  if (std::string why = why_no_generation(cfg_); !why.empty()) return make_error(why);
+  if (teacher && cfg_.routing.kind == Routing::None)
+    return make_error("the teacher's path needs a routed model (this one has no routing)");
   auto d = std::make_unique<DecodeState>(&be_);
   d->B = B, d->max_len = max_len, d->chunk = prefill_chunk(cfg_, max_len);
+  if (teacher) {  // no cache: the training forward over each sequence so far
+    d->teacher = true;
+    d->history.assign(size_t(B), {});
+    d->history_codes.assign(size_t(B), {});
+    return d;
+  }
   const size_t n = carve_decode(*d, cfg_, nullptr, &be_);
   auto arena = be_.try_alloc(n * sizeof(float));
   if (!arena) return arena.error();
   d->arena = static_cast<float*>(*arena);
   carve_decode(*d, cfg_, d->arena, &be_);
+  if (cfg_.routing.kind != Routing::None) {
+    d->len.assign(size_t(B), 0);
+    for (int l = 0; l < cfg_.n_layers; ++l) {
+      if (!cfg_.routed(l)) continue;
+      d->past[size_t(l)].cached.assign(size_t(B) * (size_t(max_len) + 1), 0);
+      if (cfg_.routing.kind == Routing::Sdt) d->past[size_t(l)].d_st.assign(size_t(B) * max_len, 0.0f);
+    }
+  }
   return d;
 }
 
-std::unique_ptr<DecodeState> Model::make_decode_state(int B, int max_len) {
-  auto d = try_make_decode_state(B, max_len);
+std::unique_ptr<DecodeState> Model::make_decode_state(int B, int max_len, bool teacher) {
+  auto d = try_make_decode_state(B, max_len, teacher);
   FT_ASSERT(d.ok(), "%s", d.ok() ? "" : d.error().message.c_str());
   return std::move(*d);
 }
@@ -1088,6 +1132,147 @@ const float* Model::inject_latent(DecodeState& d, const float* x, const uint32_t
   return d.kv_in;
 }
 
+// A routed model's past is kept by position: a sequence goes on (p == len), repeats its last
+// position (p == len - 1: a stopped sequence in a batch) or starts over (p == 0).
+static void advance_routed(DecodeState& d, int b, int p, int n) {
+  const int len = d.len[size_t(b)];
+  FT_ASSERT(p == 0 || p == len || p == len - 1, "routed generation: sequence %d at position %d after %d positions", b,
+            p, len);
+  d.len[size_t(b)] = p + n;
+}
+
+void Model::route_decode(DecodeState& d, BlockActs& scratch, int l, const float* x, const float* x_before, float* out,
+                         int n, const int* seq, const int* pos) {
+  const int C = cfg_.dim, B = d.B;
+  const size_t row = size_t(C) * sizeof(float), S = size_t(d.max_len) + 1;
+  const RoutingConfig& ro = cfg_.routing;
+  const RouteW& w = w_.routes[size_t(l)];
+  RouteActs& r = d.route;
+  RoutedPast& past = d.past[size_t(l)];
+  auto kept = [&](int b, int p) { return past.prev_x + (size_t(p & 1) * B + size_t(b)) * C; };
+  // Rows i and i + 1 are one sequence's consecutive positions.
+  auto follows = [&](int i) { return i > 0 && seq[i] == seq[i - 1] && pos[i] == pos[i - 1] + 1; };
+  if (ro.has_student()) {  // [x_t, x_(t-1)]: the row before, or the kept input, zero at the start
+    be_.copy_rows(r.st_in, 2 * row, x, row, row, size_t(n));
+    for (int i = 0; i < n;) {
+      float* dst = r.st_in + (2 * size_t(i) + 1) * C;
+      if (pos[i] == 0)
+        be_.fill(dst, 0.0f, size_t(C));
+      else if (!follows(i))
+        be_.copy(dst, kept(seq[i], pos[i] - 1), row);
+      int j = i + 1;
+      while (j < n && follows(j)) ++j;
+      if (j - i > 1) be_.copy_rows(dst + 2 * size_t(C), 2 * row, x + size_t(i) * C, row, row, size_t(j - i - 1));
+      i = j;
+    }
+    linear(r.st_logits, r.st_in, w.student, w.student_bias, n, 2 * C, 2);
+  }
+  // The choice per row, and the gate its change is scaled by (as route_forward on the student path).
+  std::vector<uint8_t> chosen(size_t(n), 0);
+  std::vector<float> g(size_t(n), 1.0f), logits(ro.has_student() ? 2 * size_t(n) : 0);
+  if (ro.has_student()) be_.download(logits.data(), r.st_logits, logits.size() * sizeof(float));
+  switch (ro.kind) {
+    case Routing::Random:
+      for (int i = 0; i < n; ++i) {
+        const uint64_t rs = derive_seed(d.route_seed, uint64_t(seq[i]), uint64_t(l));
+        chosen[size_t(i)] = philox_uniform(rs, kStreamRoute + uint64_t(l), uint64_t(pos[i])) >= 1.0f - ro.capacity;
+      }
+      break;
+    case Routing::Mod:
+      be_.matmul_forward(r.score, x, w.router, n, C, 1, false);
+      break;
+    case Routing::Sdt: {  // the decision block's change against the prior's guess; D_st's average kept by position
+      difference(be_, r.change, x, x_before, size_t(n) * C);
+      r.prior_in = const_cast<float*>(x_before);
+      prior_forward(w, r, n);
+      be_.route_stats_forward(r.st_ch, r.ma, r.change, r.change_hat, 1, n, C, 1);
+      std::vector<float> st(static_cast<size_t>(n)), ma(static_cast<size_t>(n));
+      be_.download(st.data(), r.st_ch, st.size() * sizeof(float));
+      for (int i = 0; i < n; ++i) past.d_st[size_t(seq[i]) * d.max_len + size_t(pos[i])] = st[size_t(i)];
+      for (int i = 0; i < n; ++i) {
+        const float* h = past.d_st.data() + size_t(seq[i]) * d.max_len;
+        const int t0 = std::max(0, pos[i] - ro.ma_window + 1);
+        double sum = 0.0;
+        for (int u = t0; u <= pos[i]; ++u) sum += double(h[u]);
+        ma[size_t(i)] = float(sum / (pos[i] - t0 + 1));
+      }
+      be_.upload(r.ma, ma.data(), ma.size() * sizeof(float));
+      be_.route_gate_forward(r.g, r.st_ch, r.ma, w.gate, n);
+      break;
+    }
+    case Routing::Stt:  // no teacher: the student's probability is the gate
+    case Routing::None:
+      break;
+  }
+  if (ro.has_student())
+    for (int i = 0; i < n; ++i) chosen[size_t(i)] = logits[2 * size_t(i) + 1] > logits[2 * size_t(i)];
+  if (ro.kind == Routing::Stt && learned_gate(cfg_)) {
+    for (int i = 0; i < n; ++i)
+      g[size_t(i)] = float(1.0 / (1.0 + std::exp(double(logits[2 * size_t(i)]) - logits[2 * size_t(i) + 1])));
+  } else if (learned_gate(cfg_)) {
+    be_.download(g.data(), r.g, g.size() * sizeof(float));
+  }
+  if (!(ro.capacity > 0)) std::fill(chosen.begin(), chosen.end(), 0);  // capacity 0 computes nothing
+  // The chosen rows take the next slots of their sequence's routed cache.
+  std::vector<int32_t> rows;
+  std::vector<int> sel_seq, sel_pos, sel_slot;
+  for (int i = 0; i < n; ++i) {
+    int32_t* slots = past.cached.data() + size_t(seq[i]) * S;
+    const int32_t at = slots[pos[i]];
+    slots[pos[i] + 1] = at + chosen[size_t(i)];
+    if (!chosen[size_t(i)]) {
+      g[size_t(i)] = 0.0f;
+      continue;
+    }
+    rows.push_back(i), sel_seq.push_back(seq[i]), sel_pos.push_back(pos[i]), sel_slot.push_back(at);
+  }
+  const int M = int(rows.size());
+  if (M == 0) {
+    be_.copy(out, x, size_t(n) * row);
+  } else {
+    be_.upload(r.rows, rows.data(), rows.size() * sizeof(int32_t));
+    be_.upload(r.g_app, g.data(), g.size() * sizeof(float));
+    be_.embedding_forward(r.x_sel, r.rows, f32_weight(x), M, C);
+    block_decode(w_.layers[size_t(l)], scratch, r.x_sel, r.x_sel, r.y_sel, M, sel_pos.data(),
+                 KvCache{d.kcache[size_t(l)], d.vcache[size_t(l)], d.max_len}, sel_seq.data(), sel_slot.data());
+  }
+  // Keep each sequence's inputs at its last two positions here (the next step's x_(t-1), and a
+  // repeated last step's).
+  for (int i = 0; i < n; ++i)
+    if (i + 2 >= n || seq[i + 2] != seq[i]) be_.copy(kept(seq[i], pos[i]), x + size_t(i) * C, row);
+  if (M > 0) be_.route_scatter_forward(out, x, r.y_sel, r.g_app, r.rows, n, M, C);
+}
+
+void Model::teacher_step(DecodeState& d, int b, const int32_t* tokens, const uint32_t* codes, int n, int pos0, int rows,
+                         float* logits_host) {
+  std::vector<int32_t>& h = d.history[size_t(b)];
+  std::vector<uint32_t>& hc = d.history_codes[size_t(b)];
+  FT_ASSERT(pos0 <= int(h.size()), "teacher's path: sequence %d at position %d after %zu", b, pos0, h.size());
+  h.resize(size_t(pos0));
+  h.insert(h.end(), tokens, tokens + n);
+  if (cfg_.is_free()) {
+    hc.resize(size_t(pos0));
+    hc.insert(hc.end(), codes, codes + n);
+  }
+  if (rows == 0) return;
+  const int T = int(h.size()), V = cfg_.vocab_size;
+  auto s = make_state(1, T);
+  s->route_student = false;
+  forward(*s, h.data(), nullptr, cfg_.is_free() ? hc.data() : nullptr, d.route_seed, uint64_t(b), 0.0f);
+  std::vector<float> all(size_t(T) * V);
+  read_logits(*s, all.data());
+  std::copy(all.end() - std::ptrdiff_t(rows) * V, all.end(), logits_host);
+}
+
+std::vector<int32_t> Model::decode_route_positions(const DecodeState& d, int layer, int b) const {
+  FT_ASSERT(cfg_.routed(layer) && b >= 0 && b < d.B, "block %d of sequence %d is not routed", layer, b);
+  const int32_t* slots = d.past[size_t(layer)].cached.data() + size_t(b) * (size_t(d.max_len) + 1);
+  std::vector<int32_t> out;
+  for (int p = 0; p < d.len[size_t(b)]; ++p)
+    if (slots[p + 1] > slots[p]) out.push_back(p);
+  return out;
+}
+
 void Model::decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, int pos, float* logits_host) {
   std::vector<int> positions(size_t(d.B), pos);
   decode_step(d, tokens, codes, positions.data(), logits_host);
@@ -1098,12 +1283,26 @@ void Model::decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* c
   const int B = d.B, C = cfg_.dim, V = cfg_.vocab_size;
   for (int b = 0; b < B; ++b)
     FT_ASSERT(pos[b] >= 0 && pos[b] < d.max_len, "decode position %d outside 0..%d", pos[b], d.max_len - 1);
+  if (d.teacher) {
+    for (int b = 0; b < B; ++b)
+      teacher_step(d, b, tokens + b, codes != nullptr ? codes + b : nullptr, 1, pos[b], 1, logits_host + size_t(b) * V);
+    return;
+  }
+  std::vector<int> seq;
+  if (!d.len.empty()) {
+    seq.resize(size_t(B));
+    for (int b = 0; b < B; ++b) seq[size_t(b)] = b, advance_routed(d, b, pos[b], 1);
+  }
   be_.upload(d.tokens, tokens, B * sizeof(int32_t));
   be_.embedding_forward(d.x, d.tokens, w_.embed, B, C);
-  float *x = d.x, *x2 = d.x2;
+  float *x = d.x, *x2 = d.x2;  // x2: the previous block's input until this block writes its output
   for (int l = 0; l < cfg_.n_layers; ++l) {
-    const float* kv_in = cfg_.is_free() && l == cfg_.inject_after ? inject_latent(d, x, codes, B) : x;
-    block_decode(w_.layers[l], d.scratch, x, kv_in, x2, B, pos, KvCache{d.kcache[l], d.vcache[l], d.max_len});
+    if (cfg_.routed(l)) {
+      route_decode(d, d.scratch, l, x, x2, x2, B, seq.data(), pos);
+    } else {
+      const float* kv_in = cfg_.is_free() && l == cfg_.inject_after ? inject_latent(d, x, codes, B) : x;
+      block_decode(w_.layers[l], d.scratch, x, kv_in, x2, B, pos, KvCache{d.kcache[l], d.vcache[l], d.max_len});
+    }
     std::swap(x, x2);
   }
   be_.rmsnorm_forward(d.ln_f, d.rstd_f, x, w_.norm, B, C, cfg_.rms_norm_eps);
@@ -1116,12 +1315,28 @@ void Model::prefill(DecodeState& d, int b, const int32_t* tokens, const uint32_t
   FT_ASSERT(b >= 0 && b < d.B && n > 0 && pos0 >= 0 && pos0 + n <= d.max_len, "prefill of %d tokens at %d (row %d)", n,
             pos0, b);
   const int C = cfg_.dim, V = cfg_.vocab_size, KD = cfg_.n_kv_heads * cfg_.head_dim;
+  if (d.teacher) {
+    const int rows = which == PrefillLogits::All ? n : which == PrefillLogits::Last ? 1 : 0;
+    return teacher_step(d, b, tokens, codes, n, pos0, rows, logits_host);
+  }
+  if (!d.len.empty()) {
+    FT_ASSERT(pos0 == 0 || pos0 == d.len[size_t(b)], "routed prefill of sequence %d at %d after %d positions", b, pos0,
+              d.len[size_t(b)]);
+    advance_routed(d, b, pos0, n);
+  }
+  std::vector<int> seq(size_t(d.len.empty() ? 0 : d.chunk), b), pos(seq.size());
   for (int c0 = 0; c0 < n; c0 += d.chunk) {
     const int T = std::min(d.chunk, n - c0);
     be_.upload(d.tokens, tokens + c0, size_t(T) * sizeof(int32_t));
     be_.embedding_forward(d.x, d.tokens, w_.embed, T, C);
     float *x = d.x, *x2 = d.x2;
+    for (int i = 0; i < int(pos.size()); ++i) pos[size_t(i)] = pos0 + c0 + i;
     for (int l = 0; l < cfg_.n_layers; ++l) {
+      if (cfg_.routed(l)) {  // the student path, token after token through the routed cache
+        route_decode(d, d.pre, l, x, x2, x2, T, seq.data(), pos.data());
+        std::swap(x, x2);
+        continue;
+      }
       const float* kv_in = cfg_.is_free() && l == cfg_.inject_after ? inject_latent(d, x, codes + c0, T) : x;
       // Row b of the cache as a one-sequence cache.
       const size_t row = size_t(b) * d.max_len * KD;

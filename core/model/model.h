@@ -128,8 +128,10 @@ class Model {
   // Generation with a KV cache (docs/design.md section 7). A DecodeState holds B sequences of up to
   // max_len positions; each sequence is at its own length, so prompts of different lengths share
   // one batch. make_decode_state aborts when the memory is not there; try_make_decode_state says so.
-  std::unique_ptr<DecodeState> make_decode_state(int B, int max_len);
-  Result<std::unique_ptr<DecodeState>> try_make_decode_state(int B, int max_len);
+  // A routed model's state runs the student path (causal, cached), or with teacher = true the
+  // teacher's (not causal under top-k: each step recomputes the whole sequence so far, no cache).
+  std::unique_ptr<DecodeState> make_decode_state(int B, int max_len, bool teacher = false);
+  Result<std::unique_ptr<DecodeState>> try_make_decode_state(int B, int max_len, bool teacher = false);
   static int64_t decode_state_bytes(const ModelConfig& cfg, int B, int max_len);
   // n tokens of sequence b at positions pos0..pos0+n-1 (a prompt), through GEMMs in chunks; codes
   // (n) = Z at those positions (ignored for the plain decoder). Logits to host: none, the last
@@ -142,6 +144,10 @@ class Model {
   void decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, const int* pos, float* logits_host);
   // All B sequences at the same position.
   void decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, int pos, float* logits_host);
+  // A routed model generates on the student path (causal; docs/subjective_depth.md): a routed
+  // block's KV cache holds only the tokens its student chose, slot after slot. The positions of
+  // sequence b that routed block `layer` has computed so far, one per cache slot in use.
+  std::vector<int32_t> decode_route_positions(const DecodeState& d, int layer, int b) const;
 
  private:
   // One layer's KV cache: k and v (B, cap, NKV, HS) each.
@@ -156,9 +162,21 @@ class Model {
   // pos (B, T) on the backend, when given, places each token instead (a routed block's selection).
   void block_forward(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B, int T,
                      bool causal, int pos0 = 0, const KvCache* cache = nullptr, const int32_t* pos = nullptr);
-  // One token per sequence, each at its own position (decode_step).
+  // One token per row, each at its own position (decode_step): row i is sequence seq[i] (null: i)
+  // at position pos[i], its K and V written to cache slot slot[i] (null: pos[i]), attending slots
+  // 0..slot[i]. Rows of one sequence come in time order.
   void block_decode(const BlockW& w, BlockActs& a, const float* q_in, const float* kv_in, float* out, int B,
-                    const int* pos, const KvCache& cache);
+                    const int* pos, const KvCache& cache, const int* seq = nullptr, const int* slot = nullptr);
+  // A routed block l on n rows of generation on the student path: row i is sequence seq[i] at
+  // position pos[i] (a decode step: one row per sequence; a prefill chunk: one sequence in time
+  // order). x_before is the decision block's input (SDT). Chooses, computes the chosen rows into
+  // the routed cache, writes out and advances the block's past.
+  void route_decode(DecodeState& d, BlockActs& scratch, int l, const float* x, const float* x_before, float* out, int n,
+                    const int* seq, const int* pos);
+  // The teacher's path: appends n tokens of sequence b at pos0 to its history and writes the
+  // logits of its last `rows` positions (0: none) from a forward over the whole history.
+  void teacher_step(DecodeState& d, int b, const int32_t* tokens, const uint32_t* codes, int n, int pos0, int rows,
+                    float* logits_host);
   void block_tail(const BlockW& w, BlockActs& a, const float* q_in, float* out, int N);
   // out (N, OC) = inp @ w^T + bias (bias null: none).
   void linear(float* out, const float* inp, WeightRef w, const float* bias, int N, int IC, int OC);

@@ -111,6 +111,16 @@ class ModelState {
   bool free = false;
 };
 
+// A routed block's past in generation (docs/subjective_depth.md, "Generation on the student
+// path"): what its student and gate read from earlier tokens of each sequence. Kept by position,
+// so that a step repeated at the same position (a stopped sequence in a batch) finds what the
+// first one found.
+struct RoutedPast {
+  float* prev_x = nullptr;      // (2, B, C) on the backend: the block's input at the last even, odd position
+  std::vector<int32_t> cached;  // (B, max_len + 1) host: the block's cached tokens before each position
+  std::vector<float> d_st;      // (B, max_len) host, SDT: the static change's size at each position
+};
+
 class DecodeState {
  public:
   explicit DecodeState(Backend* be) : be(be) {}  // be == nullptr: only measures a layout
@@ -130,6 +140,18 @@ class DecodeState {
   BlockActs pre{};                     // a prefill chunk: (1, chunk) with att (1, NH, chunk, max_len)
   // (max(B, chunk), C) each; logits (max(B, rows of logits per prefill group), V)
   float *x, *x2, *kv_in, *R, *ln_f, *rstd_f, *logits;
+  // Routed models: the student path's scratch for max(B, chunk) rows (the choice, the prior, the
+  // gathered rows and their positions), per block its past (dense blocks: none), and per sequence
+  // the positions run so far. Random routing draws from route_seed, sequence b as stream b.
+  RouteActs route{};
+  std::vector<RoutedPast> past;
+  std::vector<int> len;
+  uint64_t route_seed = 0;
+  // The teacher's path instead (a routed model's state made for it): no cache is filled; every
+  // step runs the training forward over the sequence so far, the teacher choosing over all of it.
+  bool teacher = false;
+  std::vector<std::vector<int32_t>> history;         // per sequence: its tokens so far
+  std::vector<std::vector<uint32_t>> history_codes;  // and their Z
 };
 
 }  // namespace ftx

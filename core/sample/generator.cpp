@@ -118,7 +118,7 @@ Result<std::vector<TextGeneration>> generate_text(Model& model, const Tokenizer*
     }
     if (tokenizer) text[size_t(b)] = std::make_unique<TextStream>(*tokenizer, stop.stop_strings);
   }
-  auto state = model.try_make_decode_state(B, std::max(max_len, 1));
+  auto state = model.try_make_decode_state(B, std::max(max_len, 1), cfg.router == "teacher");
   if (!state) return state.error();
   DecodeState& d = **state;
 

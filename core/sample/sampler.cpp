@@ -29,10 +29,19 @@ std::vector<uint32_t> uniform_codes(uint64_t seed, int n, int latent_bits) {
   return codes;
 }
 
+Status SampleConfig::validate(FieldName name) const {
+  FTX_TRY(check_fields(*this, name));
+  if (router != "student" && router != "teacher")
+    return make_error(name(find_field<SampleConfig>("router")) + " '" + router +
+                      "': unknown (expected student or teacher)");
+  return {};
+}
+
 Status check_generation_request(const ModelConfig& m, int prompt_len, const SampleConfig& cfg,
                                 const std::vector<SequenceSpec>& specs) {
   FTX_TRY(cfg.validate());
-  if (std::string why = why_no_generation(m); !why.empty()) return make_error(why);
+  if (cfg.router == "teacher" && m.routing.kind == Routing::None)
+    return make_error("router teacher: the model is not routed (it has no teacher to choose)");
   if (prompt_len <= 0) return make_error("prompt: empty (the model needs at least one token to start from)");
   const int total = prompt_len + cfg.max_new_tokens;
   if (total > m.max_seq_len)
@@ -165,7 +174,7 @@ std::vector<Generation> generate(Model& model, const std::vector<int32_t>& promp
   }
   if (m.is_free()) encoder_prompt_codes(model, prompt, specs, codes);
 
-  auto dec = model.make_decode_state(B, n_in);
+  auto dec = model.make_decode_state(B, n_in, cfg.router == "teacher");
   std::vector<int32_t> tok(B);
   std::vector<uint32_t> zc(B, 0);
   std::vector<float> logits(size_t(B) * V);

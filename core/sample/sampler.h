@@ -41,6 +41,8 @@ struct SampleConfig {
   int top_k = 0;             // 0 = all tokens
   float top_p = 1.0f;        // nucleus: the fewest most likely tokens holding this mass (1 = all)
   int max_new_tokens = 64;
+  // Routed models (docs/subjective_depth.md): who chooses the tokens a routed block computes.
+  std::string router = "student";
 
   // Fields with help text are options of `ftx generate` (core/util/fields.h).
   template <class Self, class V>
@@ -55,8 +57,11 @@ struct SampleConfig {
       Field{.key = "max_new_tokens",
             .help = "Tokens to generate per sequence (model files; a synthetic run fills its sequence length)",
             .bounds = kPositive});
+    v(s.router, Field{.key = "router",
+                      .help = "Routed models: student (the causal student router, routed KV caches) | teacher "
+                              "(the training choice over the sequence so far, recomputed at every step)"});
   }
-  Status validate(FieldName name = field_key) const { return check_fields(*this, name); }
+  Status validate(FieldName name = field_key) const;
 };
 
 struct SequenceSpec {
@@ -76,8 +81,8 @@ struct Generation {
 std::vector<Generation> generate(Model& model, const std::vector<int32_t>& prompt,
                                  const std::vector<SequenceSpec>& specs, const SampleConfig& cfg);
 
-// One-line errors for requests a user typed: a model that cannot generate (a routed one), an empty
-// prompt, one too long for the context, or wrong codes.
+// One-line errors for requests a user typed: an empty prompt, one too long for the context, or
+// wrong codes.
 Status check_generation_request(const ModelConfig& m, int prompt_len, const SampleConfig& cfg,
                                 const std::vector<SequenceSpec>& specs);
 

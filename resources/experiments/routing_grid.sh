@@ -10,7 +10,7 @@
 #
 # Settings (environment): STEPS (default 3000), SEEDS ("1 2 3"), CAPS ("0.125 0.25 0.5 0.75"),
 # ROUTERS ("random mod sdt stt stt-th"), G_TH (0.75), DENSE (the dense block counts, "2 3 4"),
-# EXP (default ~/ftx-exp/routing), FTX (build/app/ftx).
+# EVAL_EVERY (STEPS / 4), EXP (default ~/ftx-exp/routing), FTX (build/app/ftx).
 # Runs are named dense-L<layers>-s<seed>, <router>-<capacity>-s<seed> and, for STT in threshold
 # mode (its share is its own, not a capacity), stt-th<G_TH>-s<seed> in $EXP/runs.db.
 set -euo pipefail
@@ -23,6 +23,7 @@ CAPS=${CAPS:-0.125 0.25 0.5 0.75}
 ROUTERS=${ROUTERS:-random mod sdt stt stt-th}
 G_TH=${G_TH:-0.75}
 DENSE=${DENSE-2 3 4}
+EVAL_EVERY=${EVAL_EVERY:-$((STEPS / 4))}
 DB=$EXP/runs.db
 mkdir -p "$EXP"
 
@@ -37,7 +38,7 @@ train() {  # name, then ftx train flags
   sqlite3 "$DB" "delete from runs where name='$name'" 2>/dev/null || true
   echo "$(date +%T) $name"
   "$FTX" train --run "$name" --db "$DB" --dataset synthetic --preset small --latent-bits 0 --steps "$STEPS" \
-    --eval-every $((STEPS / 4)) --quiet "$@" > "$EXP/$name.log" 2>&1
+    --eval-every "$EVAL_EVERY" --quiet "$@" > "$EXP/$name.log" 2>&1
 }
 
 case ${1:-} in
