@@ -21,6 +21,7 @@
 #include <QMouseEvent>
 #include <QPixmap>
 #include <QPushButton>
+#include <QScrollArea>
 #include <QSlider>
 #include <QTextStream>
 #include <QTimer>
@@ -817,7 +818,13 @@ void CurvesView::build_charts(QVBoxLayout* layout) {
   refresh_timer_->setSingleShot(true);
   refresh_timer_->setInterval(0);
   connect(refresh_timer_, &QTimer::timeout, this, &CurvesView::refresh_next_stale);
-  layout->addWidget(charts_box_, 1);
+  // In a scroll area: the charts keep their minimum size without making the dock (and every
+  // dock tabbed with it) at least as tall as all their rows.
+  auto* scroll = new QScrollArea(this);
+  scroll->setWidgetResizable(true);
+  scroll->setFrameShape(QFrame::NoFrame);
+  scroll->setWidget(charts_box_);
+  layout->addWidget(scroll, 1);
 }
 
 void CurvesView::set_runs(const std::vector<CurveRun>& runs) {
