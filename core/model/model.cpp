@@ -274,6 +274,20 @@ static void carve_block(Carver& c, BlockActs& a, const ModelConfig& m, int B, in
 // Integers carved from the float arena (4-byte words).
 static int32_t* take_ints(Carver& c, size_t n) { return reinterpret_cast<int32_t*>(c.take(n)); }
 
+// The surprise gate's buffers for N tokens (SDT, STT): the change, the prior's pass and guess, the
+// statistics and their moving average.
+static void carve_surprise(Carver& c, RouteActs& r, size_t N, size_t C, size_t P) {
+  r.change = c.take(N * C);
+  r.prior_ln = c.take(N * C);
+  r.prior_rstd = c.take(N);
+  r.prior_gate = c.take(N * P);
+  r.prior_up = c.take(N * P);
+  r.prior_h = c.take(N * P);
+  r.change_hat = c.take(N * C);
+  r.st_ch = c.take(2 * N);
+  r.ma = c.take(N);
+}
+
 // A routed model's buffers (docs/subjective_depth.md): per routed block, and shared scratch.
 static void carve_routes(Carver& c, ModelState& s, const ModelConfig& m, const Backend* be) {
   // The selection buffers hold up to every token: a per-token choice may take them all.
@@ -301,18 +315,10 @@ static void carve_routes(Carver& c, ModelState& s, const ModelConfig& m, const B
     r.y_sel = c.take(M * C);
     carve_block(c, r.sel, m, B, k, k, false, be);
     if (!surprise) continue;
-    r.change = c.take(N * C);
+    carve_surprise(c, r, N, C, P);
     r.teacher_out = kind == Routing::Stt ? c.take(N * C) : nullptr;
-    r.prior_in = kind == Routing::Stt ? c.take(N * C) : nullptr;  // SDT: set to xs[l - 1] below
-    r.prior_ln = c.take(N * C);
-    r.prior_rstd = c.take(N);
-    r.prior_gate = c.take(N * P);
-    r.prior_up = c.take(N * P);
-    r.prior_h = c.take(N * P);
-    r.change_hat = c.take(N * C);
-    r.st_ch = c.take(2 * N);
-    r.ma = c.take(N);
-    if (kind == Routing::Sdt) r.prior_in = s.xs[size_t(l - 1)];
+    // STT's input one token late; SDT's is the decision block's input.
+    r.prior_in = kind == Routing::Stt ? c.take(N * C) : s.xs[size_t(l - 1)];
   }
   if (kind == Routing::Stt) carve_block(c, s.teacher, m, B, T, T, false, be);
   s.ones = c.take(N);
@@ -1065,17 +1071,7 @@ static size_t carve_decode(DecodeState& d, const ModelConfig& m, float* base, co
     r.st_in = c.take(rows * 2 * C);
     r.st_logits = c.take(rows * 2);
   }
-  if (m.routing.kind == Routing::Sdt) {
-    r.change = c.take(rows * C);
-    r.prior_ln = c.take(rows * C);
-    r.prior_rstd = c.take(rows);
-    r.prior_gate = c.take(rows * Pr);
-    r.prior_up = c.take(rows * Pr);
-    r.prior_h = c.take(rows * Pr);
-    r.change_hat = c.take(rows * C);
-    r.st_ch = c.take(2 * rows);
-    r.ma = c.take(rows);
-  }
+  if (m.routing.kind == Routing::Sdt) carve_surprise(c, r, rows, C, Pr);
   d.past.assign(size_t(m.n_layers), RoutedPast{});
   for (int l = 0; l < m.n_layers; ++l)
     if (m.routed(l)) d.past[size_t(l)].prev_x = c.take(2 * B * C);
