@@ -7,6 +7,8 @@
 #   resources/experiments/routing_grid.sh table   # per run, at its last evaluation: validation CE, training
 #                                                 # FLOPs per token, the gates' event AUROCs (mean over blocks),
 #                                                 # the share computed, the student's agreement and CE
+#   resources/experiments/routing_grid.sh summary [DB...]  # per cell (runs that differ only by seed, in
+#                                                 # any of the stores): mean +- standard error over the seeds
 #
 # Settings (environment): STEPS (default 3000), SEEDS ("1 2 3"), CAPS ("0.125 0.25 0.5 0.75"),
 # ROUTERS ("random mod sdt stt stt-th"), G_TH (0.75), DENSE (the dense block counts, "2 3 4"),
@@ -80,8 +82,44 @@ case ${1:-} in
              r.status
       from runs r order by r.name"
     ;;
+  summary)
+    shift
+    python3 - "${@:-$DB}" <<'PY'
+import math, re, sqlite3, sys
+keys = {"val": "val/ce_prior", "mflop": "model/flops_per_token", "share": "route/capacity",
+        "student_share": "route/student/capacity", "agree": "route/student/agree",
+        "teacher_ce": "route/teacher/ce", "student_ce": "route/student/ce"}
+cells = {}
+for db in sys.argv[1:]:
+    con = sqlite3.connect(db)
+    for rid, name in con.execute("select id, name from runs where status = 'done'"):
+        cell = re.sub(r"-s[0-9]+$", "", name)
+        row = {}
+        for k, key in keys.items():
+            v = con.execute("select value from metrics where run_id = ? and key = ? order by step desc limit 1",
+                            (rid, key)).fetchone()
+            if v: row[k] = v[0] / (1e6 if k == "mflop" else 1)
+        for ev in ("start", "letter", "noise"):
+            v = con.execute("select avg(value) from metrics where run_id = ? and key like ? and step = "
+                            "(select max(step) from metrics where run_id = ?)", (rid, f"route/auroc/{ev}/%", rid)).fetchone()
+            if v and v[0] is not None: row["auroc_" + ev] = v[0]
+        cells.setdefault(cell, []).append(row)
+cols = ["val", "mflop", "share", "student_share", "agree", "teacher_ce", "student_ce", "auroc_start", "auroc_letter", "auroc_noise"]
+print("| cell | seeds | " + " | ".join(cols) + " |")
+print("|---" * (len(cols) + 2) + "|")
+def fmt(xs):
+    if not xs: return ""
+    m = sum(xs) / len(xs)
+    if len(xs) < 2: return f"{m:.4f}"
+    se = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1) / len(xs))
+    return f"{m:.4f} +- {se:.4f}"
+for cell in sorted(cells):
+    rows = cells[cell]
+    print(f"| {cell} | {len(rows)} | " + " | ".join(fmt([r[c] for r in rows if c in r]) for c in cols) + " |")
+PY
+    ;;
   *)
-    sed -n '2,14p' "$0"
+    sed -n '2,16p' "$0"
     exit 1
     ;;
 esac

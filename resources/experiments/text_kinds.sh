@@ -11,7 +11,8 @@
 #   resources/experiments/text_kinds.sh tokenize   # $EXP/text_kinds.tok (+ .kinds.json), SmolLM2's tokenizer
 #   resources/experiments/text_kinds.sh tokenize-bpe   # $EXP/text_kinds_4096.tok: a 4,096-token BPE of the corpus
 #   resources/experiments/text_kinds.sh train NAME H KAPPA_BITS  # the small preset on text_kinds_4096.tok
-#                                      (H 0: the baseline; WINDOWS=packed for run 1's packed sequences)
+#                                      (H 0: the baseline; WINDOWS=packed for run 1's packed sequences;
+#                                      ROUTE_ARGS="--routing sdt --capacity 0.5": a routed run, issue 25)
 #   resources/experiments/text_kinds.sh measure NAME   # groups from the neutral prompt, judged by kind
 #   resources/experiments/text_kinds.sh ship FREE BASE # both as resources/models/kinds-free, kinds-baseline
 #
@@ -80,7 +81,7 @@ case ${1:-} in
     fi
     exec "$FTX" train --dataset text --data "$EXP/text_kinds_4096.tok" --seq-len 256 --windows "${WINDOWS:-document}" --preset small \
       --latent-bits "$bits" --kappa-bits "$kappa" --batch 16 --steps "${STEPS:-2000}" --eval-every 250 \
-      --val-sequences 64 --checkpoint-every 500 --db "$EXP/runs.db" --run "$run"
+      --val-sequences 64 --checkpoint-every 500 --db "$EXP/runs.db" --run "$run" ${ROUTE_ARGS:-}
     ;;
   measure)
     "$FTX" generate --db "$EXP/runs.db" --run "${2:?run name}" --prompt "<|endoftext|>" --independent 32 \
