@@ -36,6 +36,7 @@
 #include <vector>
 
 #include "core/model/config.h"
+#include "core/model/model.h"
 #include "core/train/train_config.h"
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
@@ -672,6 +673,55 @@ TEST_F(BackendOps, RoutedTrainingCurvesFollowTheCpu) {
   }
 }
 #endif
+
+// Generation on a routed model's student path (Model::route_decode: the student's logits, the
+// rows gathered, per-row cache slots, SDT's gate, the gated write-back; a prompt prefilled, then
+// decode steps) on the GPU gives the CPU's logits and caches the same tokens. fp32 GEMMs, so that
+// no student decision rests on TF32 rounding.
+TEST_F(BackendOps, RoutedGenerationFollowsTheCpu) {
+  PrecisionScope fp32(gpu(), MatmulPrecision::Fp32);
+  for (const Routing r : {Routing::Mod, Routing::Sdt, Routing::Stt}) {
+    SCOPED_TRACE(routing_name(r));
+    auto mc = model_preset("tiny");
+    ASSERT_TRUE(mc.ok());
+    mc->n_layers = 4, mc->routing.kind = r, mc->routing.capacity = 0.5f, mc->routing.ma_window = 3;
+    mc->latent_bits = 4, mc->inject_after = 2;
+    const int B = 2, L = 10, P = 4, V = mc->vocab_size;
+    Model on_cpu(cpu(), *mc), on_gpu(gpu(), *mc);
+    on_cpu.init_weights(4, InitConfig{});
+    on_gpu.init_weights(4, InitConfig{});
+    auto dc = on_cpu.make_decode_state(B, L), dg = on_gpu.make_decode_state(B, L);
+    std::vector<int32_t> prompt(P);
+    std::vector<uint32_t> pcodes(P);
+    for (int t = 0; t < P; ++t) prompt[size_t(t)] = (t * 7 + 1) % V, pcodes[size_t(t)] = uint32_t(t * 5) % 16;
+    std::vector<float> lc(static_cast<size_t>(B) * V), lg(static_cast<size_t>(B) * V), all_c, all_g;
+    for (int b = 0; b < B; ++b) {
+      on_cpu.prefill(*dc, b, prompt.data(), pcodes.data(), P, 0, Model::PrefillLogits::Last, lc.data());
+      on_gpu.prefill(*dg, b, prompt.data(), pcodes.data(), P, 0, Model::PrefillLogits::Last, lg.data());
+      all_c.insert(all_c.end(), lc.begin(), lc.begin() + V);
+      all_g.insert(all_g.end(), lg.begin(), lg.begin() + V);
+    }
+    for (int pos = P; pos < L; ++pos) {
+      std::vector<int32_t> tok(B);
+      std::vector<uint32_t> codes(B);
+      for (int b = 0; b < B; ++b) tok[b] = (pos * 5 + b * 3) % V, codes[b] = uint32_t(pos * 7 + b) % 16;
+      on_cpu.decode_step(*dc, tok.data(), codes.data(), pos, lc.data());
+      on_gpu.decode_step(*dg, tok.data(), codes.data(), pos, lg.data());
+      all_c.insert(all_c.end(), lc.begin(), lc.end());
+      all_g.insert(all_g.end(), lg.begin(), lg.end());
+    }
+    EXPECT_LE(op_rel_error(all_c, all_g), 1e-4);
+    int cached = 0;
+    for (int l : {1, 3})
+      for (int b = 0; b < B; ++b) {
+        const std::vector<int32_t> want = on_cpu.decode_route_positions(*dc, l, b);
+        EXPECT_EQ(on_gpu.decode_route_positions(*dg, l, b), want) << "block " << l << ", sequence " << b;
+        cached += int(want.size());
+      }
+    EXPECT_GT(cached, 0);
+    EXPECT_LT(cached, 2 * B * L) << "some tokens skipped, or the test shows nothing";
+  }
+}
 
 // ---- precision: fp32 and bf16 GEMMs ---------------------------------------------------------------
 

@@ -180,13 +180,14 @@ TEST_F(LatentViewTest, TheHostingWindowStaysARasterWindow) {
 }  // namespace
 
 // The view needs a display with OpenGL: without one, run again under xvfb-run (as the studio
-// tests do); with neither, every test is skipped.
+// tests do, with -noreset for the same reason: tests/test_studio.cpp); with neither, every test
+// is skipped.
 int main(int argc, char** argv) {
   if (std::getenv("DISPLAY") == nullptr && std::getenv("FTX_UNDER_XVFB") == nullptr &&
       access("/usr/bin/xvfb-run", X_OK) == 0) {
     setenv("FTX_UNDER_XVFB", "1", 1);
     std::vector<char*> args = {const_cast<char*>("/usr/bin/xvfb-run"), const_cast<char*>("-a"), const_cast<char*>("-s"),
-                               const_cast<char*>("-screen 0 1400x900x24")};
+                               const_cast<char*>("-screen 0 1400x900x24 -noreset")};
     for (int i = 0; i < argc; ++i) args.push_back(argv[i]);
     args.push_back(nullptr);
     execv(args[0], args.data());

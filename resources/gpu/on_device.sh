@@ -2,7 +2,8 @@
 # Runs on a GPU machine, from the repository root, what resources/gpu/make_bundle.sh packed:
 # the GPU parity tests (test_backend_ops), then resources/pytorch_peer/gpu_side_by_side.sh with
 # the packed ftx against the PyTorch there, then ftx bench ops (where a step's time goes), then
-# routed training (each router at capacity 1/2) against the dense model at the large shape.
+# routed training (each router at capacity 1/2) against the dense model at the large shape, then
+# routed generation against the dense model.
 # Into $OUT (the device tool's folder that comes back, at most 8 files) or, without it,
 # gpu-results/: device.txt, test_backend_ops.log, bench.md (the tables) and bench.tar.gz (every
 # JSON report and error log). Exit 0 only when every GPU test ran and passed and every benchmark
@@ -93,6 +94,33 @@ for r in ("dense", "random", "mod", "sdt", "stt"):
 EOF_PY
 } >"$root/routed.md" 2>&1
 tee -a "$OUT/bench.md" <"$root/routed.md"
+# Routed generation (the student path with routed KV caches) against the dense model of the same
+# shape, in one command each: the small preset, no Z, 8 sequences over 256 positions.
+{
+  echo
+  echo "## Routed generation, small preset, H = 0, batch 8, len 256 (capacity 0.5)"
+  echo
+  for router in random mod sdt; do
+    "$root/bin/ftx" bench generate --device cuda --preset small --latent-bits 0 --routing "$router" --capacity 0.5 \
+      --batch 8 --len 256 --steps 5 --warmup 1 >"$root/bench/gen-$router.json" 2>"$root/bench/gen-$router.err" ||
+      bench=1
+  done
+  python3 - "$root/bench" <<'EOF_PY'
+import json, os, sys
+d = sys.argv[1]
+print("| routing | routed share | tok/s | dense tok/s | speed vs dense | FLOPs vs dense | ms/position |")
+print("|---|---|---|---|---|---|---|")
+for r in ("random", "mod", "sdt"):
+    try:
+        f = json.load(open(os.path.join(d, f"gen-{r}.json")))
+    except (OSError, ValueError):
+        print(f"| {r} | failed | | | | | |")
+        continue
+    print(f"| {r} | {f['routed_share']:.3f} | {f['tokens_per_s']:,.0f} | {f['dense']['tokens_per_s']:,.0f} | "
+          f"{f['speed_vs_dense']:.2f}x | {f['flops_vs_dense']:.2f} | {f['ms_per_position']:.3f} |")
+EOF_PY
+} >"$root/gen.md" 2>&1
+tee -a "$OUT/bench.md" <"$root/gen.md"
 tar -C "$root" -czf "$OUT/bench.tar.gz" bench
 echo "on_device: test_backend_ops exit $tests, benchmarks exit $bench" | tee -a "$OUT/device.txt"
 [ "$tests" = 0 ] && [ "$bench" = 0 ]
