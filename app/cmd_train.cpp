@@ -107,12 +107,16 @@ int run_train(TrainArgs& a) {
               a.run.c_str(), a.db.c_str(), tc.dataset.c_str(), m.n_layers, m.dim, m.latent_bits,
               nats_to_bits(tc.kappa_nats), tc.kappa_nats, static_cast<long long>(trainer->model().num_params()),
               a.resume ? "resuming at step" : "starting at step", trainer->step(), tc.steps);
+  // "block 1 computes", "blocks 1, 3 compute"
+  const std::string routed = routed_blocks_text(m);
+  const std::string blocks =
+      (routed.find(',') == std::string::npos ? "block " + routed + " computes" : "blocks " + routed + " compute");
   if (m.routing.kind != Routing::None && m.routing.mode == RouteMode::Threshold)
-    std::printf("routing %s: blocks %s compute every token whose gate reaches %.4g (threshold mode)\n",
-                routing_name(m.routing.kind), routed_blocks_text(m).c_str(), m.routing.g_th);
+    std::printf("routing %s: %s every token whose gate reaches %.4g (threshold mode)\n", routing_name(m.routing.kind),
+                blocks.c_str(), m.routing.g_th);
   else if (m.routing.kind != Routing::None)
-    std::printf("routing %s: blocks %s compute %d of every %d tokens (capacity %.4g)\n", routing_name(m.routing.kind),
-                routed_blocks_text(m).c_str(), m.route_k(data->seq_len() - 1), data->seq_len() - 1, m.routing.capacity);
+    std::printf("routing %s: %s %d of every %d tokens (capacity %.4g)\n", routing_name(m.routing.kind), blocks.c_str(),
+                m.route_k(data->seq_len() - 1), data->seq_len() - 1, m.routing.capacity);
   std::fflush(stdout);
 
   std::signal(SIGINT, on_sigint);
