@@ -30,6 +30,7 @@ constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 constexpr double kEmaRelTol = 1e-12;
 // A pixel "has a run's colour" when each channel is within this of it (antialiasing blends edges).
 constexpr int kColourTol = 40;
+constexpr int kMinKappaPixels = 100;     // one dashed line across one chart: about 240
 constexpr int kMinColouredPixels = 300;  // curves over a chart are thousands of pixels; the legend's
                                          // swatch (counted out below) is about a hundred
 
@@ -306,4 +307,24 @@ TEST(CurvesView, SavesPngAndCsvOffscreen) {
   EXPECT_EQ(lines[0], "run,key,step,value");
   EXPECT_TRUE(lines.contains("baseline,kappa,7," + QString::number(0.0866 * 3, 'g', 17)));
   EXPECT_TRUE(lines.contains("kappa 1 bit,val/ce_prior,100," + QString::number(3.2 / 10 + 0.3 * 2, 'g', 17)));
+
+  // A plain decoder's kappa (the trainer records one for every run) is not drawn: a run with only
+  // kappa rows leaves no pixel of its colour when it has no latent, a line when it has one.
+  const QColor plain_colour(240, 150, 0);
+  std::vector<MetricRow> kappa_only;
+  for (int64_t step = 1; step <= 2000; ++step) kappa_only.push_back(row(step, "kappa", 0.0866));
+  cache.append(4, kappa_only);
+  for (const bool latent : {false, true}) {
+    CurveRun plain{4, "plain decoder", plain_colour};
+    plain.latent = latent;
+    view.set_runs({plain});
+    QApplication::processEvents();
+    const QString shot = dir.filePath(latent ? "latent.png" : "plain.png");
+    ASSERT_TRUE(view.save_png(shot));
+    const int pixels = coloured_pixels(QImage(shot), plain_colour);
+    if (latent)
+      EXPECT_GE(pixels, kMinKappaPixels) << "a Free Transformer's kappa line";
+    else
+      EXPECT_EQ(pixels, 0) << "no kappa line for a run without a latent";
+  }
 }

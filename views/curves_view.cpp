@@ -65,7 +65,7 @@ constexpr int kGridColumns = 3;
 constexpr size_t kMarkedPointsMax = 8;  // a series this short also shows its points
 constexpr size_t kLegendRowMax = 3;
 constexpr double kLegendFontScale = 0.85;  // six line-style keys fit under a 280-pixel chart
-constexpr QSize kMinChartSize(240, 180);   // pixels; below this the axis labels crowd the plot out
+constexpr QSize kMinChartSize(240, 230);   // pixels; below this the axis labels crowd the plot out
 constexpr double kDefaultAlpha = 0.6;      // TensorBoard's default smoothing weight
 constexpr int kAlphaSteps = 99;            // the slider: alpha = value / 100, at most 0.99
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -491,6 +491,7 @@ void CurvePanel::set_runs(const std::vector<CurveRun>& runs) {
   lines_.clear();
   for (const CurveRun& run : runs) {
     for (const KeySpec& k : spec_.keys) {
+      if (k.key == "kappa" && !run.latent) continue;
       CurveLine line;
       line.run = run;
       line.spec = &k;

@@ -32,7 +32,8 @@ struct CurveRun {
   int64_t id = 0;
   QString name;
   QColor color;
-  QString note = {};  // after the name in the run legend: kappa and the free-bits form of a Free Transformer
+  QString note = {};   // after the name in the run legend: kappa and the free-bits form of a Free Transformer
+  bool latent = true;  // the run has a latent Z: false hides its kappa line (a plain decoder has no free bits)
 };
 
 class CurvesView : public QWidget {

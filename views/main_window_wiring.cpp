@@ -209,7 +209,8 @@ void MainWindow::update_overlay() {
         runs.push_back({id, QString::fromStdString(r.info.name), runs_model_->colour(id),
                         r.latent_bits > 0 ? QString::fromStdString("κ " + ftx::kappa_bits_text(r.kappa_bits)) + ", " +
                                                 r.free_bits_label
-                                          : QString()});
+                                          : QString(),
+                        r.latent_bits > 0});
   curves_->set_runs(runs);  // redrawn chart by chart
   benchmarks_->set_runs(runs);
 }
