@@ -1,9 +1,11 @@
 # Shared by run.sh and test.sh: Debian packages and the CMake build. Sourced, not executed.
 # xauth: xvfb-run needs it (xvfb only recommends it, and recommends are not installed).
 # bubblewrap and python3 (/usr/bin/python3): the sandbox that runs generated code (core/eval/bench/sandbox.h).
+# libopenmpi-dev, openmpi-bin (mpirun): multi-process training (core/dist/comm.h, docs/distributed.md).
 FTX_PACKAGES=(cmake ninja-build g++ libopenblas-openmp-dev libsqlite3-dev nlohmann-json3-dev
               libgtest-dev libcli11-dev clang-format git libpcre2-dev libutf8proc-dev
-              qt6-base-dev qt6-charts-dev libqt6opengl6-dev libimgui-dev xvfb xauth bubblewrap python3)
+              qt6-base-dev qt6-charts-dev libqt6opengl6-dev libimgui-dev xvfb xauth bubblewrap python3
+              libopenmpi-dev openmpi-bin)
 
 ftx_install_packages() {
   local missing=()

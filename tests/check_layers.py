@@ -14,6 +14,7 @@ LAYERS = [
     ["kernels/base"],  # Result, FT_ASSERT, Philox, DType: what every layer uses
     ["kernels"],  # the backends (CPU, CUDA)
     ["core/util"],  # fields, files, strict JSON, SHA-256
+    ["core/dist"],  # the processes of a training job (MPI)
     ["core/text", "core/model", "core/store"],  # tokenizers; the model; the run store
     ["core/io"],  # checkpoint and model-file formats
     ["core/data", "core/sample"],  # token files; sampling

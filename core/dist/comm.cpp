@@ -1,0 +1,64 @@
+// The single-process communicator and the choice of the job's (core/dist/comm.h).
+#include "core/dist/comm.h"
+
+#include <cstdlib>
+#include <cstring>
+
+namespace ftx {
+
+#ifdef FTX_HAVE_MPI
+Result<std::unique_ptr<Comm>> make_mpi_comm();  // comm_mpi.cpp
+#endif
+
+namespace {
+
+class SingleComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string engine() const override { return "one process"; }
+  Status allreduce_sum(float*, size_t) override { return {}; }
+  Status allreduce_sum(double*, size_t) override { return {}; }
+  Status broadcast(void*, size_t, int) override { return {}; }
+  Status allgather(const void* in, size_t bytes, void* out) override {
+    if (bytes > 0) std::memcpy(out, in, bytes);
+    return {};
+  }
+};
+
+}  // namespace
+
+std::unique_ptr<Comm> make_single_comm() { return std::make_unique<SingleComm>(); }
+
+bool mpi_built() {
+#ifdef FTX_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+int launched_processes() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+    const char* v = std::getenv(var);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long n = std::strtol(v, &end, 10);
+    if (*end == '\0' && n >= 1) return static_cast<int>(n);
+  }
+  return 1;
+}
+
+Result<std::unique_ptr<Comm>> make_job_comm() {
+  const int n = launched_processes();
+  if (n <= 1) return make_single_comm();
+#ifdef FTX_HAVE_MPI
+  return make_mpi_comm();
+#else
+  return make_error("started as " + std::to_string(n) +
+                    " processes (mpirun or srun), but this ftx was built without MPI: install libopenmpi-dev "
+                    "and rebuild (./test.sh does both), or run one process");
+#endif
+}
+
+}  // namespace ftx

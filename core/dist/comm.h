@@ -1,0 +1,48 @@
+// Comm: the processes of one training job and the collectives data-parallel training needs (issue
+// 26, docs/distributed.md). One process is rank 0 of 1 and every collective returns at once; a
+// job started by mpirun or srun with more than one process talks through Open MPI (comm_mpi.cpp,
+// built when CMake finds MPI). The buffers are host memory; a GPU's gradients go through NCCL in
+// the CUDA backend, not here.
+// Not here: which rank reads which sequences or writes the run store (core/train), process
+// launch (mpirun's job), any protocol of our own.
+#pragma once
+#include <cstddef>
+#include <memory>
+#include <string>
+
+#include "kernels/base/result.h"
+
+namespace ftx {
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // "one process", or the MPI library's own name and version ("Open MPI v4.1.4, ...").
+  virtual std::string engine() const = 0;
+  // In place: every rank's data becomes the element-wise sum over the ranks.
+  virtual Status allreduce_sum(float* data, size_t n) = 0;
+  virtual Status allreduce_sum(double* data, size_t n) = 0;
+  // Rank `root`'s bytes into every rank's `data`.
+  virtual Status broadcast(void* data, size_t bytes, int root) = 0;
+  // Every rank's `bytes` of `in` into every rank's `out` (size() x bytes), in rank order.
+  virtual Status allgather(const void* in, size_t bytes, void* out) = 0;
+  bool root() const { return rank() == 0; }
+};
+
+// Rank 0 of 1.
+std::unique_ptr<Comm> make_single_comm();
+
+// Whether this build can join an MPI job (CMake found MPI).
+bool mpi_built();
+
+// How many processes the launcher started this job with, read from its environment (mpirun's
+// OMPI_COMM_WORLD_SIZE, PMI_SIZE, srun's SLURM_STEP_NUM_TASKS); 1 when none is set.
+int launched_processes();
+
+// The job's communicator: MPI when the launcher started more than one process, else one process.
+// Errors: a multi-process launch in a build without MPI; MPI failing to start.
+Result<std::unique_ptr<Comm>> make_job_comm();
+
+}  // namespace ftx
