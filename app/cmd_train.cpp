@@ -6,8 +6,11 @@
 #include <csignal>
 #include <cstdio>
 
+#include <filesystem>
+
 #include "app/commands.h"
 #include "app/common.h"
+#include "core/dist/comm.h"
 #include "core/store/run_store.h"
 #include "core/train/run_start.h"
 #include "core/train/trainer.h"
@@ -69,6 +72,32 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
 }
 
 int run_train(TrainArgs& a) {
+  // Under mpirun or srun: one rank of a data-parallel job (docs/distributed.md). Rank 0 writes the
+  // run store; the other ranks train into a scratch store of their own, removed at the end.
+  auto made_comm = make_job_comm();
+  if (!made_comm) return fail(made_comm.error());
+  std::unique_ptr<Comm> comm = std::move(*made_comm);
+  std::string scratch;
+  if (comm->size() > 1) {
+    if (a.resume) return fail("--resume: not yet in a job of several processes (docs/distributed.md); resume in one");
+    if (!comm->root()) {
+      scratch = (std::filesystem::temp_directory_path() /
+                 ("ftx-rank" + std::to_string(comm->rank()) + "-" + std::to_string(::getpid()) + ".db"))
+                    .string();
+      a.db = scratch, a.quiet = true;
+    }
+  }
+  struct RemoveScratch {
+    const std::string& db;
+    ~RemoveScratch() {
+      if (db.empty()) return;
+      std::error_code ec;
+      for (const char* tail : {"", "-wal", "-shm", "-journal"}) std::filesystem::remove(db + tail, ec);
+      std::filesystem::remove_all(std::filesystem::path(db).replace_extension(".checkpoints"), ec);
+    }
+  } remove_scratch{scratch};
+  if (!comm->root() && !std::freopen("/dev/null", "w", stdout))
+    return fail("/dev/null: cannot open");  // rank 0 reports
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
@@ -101,6 +130,7 @@ int run_train(TrainArgs& a) {
     trainer = std::move(*t);
     data = std::move(prepared->data);
   }
+  if (auto joined = trainer->use_comm(*comm); !joined) return fail(joined.error());
   const ModelConfig& m = trainer->model_config();
   const TrainConfig& tc = trainer->train_config();
   std::printf("run '%s' in %s: %s, %d layers, D=%d, H=%d, kappa %.4g bit (%.4g nats), %lld parameters, %s %d/%d\n",
@@ -117,6 +147,9 @@ int run_train(TrainArgs& a) {
   else if (m.routing.kind != Routing::None)
     std::printf("routing %s: %s %d of every %d tokens (capacity %.4g)\n", routing_name(m.routing.kind), blocks.c_str(),
                 m.route_k(data->seq_len() - 1), data->seq_len() - 1, m.routing.capacity);
+  if (comm->size() > 1)
+    std::printf("data-parallel: %d processes (%s), %d of the %d sequences of each batch per process\n", comm->size(),
+                comm->engine().c_str(), tc.batch / comm->size(), tc.batch);
   std::fflush(stdout);
 
   std::signal(SIGINT, on_sigint);

@@ -833,9 +833,28 @@ void Model::upload_batch(ModelState& s, const int32_t* inputs, const int32_t* ta
   for (int l = 0; l < cfg_.n_layers; ++l) {
     if (!cfg_.routed(l)) continue;
     const uint64_t rs = derive_seed(seed, stream, uint64_t(l));
-    for (size_t n = 0; n < N; ++n) u[n] = philox_uniform(rs, kStreamRoute + uint64_t(l), n);
+    const uint64_t n0 = uint64_t(s.first_seq) * uint64_t(s.T);  // by global token row
+    for (size_t n = 0; n < N; ++n) u[n] = philox_uniform(rs, kStreamRoute + uint64_t(l), n0 + n);
     be_.upload(s.routes[size_t(l)].score, u.data(), N * sizeof(float));
   }
+}
+
+// The binary mapper's bits again, on the host, as the rows first_seq T .. of one process's batch
+// draw them: the mapper's comparison (the float uniform below the float p) on its own p, so the
+// codes are those a single process would sample. Only data-parallel ranks past the first need it.
+void Model::redraw_codes(ModelState& s, uint64_t seed, uint64_t stream) {
+  const size_t N = size_t(s.B) * s.T, H = size_t(cfg_.latent_bits);
+  std::vector<float> p(N * H);
+  std::vector<uint32_t> codes(N);
+  be_.download(p.data(), s.p, p.size() * sizeof(float));
+  const uint64_t i0 = uint64_t(s.first_seq) * uint64_t(s.T) * H;
+  for (size_t n = 0; n < N; ++n) {
+    uint32_t code = 0;
+    for (size_t h = 0; h < H; ++h)
+      code |= static_cast<uint32_t>(philox_uniform(seed, stream, i0 + n * H + h) < p[n * H + h]) << h;
+    codes[n] = code;
+  }
+  be_.upload(s.codes, codes.data(), N * sizeof(uint32_t));
 }
 
 void Model::forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uint64_t stream, float kappa,
@@ -862,6 +881,7 @@ void Model::forward_ops(ModelState& s, const uint32_t* codes, uint64_t seed, uin
       }
       // Binary mapper: sample codes from Bernoulli(p) (or take the given ones), then gather R.
       be_.binary_mapper_forward(s.codes, s.p, s.bit_logits, N, H, seed, stream);
+      if (!codes && s.first_seq > 0) redraw_codes(s, seed, stream);
       if (codes) be_.upload(s.codes, codes, size_t(N) * sizeof(uint32_t));
       be_.kl_forward(s.kl, s.p, N, H);
       be_.kl_batch_mean(s.kl_mean, s.kl, B, T);
@@ -963,6 +983,9 @@ void Model::read_kl(const ModelState& s, float* host) const {
 }
 void Model::read_kl_batch_mean(const ModelState& s, float* host) const {
   be_.download(host, s.kl_mean, size_t(s.T) * sizeof(float));
+}
+void Model::write_kl_batch_mean(ModelState& s, const float* host) {
+  be_.upload(s.kl_mean, host, size_t(s.T) * sizeof(float));
 }
 void Model::read_token_losses(const ModelState& s, float* host) const {
   be_.download(host, s.losses, size_t(s.B) * s.T * sizeof(float));

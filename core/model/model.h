@@ -108,8 +108,10 @@ class Model {
   void read_bit_probs(const ModelState& s, float* host) const;      // (B, T, H)
   void read_kl(const ModelState& s, float* host) const;             // (B, T) nats
   void read_kl_batch_mean(const ModelState& s, float* host) const;  // (T) nats: mean over the batch
-  void read_token_losses(const ModelState& s, float* host) const;   // (B, T) -log p(target)
-  void read_logits(const ModelState& s, float* host) const;         // (B, T, V)
+  // Replaces the batch means the backward uses (T): a data-parallel job's mean over the global batch.
+  void write_kl_batch_mean(ModelState& s, const float* host);
+  void read_token_losses(const ModelState& s, float* host) const;  // (B, T) -log p(target)
+  void read_logits(const ModelState& s, float* host) const;        // (B, T, V)
   // A routed block's choice in the last forward (docs/subjective_depth.md): for each sequence the
   // positions it computed, in time order (k = config().route_k(T) of them under top-k, any number
   // under a per-token choice), and the gate of every token, computed or not (B, T): 1 for random
@@ -192,7 +194,8 @@ class Model {
   void prior_forward(const RouteW& w, RouteActs& r, int N);
   void student_forward(const RouteW& w, RouteActs& r, const float* x, int B, int T, bool frozen);
   void lay_out_choice(RouteActs& r, int B, int T);
-  double route_loss(const ModelState& s) const;  // the routers' loss terms of the last forward
+  double route_loss(const ModelState& s) const;                      // the routers' loss terms of the last forward
+  void redraw_codes(ModelState& s, uint64_t seed, uint64_t stream);  // s.first_seq > 0 (model.cpp)
   void prior_backward(const RouteW& w, const RouteG& dw, RouteActs& r, ModelState& s, float* d_in);
   void init_bitlinear_post_sampler(std::vector<float>& host, uint64_t seed, float std) const;
   void set_tensors(std::vector<WeightRef> refs);

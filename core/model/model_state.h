@@ -74,6 +74,10 @@ class ModelState {
   ModelState& operator=(const ModelState&) = delete;
   Backend* be;
   int B = 0, T = 0;
+  // The global index of this batch's first sequence: 0 in one process; rank r of a data-parallel
+  // job holds sequences r B .. r B + B - 1 of the global batch and draws the latent bits and random
+  // routing's scores those sequences get in one process (core/dist, docs/distributed.md).
+  int64_t first_seq = 0;
   float* arena = nullptr;
   size_t arena_floats = 0;
   int32_t* tokens = nullptr;      // (2, N): inputs then targets, on the backend

@@ -15,6 +15,7 @@
 #include <omp.h>
 #include <nlohmann/json.hpp>
 
+#include "core/dist/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/io/config_json.h"
 #include "core/model/flops.h"
@@ -225,11 +226,13 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
 }
 
 void Trainer::train_step(BatchSource& data, StepReport& rep) {
-  const int B = tcfg_.batch, S = data.seq_len(), T = S - 1;
-  batch_.resize(size_t(B) * S), inputs_.resize(size_t(B) * T), targets_.resize(size_t(B) * T);
-  data.next(batch_.data(), B);
+  // The global batch from the stream (the same sequences however many processes share it), then
+  // this process's rows of it.
+  const int G = tcfg_.batch, B = state_->B, S = data.seq_len(), T = S - 1;
+  batch_.resize(size_t(G) * S), inputs_.resize(size_t(B) * T), targets_.resize(size_t(B) * T);
+  data.next(batch_.data(), G);
   data_position_ = data.position();
-  split_inputs_targets(batch_.data(), B, S, inputs_.data(), targets_.data());
+  split_inputs_targets(batch_.data() + size_t(state_->first_seq) * S, B, S, inputs_.data(), targets_.data());
   const float kappa = tcfg_.kappa_at(step_);
   const float lr = tcfg_.lr_at(step_);
   const AdamWStep adam{lr, tcfg_.beta1, tcfg_.beta2, tcfg_.adam_eps, step_ + 1};
@@ -237,16 +240,20 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   // replayed (only lr, t, kappa and the Philox stream change from step to step).
   const uint64_t stream = kStreamLatent + static_cast<uint64_t>(step_);
   model_->upload_batch(*state_, inputs_.data(), targets_.data(), tcfg_.seed, stream);
-  const bool graph = model_->step_graphable();
+  // A data-parallel step talks to the other ranks between its parts: no step graph.
+  const bool graph = model_->step_graphable() && !data_parallel();
   if (graph) be_.begin_graph();
   model_->zero_grad();
   model_->forward_ops(*state_, nullptr, tcfg_.seed, stream, kappa, tcfg_.free_bits_form());
+  if (data_parallel()) reduce_kl_batch_mean();
   model_->backward(*state_);
+  if (data_parallel()) reduce_gradients();
   be_.clip_grad_norm(model_->grads(), model_->num_params(), tcfg_.grad_clip, grad_norm_);
   be_.adamw_update(model_->params(), model_->grads(), adam_m_, adam_v_, adam_segments_.data(),
                    static_cast<int>(adam_segments_.size()), adam);
   if (graph) be_.end_graph();
   rep.stats = model_->read_stats(*state_);
+  if (data_parallel()) reduce_stats(rep.stats);
   float norm = 0;
   be_.download(&norm, grad_norm_, sizeof norm);
   rep.grad_norm = norm;
@@ -268,7 +275,80 @@ std::optional<double> Trainer::routed_share() const {
 }
 
 void Trainer::ensure_state(const BatchSource& data) {
-  if (!state_) state_ = model_->make_state(tcfg_.batch, data.seq_len() - 1);
+  if (state_) return;
+  const int P = comm_ ? comm_->size() : 1, r = comm_ ? comm_->rank() : 0;
+  state_ = model_->make_state(tcfg_.batch / P, data.seq_len() - 1);
+  state_->first_seq = int64_t(r) * (tcfg_.batch / P);
+}
+
+bool Trainer::data_parallel() const { return comm_ != nullptr && comm_->size() > 1; }
+bool Trainer::writes() const { return comm_ == nullptr || comm_->root(); }
+
+// A collective failing mid-step leaves the ranks out of step: nothing to recover, so it stops the
+// process with the error's line (mpirun then ends the job).
+static void must(const Status& st) {
+  if (!st) {
+    std::fprintf(stderr, "ftx: %s\n", st.error().message.c_str());
+    std::exit(1);
+  }
+}
+
+Status Trainer::use_comm(Comm& comm) {
+  if (state_) return make_error("run '" + run_ + "': use_comm after the first step");
+  const int P = comm.size();
+  if (P <= 1) return {};
+  if (tcfg_.batch % P != 0)
+    return make_error("--batch " + std::to_string(tcfg_.batch) + ": must be a multiple of the " + std::to_string(P) +
+                      " processes (it stays the global batch)");
+  // Every rank must train the same run: the configurations' digest, compared on every rank.
+  const std::string configs = config_to_json(model_->config()).dump() + train_config_to_json(tcfg_).dump();
+  const std::string mine = sha256_hex(configs.data(), configs.size());
+  std::vector<char> all(mine.size() * size_t(P));
+  FTX_TRY(comm.allgather(mine.data(), mine.size(), all.data()));
+  for (int q = 0; q < P; ++q)
+    if (std::string(all.data() + size_t(q) * mine.size(), mine.size()) != std::string(all.data(), mine.size()))
+      return make_error("rank " + std::to_string(q) + " of " + std::to_string(P) +
+                        " was started with another model or training configuration than rank 0");
+  comm_ = &comm;
+  return {};
+}
+
+void Trainer::reduce_kl_batch_mean() {
+  if (!state_->free || tcfg_.free_bits_form() != FreeBitsForm::BatchMean) return;
+  const int T = state_->T;
+  host_kl_mean_.resize(size_t(T));
+  model_->read_kl_batch_mean(*state_, host_kl_mean_.data());
+  const float share = float(state_->B) / float(tcfg_.batch);  // a rank's mean counts B / G
+  for (float& x : host_kl_mean_) x *= share;
+  must(comm_->allreduce_sum(host_kl_mean_.data(), host_kl_mean_.size()));
+  model_->write_kl_batch_mean(*state_, host_kl_mean_.data());
+}
+
+void Trainer::reduce_gradients() {
+  const size_t n = model_->num_params();
+  host_grads_.resize(n + 1);
+  be_.download(host_grads_.data(), model_->grads(), n * sizeof(float));
+  host_grads_[n] = stop_asked_ ? 1.0f : 0.0f;
+  must(comm_->allreduce_sum(host_grads_.data(), host_grads_.size()));
+  stop_all_ = host_grads_[n] > 0.0f;
+  const float inv = 1.0f / float(comm_->size());  // each rank's gradient is a mean over its tokens
+  for (size_t i = 0; i < n; ++i) host_grads_[i] *= inv;
+  be_.upload(model_->grads(), host_grads_.data(), n * sizeof(float));
+}
+
+void Trainer::reduce_stats(StepStats& st) {
+  // CE, KL, per-pair free bits and the routers' terms are means over equal shares of the batch:
+  // the global mean is the ranks' average. Batch-mean free bits: from the global batch means.
+  double v[4] = {st.ce, st.kl, st.kl_excess, st.route};
+  must(comm_->allreduce_sum(v, 4));
+  for (double& x : v) x /= comm_->size();
+  st.ce = v[0], st.kl = v[1], st.kl_excess = v[2], st.route = v[3];
+  if (state_->free && tcfg_.free_bits_form() == FreeBitsForm::BatchMean) {
+    double e = 0;
+    for (float m : host_kl_mean_) e += m > state_->kappa ? double(m) - state_->kappa : 0.0;
+    st.kl_excess = e / double(state_->T);
+  }
+  st.loss = st.ce + st.kl_excess + st.route;
 }
 
 StepReport Trainer::step_once(BatchSource& data) {
@@ -443,14 +523,16 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
     if (!suite) return suite.error();
     bench_ = std::make_unique<bench::BenchSuite>(std::move(*suite));
   }
-  if (eval_at_start_ && step_ == 0 && tcfg_.eval_every > 0) FTX_TRY(eval_and_record(data, cb));
+  if (eval_at_start_ && step_ == 0 && tcfg_.eval_every > 0 && writes()) FTX_TRY(eval_and_record(data, cb));
   eval_at_start_ = false;
-  if (bench_ && step_ == 0) FTX_TRY(bench_and_record(data, cb));
+  if (bench_ && step_ == 0 && writes()) FTX_TRY(bench_and_record(data, cb));
   while (step_ < tcfg_.steps) {
-    if (stop.load() || (cb.before_step && !cb.before_step())) {
+    const bool stop_here = stop.load() || (cb.before_step && !cb.before_step());
+    if (stop_here && !data_parallel()) {
       stopped = true;
       break;
     }
+    stop_asked_ = stop_here;  // a job's ranks stop together, after the step that carried the request
     const auto ts = Clock::now();
     StepReport rep;
     train_step(data, rep);
@@ -482,6 +564,11 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
       FTX_TRY(store_.flush());
       last_flush = te;
     }
+    if (stop_all_) {
+      stopped = true;
+      break;
+    }
+    if (!writes()) continue;  // a job's other ranks only train
     if (tcfg_.eval_every > 0 && s % tcfg_.eval_every == 0) FTX_TRY(eval_and_record(data, cb));
     if (bench_ && tcfg_.bench_every > 0 && s % tcfg_.bench_every == 0) FTX_TRY(bench_and_record(data, cb));
     if (tcfg_.checkpoint_every > 0 && s % tcfg_.checkpoint_every == 0 && s < tcfg_.steps) {
@@ -489,11 +576,13 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
       if (cb.on_checkpoint) cb.on_checkpoint(s, checkpoint_dir(db_path_, run_, s));
     }
   }
-  if (!stopped && tcfg_.eval_every > 0 && step_ % tcfg_.eval_every != 0) FTX_TRY(eval_and_record(data, cb));
-  if (!stopped && bench_ && (tcfg_.bench_every == 0 || step_ % tcfg_.bench_every != 0))
-    FTX_TRY(bench_and_record(data, cb));
-  FTX_TRY(save_checkpoint());
-  if (cb.on_checkpoint) cb.on_checkpoint(step_, checkpoint_dir(db_path_, run_, step_));
+  if (writes()) {
+    if (!stopped && tcfg_.eval_every > 0 && step_ % tcfg_.eval_every != 0) FTX_TRY(eval_and_record(data, cb));
+    if (!stopped && bench_ && (tcfg_.bench_every == 0 || step_ % tcfg_.bench_every != 0))
+      FTX_TRY(bench_and_record(data, cb));
+    FTX_TRY(save_checkpoint());
+    if (cb.on_checkpoint) cb.on_checkpoint(step_, checkpoint_dir(db_path_, run_, step_));
+  }
   if (stopped) FTX_TRY(store_.add_event(run_id_, step_, "stopped", "{}"));
   FTX_TRY(store_.set_status(run_id_, stopped ? "stopped" : "done"));
   return store_.flush();

@@ -24,6 +24,7 @@ namespace ftx {
 namespace bench {
 class BenchSuite;
 }
+class Comm;
 
 struct StepReport {
   int step = 0;  // updates done
@@ -98,6 +99,13 @@ class Trainer {
   // Changes the free-bits threshold from the next step on (the studio's live kappa; a schedule
   // is replaced by the constant), recorded as a "kappa" event with the old and new value.
   Status set_kappa(float kappa_nats);
+  // Trains as one rank of a data-parallel job (core/dist/comm.h, docs/distributed.md), before the
+  // first step: this process computes its B / P sequences of every global batch of B, the ranks
+  // average their gradients and the free bits' batch means, and the step's statistics are those
+  // of the global batch. Only rank 0 evaluates and checkpoints; the other ranks' stores are
+  // scratch. Refused: a batch that the P processes do not divide; ranks whose run configurations
+  // differ (named by the first differing rank); a job of one process is a no-op.
+  Status use_comm(Comm& comm);
   // The benchmark suite of bench_tasks, already loaded (prepare_run): run() then reads no file.
   void use_bench_suite(std::unique_ptr<bench::BenchSuite> suite);
   Status flush() { return store_.flush(); }  // buffered metrics, e.g. before a pause
@@ -124,6 +132,13 @@ class Trainer {
                                                std::shared_ptr<const Tokenizer> tokenizer, const TrainConfig& tcfg,
                                                std::string db, std::string run);
   void train_step(BatchSource& data, StepReport& rep);
+  // A data-parallel step's collectives (comm_ with P > 1): the batch-mean KL before the backward,
+  // the gradients (and everyone's stop request, one more float) after it, the statistics.
+  void reduce_kl_batch_mean();
+  void reduce_gradients();
+  void reduce_stats(StepStats& st);
+  bool data_parallel() const;
+  bool writes() const;  // this process evaluates and checkpoints: one process, or rank 0
   void ensure_state(const BatchSource& data);
   Status save_checkpoint();
   // --keep-checkpoints: drops checkpoints beyond the last N and the best by val/ce_prior. The
@@ -156,6 +171,11 @@ class Trainer {
   float* adam_m_ = nullptr;                  // (num_params)
   float* adam_v_ = nullptr;                  // (num_params)
   std::vector<int32_t> batch_, inputs_, targets_;
+  Comm* comm_ = nullptr;             // a data-parallel job (use_comm); null: one process
+  bool stop_asked_ = false;          // this rank's stop request, sent with the next gradients
+  bool stop_all_ = false;            // some rank asked to stop: every rank stops after this step
+  std::vector<float> host_grads_;    // (num_params + 1) the gradients and the stop flag, reduced
+  std::vector<float> host_kl_mean_;  // (T)
 };
 
 }  // namespace ftx

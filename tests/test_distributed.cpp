@@ -1,0 +1,130 @@
+// Data-parallel training (docs/distributed.md): `mpirun -np 2 ftx train` against `ftx train` in one
+// process on the same global batch. The two must give the same loss curve and the same weights to
+// within rounding: the data, the latent bits and random routing's draws are those of the global
+// batch, and the gradients and the free bits' batch means are averaged over the ranks. Also the
+// refusals: a batch the processes do not divide, --resume in a job. Skipped without MPI.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "core/dist/comm.h"
+#include "core/io/checkpoint.h"
+#include "core/store/run_store.h"
+#include "core/train/trainer.h"
+#include "tests/test_util.h"
+
+namespace ftx {
+namespace {
+
+constexpr double kCurveTol = 1e-4;  // reduction order only (the bound)
+constexpr int kSteps = 30;
+
+#ifdef FTX_MPIEXEC
+const std::vector<std::string> kMpiEnv = {"OMP_NUM_THREADS=1", "NO_COLOR=1", "OMPI_ALLOW_RUN_AS_ROOT=1",
+                                          "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1"};
+
+test::Outcome ftx_on(int processes, const std::vector<std::string>& args, const std::string& cwd) {
+  std::vector<std::string> argv = test::ftx_argv(args);
+  if (processes > 1) argv.insert(argv.begin(), {FTX_MPIEXEC, "-n", std::to_string(processes), "--oversubscribe"});
+  return test::run_child(argv, kMpiEnv, cwd);
+}
+#endif
+
+std::vector<double> curve(const std::string& db, const std::string& run, const std::string& key) {
+  auto store = RunStore::open(db);
+  if (!store) return {};
+  auto info = store->find_run(run);
+  if (!info) return {};
+  auto rows = store->metrics(info->id, key);
+  if (!rows) return {};
+  std::vector<double> v;
+  for (const MetricRow& r : *rows) v.push_back(r.value);
+  return v;
+}
+
+class DataParallel : public ::testing::Test {
+ protected:
+  void SetUp() override {
+#ifndef FTX_MPIEXEC
+    GTEST_SKIP() << "built without MPI";
+#endif
+  }
+};
+
+#ifdef FTX_MPIEXEC
+// The Free Transformer (H = 8, batch-mean free bits: a mean over the global batch enters the
+// backward) and random routing (its draws by global token row), each in one process and in two.
+TEST_F(DataParallel, TwoProcessesFollowTheOneProcessCurve) {
+  test::TempDir dir("ftx_test_distributed_");
+  const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
+      {"free", {"--latent-bits", "8"}},
+      {"routed", {"--latent-bits", "8", "--layers", "4", "--routing", "random", "--capacity", "0.5"}}};
+  for (const auto& [name, extra] : cases) {
+    SCOPED_TRACE(name);
+    std::vector<std::string> base = {"train",
+                                     "--dataset",
+                                     "synthetic",
+                                     "--preset",
+                                     "tiny",
+                                     "--batch",
+                                     "8",
+                                     "--steps",
+                                     std::to_string(kSteps),
+                                     "--eval-every",
+                                     "0",
+                                     "--seed",
+                                     "5",
+                                     "--quiet"};
+    base.insert(base.end(), extra.begin(), extra.end());
+    std::vector<std::string> one = base, two = base;
+    one.insert(one.end(), {"--db", dir / "one.db", "--run", name});
+    two.insert(two.end(), {"--db", dir / "two.db", "--run", name});
+    const test::Outcome a = ftx_on(1, one, dir.path());
+    ASSERT_EQ(a.code, 0) << a.err;
+    const test::Outcome b = ftx_on(2, two, dir.path());
+    ASSERT_EQ(b.code, 0) << b.out << b.err;
+    EXPECT_NE(b.out.find("data-parallel: 2 processes"), std::string::npos) << b.out;
+    for (const char* key : {"train/loss", "train/ce", "train/kl", "train/kl_excess", "train/grad_norm"}) {
+      const std::vector<double> c1 = curve(dir / "one.db", name, key), c2 = curve(dir / "two.db", name, key);
+      ASSERT_EQ(c1.size(), size_t(kSteps)) << key;
+      ASSERT_EQ(c2.size(), size_t(kSteps)) << key << ": rank 0 records every step";
+      double worst = 0;
+      for (size_t i = 0; i < c1.size(); ++i) worst = std::max(worst, std::abs(c1[i] - c2[i]));
+      std::printf("[ 2 ranks  ] %s %s: worst of %d steps apart by %.2e\n", name.c_str(), key, kSteps, worst);
+      EXPECT_LE(worst, kCurveTol) << key;
+    }
+    const std::vector<double> loss = curve(dir / "one.db", name, "train/loss");
+    EXPECT_LT(loss.back(), loss.front() - 0.5) << "the curve falls: the comparison shows training";
+    auto c1 = load_checkpoint(checkpoint_dir(dir / "one.db", name, kSteps), false);
+    auto c2 = load_checkpoint(checkpoint_dir(dir / "two.db", name, kSteps), false);
+    ASSERT_TRUE(c1.ok()) << c1.error().message;
+    ASSERT_TRUE(c2.ok()) << c2.error().message << ": rank 0 writes the checkpoint";
+    ASSERT_EQ(c1->params.size(), c2->params.size());
+    double worst = 0;
+    for (size_t i = 0; i < c1->params.size(); ++i)
+      worst = std::max(worst, double(std::abs(c1->params[i] - c2->params[i])));
+    EXPECT_LE(worst, kCurveTol) << "the weights after " << kSteps << " steps";
+  }
+}
+
+TEST_F(DataParallel, ABatchTheProcessesDoNotDivideAndResumeAreRefused) {
+  test::TempDir dir("ftx_test_distributed_");
+  const test::Outcome odd = ftx_on(2,
+                                   {"train", "--dataset", "synthetic", "--preset", "tiny", "--batch", "7", "--steps",
+                                    "2", "--db", dir / "odd.db", "--run", "odd", "--quiet"},
+                                   dir.path());
+  EXPECT_NE(odd.code, 0);
+  EXPECT_NE(odd.err.find("--batch 7: must be a multiple of the 2 processes"), std::string::npos) << odd.err;
+  const test::Outcome resume =
+      ftx_on(2, {"train", "--db", dir / "odd.db", "--run", "odd", "--resume", "--quiet"}, dir.path());
+  EXPECT_NE(resume.code, 0);
+  EXPECT_NE(resume.err.find("--resume: not yet in a job of several processes"), std::string::npos) << resume.err;
+}
+#endif
+
+}  // namespace
+}  // namespace ftx
