@@ -830,10 +830,10 @@ void Model::upload_batch(ModelState& s, const int32_t* inputs, const int32_t* ta
   if (cfg_.routing.kind != Routing::Random) return;
   // Random routing ranks tokens by uniform draws, a function of (seed, stream, layer).
   std::vector<float> u(N);
+  const uint64_t n0 = uint64_t(s.first_seq) * uint64_t(s.T);  // by global token row
   for (int l = 0; l < cfg_.n_layers; ++l) {
     if (!cfg_.routed(l)) continue;
     const uint64_t rs = derive_seed(seed, stream, uint64_t(l));
-    const uint64_t n0 = uint64_t(s.first_seq) * uint64_t(s.T);  // by global token row
     for (size_t n = 0; n < N; ++n) u[n] = philox_uniform(rs, kStreamRoute + uint64_t(l), n0 + n);
     be_.upload(s.routes[size_t(l)].score, u.data(), N * sizeof(float));
   }

@@ -343,11 +343,8 @@ void Trainer::reduce_stats(StepStats& st) {
   must(comm_->allreduce_sum(v, 4));
   for (double& x : v) x /= comm_->size();
   st.ce = v[0], st.kl = v[1], st.kl_excess = v[2], st.route = v[3];
-  if (state_->free && tcfg_.free_bits_form() == FreeBitsForm::BatchMean) {
-    double e = 0;
-    for (float m : host_kl_mean_) e += m > state_->kappa ? double(m) - state_->kappa : 0.0;
-    st.kl_excess = e / double(state_->T);
-  }
+  if (state_->free && tcfg_.free_bits_form() == FreeBitsForm::BatchMean)  // the global means: a batch of one
+    st.kl_excess = summarize_kl(host_kl_mean_.data(), 1, state_->T, state_->kappa, FreeBitsForm::BatchMean).excess;
   st.loss = st.ce + st.kl_excess + st.route;
 }
 

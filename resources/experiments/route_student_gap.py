@@ -6,8 +6,7 @@ characters of '_' holding the letter 8 times from a uniform start in [0, 56], ev
 '!' with probability 1/16), scores them with `ftx score` on both router paths of one checkpoint,
 and prints, per event of the predicted token (start: the target's first position; letter: its
 other seven; noise: a '!' outside the target; before, after: a '_' before or after the target), the
-mean CE on each path and the
-share of those tokens each routed block computed on each path.
+mean CE on each path and the share of those tokens each routed block computed on each path.
 
     resources/experiments/route_student_gap.py CHECKPOINT [--n 256] [--seed 1] [--ftx build/app/ftx]
 
@@ -76,12 +75,13 @@ def main():
     for r, res in paths.items():
         for i, (_, events) in enumerate(seqs):
             lp = res["logprobs"][i]
+            computed = [(b["block"], set(b["computed"][i])) for b in res["routing"]["blocks"]]
             for t, e in enumerate(events):
                 if e is None:
                     continue
                 ce[r][e].append(-lp[t - 1])  # logprobs[t - 1]: the token at position t
-                for b in res["routing"]["blocks"]:
-                    comp[r][(b["block"], e)].append(1.0 if t in set(b["computed"][i]) else 0.0)
+                for blk, positions in computed:
+                    comp[r][(blk, e)].append(1.0 if t in positions else 0.0)
     mean = lambda v: sum(v) / len(v) if v else float("nan")
     print(f"checkpoint {a.checkpoint}, {a.n} sequences; CE over the body: teacher "
           f"{mean(sum(ce['teacher'].values(), [])):.4f}, student {mean(sum(ce['student'].values(), [])):.4f}")
