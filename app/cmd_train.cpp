@@ -79,7 +79,6 @@ int run_train(TrainArgs& a) {
   std::unique_ptr<Comm> comm = std::move(*made_comm);
   std::string scratch;
   if (comm->size() > 1) {
-    if (a.resume) return fail("--resume: not yet in a job of several processes (docs/distributed.md); resume in one");
     if (!comm->root()) {
       scratch = (std::filesystem::temp_directory_path() /
                  ("ftx-rank" + std::to_string(comm->rank()) + "-" + std::to_string(::getpid()) + ".db"))
@@ -110,10 +109,21 @@ int run_train(TrainArgs& a) {
   std::unique_ptr<Trainer> trainer;
   std::unique_ptr<BatchSource> data;
   if (a.resume) {
-    auto t = Trainer::resume(*backend, a.db, a.run, a.steps_given ? std::optional<int>(a.train.steps) : std::nullopt);
+    const std::optional<int> steps = a.steps_given ? std::optional<int>(a.train.steps) : std::nullopt;
+    auto t = comm->root() ? Trainer::resume(*backend, a.db, a.run, steps) : Result<std::unique_ptr<Trainer>>(nullptr);
+    // In a job, rank 0 names the checkpoint it resumes from and every other rank loads the same
+    // one into its scratch store (empty: rank 0 failed, and says why).
+    if (comm->size() > 1) {
+      auto dir = broadcast_text(*comm, t && *t ? (*t)->resumed_from() : std::string());
+      if (!dir) return fail(dir.error());
+      if (!comm->root()) {
+        if (dir->empty()) return 1;
+        t = Trainer::follow(*backend, *dir, a.db, a.run, steps);
+      }
+    }
     if (!t) return fail(t.error());
     trainer = std::move(*t);
-    if (trainer->thread_count_changed())
+    if (trainer->thread_count_changed() && comm->root())
       std::fprintf(stderr,
                    "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
     auto opened = open_dataset(trainer->train_config());

@@ -2,7 +2,8 @@
 // process on the same global batch. The two must give the same loss curve and the same weights to
 // within rounding: the data, the latent bits and random routing's draws are those of the global
 // batch, and the gradients and the free bits' batch means are averaged over the ranks. Also the
-// refusals: a batch the processes do not divide, --resume in a job. Skipped without MPI.
+// refusals: a batch the processes do not divide. A run resumed with another process count
+// continues the same curve. Skipped without MPI.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -46,6 +47,50 @@ std::vector<double> curve(const std::string& db, const std::string& run, const s
   return v;
 }
 
+// The largest |a - b| over two curves of equal length (ASSERTed by the caller).
+double worst_apart(const std::vector<double>& a, const std::vector<double>& b) {
+  double worst = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+// The largest |a - b| over the weights of two runs' checkpoints at `step`.
+double weights_apart(const std::string& db_a, const std::string& db_b, const std::string& run, int step) {
+  auto c1 = load_checkpoint(checkpoint_dir(db_a, run, step), false);
+  auto c2 = load_checkpoint(checkpoint_dir(db_b, run, step), false);
+  EXPECT_TRUE(c1.ok()) << c1.error().message;
+  EXPECT_TRUE(c2.ok()) << c2.error().message << ": rank 0 writes the checkpoint";
+  if (!c1.ok() || !c2.ok() || c1->params.size() != c2->params.size()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < c1->params.size(); ++i)
+    worst = std::max(worst, double(std::abs(c1->params[i] - c2->params[i])));
+  return worst;
+}
+
+// `ftx train` on the tiny Free Transformer (H = 8, batch-mean free bits) at batch 8.
+std::vector<std::string> tiny_run(const std::string& db, const std::string& run, int steps) {
+  return {"train",
+          "--dataset",
+          "synthetic",
+          "--preset",
+          "tiny",
+          "--latent-bits",
+          "8",
+          "--batch",
+          "8",
+          "--steps",
+          std::to_string(steps),
+          "--eval-every",
+          "0",
+          "--seed",
+          "5",
+          "--quiet",
+          "--db",
+          db,
+          "--run",
+          run};
+}
+
 class DataParallel : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -61,28 +106,12 @@ class DataParallel : public ::testing::Test {
 TEST_F(DataParallel, TwoProcessesFollowTheOneProcessCurve) {
   test::TempDir dir("ftx_test_distributed_");
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      {"free", {"--latent-bits", "8"}},
-      {"routed", {"--latent-bits", "8", "--layers", "4", "--routing", "random", "--capacity", "0.5"}}};
+      {"free", {}}, {"routed", {"--layers", "4", "--routing", "random", "--capacity", "0.5"}}};
   for (const auto& [name, extra] : cases) {
     SCOPED_TRACE(name);
-    std::vector<std::string> base = {"train",
-                                     "--dataset",
-                                     "synthetic",
-                                     "--preset",
-                                     "tiny",
-                                     "--batch",
-                                     "8",
-                                     "--steps",
-                                     std::to_string(kSteps),
-                                     "--eval-every",
-                                     "0",
-                                     "--seed",
-                                     "5",
-                                     "--quiet"};
-    base.insert(base.end(), extra.begin(), extra.end());
-    std::vector<std::string> one = base, two = base;
-    one.insert(one.end(), {"--db", dir / "one.db", "--run", name});
-    two.insert(two.end(), {"--db", dir / "two.db", "--run", name});
+    std::vector<std::string> one = tiny_run(dir / "one.db", name, kSteps), two = tiny_run(dir / "two.db", name, kSteps);
+    one.insert(one.end(), extra.begin(), extra.end());
+    two.insert(two.end(), extra.begin(), extra.end());
     const test::Outcome a = ftx_on(1, one, dir.path());
     ASSERT_EQ(a.code, 0) << a.err;
     const test::Outcome b = ftx_on(2, two, dir.path());
@@ -92,26 +121,18 @@ TEST_F(DataParallel, TwoProcessesFollowTheOneProcessCurve) {
       const std::vector<double> c1 = curve(dir / "one.db", name, key), c2 = curve(dir / "two.db", name, key);
       ASSERT_EQ(c1.size(), size_t(kSteps)) << key;
       ASSERT_EQ(c2.size(), size_t(kSteps)) << key << ": rank 0 records every step";
-      double worst = 0;
-      for (size_t i = 0; i < c1.size(); ++i) worst = std::max(worst, std::abs(c1[i] - c2[i]));
+      const double worst = worst_apart(c1, c2);
       std::printf("[ 2 ranks  ] %s %s: worst of %d steps apart by %.2e\n", name.c_str(), key, kSteps, worst);
       EXPECT_LE(worst, kCurveTol) << key;
     }
     const std::vector<double> loss = curve(dir / "one.db", name, "train/loss");
     EXPECT_LT(loss.back(), loss.front() - 0.5) << "the curve falls: the comparison shows training";
-    auto c1 = load_checkpoint(checkpoint_dir(dir / "one.db", name, kSteps), false);
-    auto c2 = load_checkpoint(checkpoint_dir(dir / "two.db", name, kSteps), false);
-    ASSERT_TRUE(c1.ok()) << c1.error().message;
-    ASSERT_TRUE(c2.ok()) << c2.error().message << ": rank 0 writes the checkpoint";
-    ASSERT_EQ(c1->params.size(), c2->params.size());
-    double worst = 0;
-    for (size_t i = 0; i < c1->params.size(); ++i)
-      worst = std::max(worst, double(std::abs(c1->params[i] - c2->params[i])));
+    const double worst = weights_apart(dir / "one.db", dir / "two.db", name, kSteps);
     EXPECT_LE(worst, kCurveTol) << "the weights after " << kSteps << " steps";
   }
 }
 
-TEST_F(DataParallel, ABatchTheProcessesDoNotDivideAndResumeAreRefused) {
+TEST_F(DataParallel, ABatchTheProcessesDoNotDivideIsRefused) {
   test::TempDir dir("ftx_test_distributed_");
   const test::Outcome odd = ftx_on(2,
                                    {"train", "--dataset", "synthetic", "--preset", "tiny", "--batch", "7", "--steps",
@@ -119,10 +140,36 @@ TEST_F(DataParallel, ABatchTheProcessesDoNotDivideAndResumeAreRefused) {
                                    dir.path());
   EXPECT_NE(odd.code, 0);
   EXPECT_NE(odd.err.find("--batch 7: must be a multiple of the 2 processes"), std::string::npos) << odd.err;
-  const test::Outcome resume =
-      ftx_on(2, {"train", "--db", dir / "odd.db", "--run", "odd", "--resume", "--quiet"}, dir.path());
-  EXPECT_NE(resume.code, 0);
-  EXPECT_NE(resume.err.find("--resume: not yet in a job of several processes"), std::string::npos) << resume.err;
+  EXPECT_EQ(odd.err.find("rank 1"), std::string::npos) << "rank 0 alone reports: " << odd.err;
+}
+
+// The check: 2 processes to step 20 and then 1 to 40 equals 1 process to 40; and the other
+// way round (1 then 2), where rank 1 loads the checkpoint rank 0 names.
+TEST_F(DataParallel, AResumedRunMayChangeTheProcessCount) {
+  test::TempDir dir("ftx_test_distributed_");
+  constexpr int kHalf = 20, kAll = 40;
+  const test::Outcome one = ftx_on(1, tiny_run(dir / "one.db", "r", kAll), dir.path());
+  ASSERT_EQ(one.code, 0) << one.err;
+  for (const auto& [first, then] : {std::pair{2, 1}, std::pair{1, 2}}) {
+    const std::string db = dir / ("from" + std::to_string(first) + ".db");
+    SCOPED_TRACE(db);
+    const test::Outcome a = ftx_on(first, tiny_run(db, "r", kHalf), dir.path());
+    ASSERT_EQ(a.code, 0) << a.out << a.err;
+    std::vector<std::string> more = {"train",  "--db", db, "--run", "r", "--resume", "--steps", std::to_string(kAll),
+                                     "--quiet"};
+    const test::Outcome b = ftx_on(then, more, dir.path());
+    ASSERT_EQ(b.code, 0) << b.out << b.err;
+    EXPECT_NE(b.out.find("resuming at step 20/40"), std::string::npos) << b.out;
+    for (const char* key : {"train/loss", "train/kl_excess", "train/grad_norm"}) {
+      const std::vector<double> c1 = curve(dir / "one.db", "r", key), c2 = curve(db, "r", key);
+      ASSERT_EQ(c1.size(), size_t(kAll)) << key;
+      ASSERT_EQ(c2.size(), size_t(kAll)) << key;
+      std::printf("[ resume   ] %d then %d processes, %s: worst of %d steps apart by %.2e\n", first, then, key, kAll,
+                  worst_apart(c1, c2));
+      EXPECT_LE(worst_apart(c1, c2), kCurveTol) << key;
+    }
+    EXPECT_LE(weights_apart(dir / "one.db", db, "r", kAll), kCurveTol) << "the weights after " << kAll << " steps";
+  }
 }
 #endif
 

@@ -1,6 +1,7 @@
 // The single-process communicator and the choice of the job's (core/dist/comm.h).
 #include "core/dist/comm.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 
@@ -27,6 +28,14 @@ class SingleComm final : public Comm {
 };
 
 }  // namespace
+
+Result<std::string> broadcast_text(Comm& comm, const std::string& text, int root) {
+  uint64_t n = text.size();
+  FTX_TRY(comm.broadcast(&n, sizeof n, root));
+  std::string out = comm.rank() == root ? text : std::string(n, '\0');
+  if (n > 0) FTX_TRY(comm.broadcast(out.data(), n, root));
+  return out;
+}
 
 std::unique_ptr<Comm> make_single_comm() { return std::make_unique<SingleComm>(); }
 

@@ -31,6 +31,9 @@ class Comm {
   bool root() const { return rank() == 0; }
 };
 
+// Rank `root`'s text on every rank (its length first, then its bytes).
+Result<std::string> broadcast_text(Comm& comm, const std::string& text, int root = 0);
+
 // Rank 0 of 1.
 std::unique_ptr<Comm> make_single_comm();
 

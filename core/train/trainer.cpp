@@ -184,6 +184,34 @@ Result<std::unique_ptr<Trainer>> Trainer::start(Backend& be, const ModelConfig& 
   return t;
 }
 
+Result<std::unique_ptr<Trainer>> Trainer::from_checkpoint(Backend& be, RunStore store, const std::string& dir,
+                                                          std::optional<int> steps, const std::string& db_path,
+                                                          const std::string& run) {
+  auto ck = load_checkpoint(dir, true);
+  if (!ck) return ck.error();
+  if (!ck->has_training_state) return make_error(dir + ": no training state (optimizer moments) to resume from");
+  auto pos = read_position(ck->trainer, dir + "/trainer.json");
+  if (!pos) return pos.error();
+  auto tcfg = train_config_from_json(ck->trainer.value("train", json::object()), dir + "/trainer.json");
+  if (!tcfg) return tcfg.error();
+  if (steps) tcfg->steps = *steps;
+  FTX_TRY(tcfg->validate());
+  auto made = make(be, std::move(store), ck->config, ck->tokenizer, *tcfg, db_path, run);
+  if (!made) return made.error();
+  std::unique_ptr<Trainer> t = std::move(*made);
+  t->step_ = pos->step;
+  t->data_position_ = pos->data_position;
+  t->last_checkpoint_step_ = t->step_;
+  t->checkpoint_dir_ = dir;
+  t->model_->load_params(ck->params.data());
+  const size_t bytes = t->model_->num_params() * sizeof(float);
+  be.upload(t->adam_m_, ck->adam_m.data(), bytes);
+  be.upload(t->adam_v_, ck->adam_v.data(), bytes);
+  t->thread_change_ = pos->threads > 0 && pos->threads != omp_get_max_threads();
+  t->threads_before_ = pos->threads;
+  return t;
+}
+
 Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string& db_path, const std::string& run,
                                                  std::optional<int> steps) {
   if (!std::filesystem::exists(db_path))
@@ -194,34 +222,29 @@ Result<std::unique_ptr<Trainer>> Trainer::resume(Backend& be, const std::string&
   if (!info) return info.error();
   auto ref = find_run_checkpoint(*store, run, std::nullopt);
   if (!ref) return ref.error();
-  const std::string dir = ref->dir;
-  auto ck = load_checkpoint(dir, true);
-  if (!ck) return ck.error();
-  if (!ck->has_training_state) return make_error(dir + ": no training state (optimizer moments) to resume from");
-  auto pos = read_position(ck->trainer, dir + "/trainer.json");
-  if (!pos) return pos.error();
-  auto tcfg = train_config_from_json(ck->trainer.value("train", json::object()), dir + "/trainer.json");
-  if (!tcfg) return tcfg.error();
-  if (steps) tcfg->steps = *steps;
-  FTX_TRY(tcfg->validate());
-  auto made = make(be, std::move(*store), ck->config, ck->tokenizer, *tcfg, db_path, run);
+  auto made = from_checkpoint(be, std::move(*store), ref->dir, steps, db_path, run);
   if (!made) return made.error();
   std::unique_ptr<Trainer> t = std::move(*made);
   t->run_id_ = info->id;
-  t->step_ = pos->step;
-  t->data_position_ = pos->data_position;
-  t->last_checkpoint_step_ = t->step_;
-  t->model_->load_params(ck->params.data());
-  const size_t bytes = t->model_->num_params() * sizeof(float);
-  be.upload(t->adam_m_, ck->adam_m.data(), bytes);
-  be.upload(t->adam_v_, ck->adam_v.data(), bytes);
   // The curve continues from the checkpoint: rows a killed process wrote past it are recomputed.
   FTX_TRY(t->store_.delete_metrics_after(info->id, t->step_));
-  const int threads = pos->threads;
-  t->thread_change_ = threads > 0 && threads != omp_get_max_threads();
   FTX_TRY(t->store_.add_event(
       info->id, t->step_, "resumed",
-      json{{"checkpoint", dir}, {"threads_before", threads}, {"threads", omp_get_max_threads()}}.dump()));
+      json{{"checkpoint", ref->dir}, {"threads_before", t->threads_before_}, {"threads", omp_get_max_threads()}}
+          .dump()));
+  return t;
+}
+
+Result<std::unique_ptr<Trainer>> Trainer::follow(Backend& be, const std::string& checkpoint, const std::string& db_path,
+                                                 const std::string& run, std::optional<int> steps) {
+  auto store = RunStore::open(db_path);
+  if (!store) return store.error();
+  auto made = from_checkpoint(be, std::move(*store), checkpoint, steps, db_path, run);
+  if (!made) return made.error();
+  std::unique_ptr<Trainer> t = std::move(*made);
+  auto id = t->store_.create_run(run, run_config_json(t->model_->config(), t->tokenizer_.get(), t->tcfg_));
+  if (!id) return id.error();
+  t->run_id_ = *id;
   return t;
 }
 

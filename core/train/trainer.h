@@ -87,6 +87,11 @@ class Trainer {
   // may be raised).
   static Result<std::unique_ptr<Trainer>> resume(Backend& be, const std::string& db_path, const std::string& run,
                                                  std::optional<int> steps);
+  // A rank other than 0 of a data-parallel job that resumes: the state of the checkpoint rank 0
+  // resumes from (its directory, broadcast by rank 0), trained into this rank's scratch store
+  // `db_path`, where the run is created.
+  static Result<std::unique_ptr<Trainer>> follow(Backend& be, const std::string& checkpoint, const std::string& db_path,
+                                                 const std::string& run, std::optional<int> steps);
   ~Trainer();
 
   // Trains until train_config().steps or until stop becomes true (then checkpoints and returns).
@@ -123,6 +128,8 @@ class Trainer {
   // True when a resumed run now uses another thread count than its checkpoint's (the curve then
   // continues within rounding, not bit for bit).
   bool thread_count_changed() const { return thread_change_; }
+  // The checkpoint directory this trainer resumed from; empty for a new run.
+  const std::string& resumed_from() const { return checkpoint_dir_; }
 
  private:
   Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, std::shared_ptr<const Tokenizer> tokenizer,
@@ -131,6 +138,10 @@ class Trainer {
   static Result<std::unique_ptr<Trainer>> make(Backend& be, RunStore store, const ModelConfig& mcfg,
                                                std::shared_ptr<const Tokenizer> tokenizer, const TrainConfig& tcfg,
                                                std::string db, std::string run);
+  // The model, optimizer state, step and data position of the checkpoint in `dir` (resume, follow).
+  static Result<std::unique_ptr<Trainer>> from_checkpoint(Backend& be, RunStore store, const std::string& dir,
+                                                          std::optional<int> steps, const std::string& db_path,
+                                                          const std::string& run);
   void train_step(BatchSource& data, StepReport& rep);
   // A data-parallel step's collectives (comm_ with P > 1): the batch-mean KL before the backward,
   // the gradients (and everyone's stop request, one more float) after it, the statistics.
@@ -163,6 +174,8 @@ class Trainer {
   int step_ = 0;
   int last_checkpoint_step_ = -1;
   bool thread_change_ = false;
+  int threads_before_ = 0;                    // the checkpoint's thread count (resumed runs)
+  std::string checkpoint_dir_;                // resumed from; empty for a new run
   std::unique_ptr<bench::BenchSuite> bench_;  // loaded by run() when bench_tasks is set
   bool eval_at_start_ = false;                // started from init_params: evaluate at step 0
   int64_t data_position_ = 0;
