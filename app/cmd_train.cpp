@@ -69,6 +69,11 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   add_train_flags(c, a);
   c->add_option("--run", a.run, "Run name")->required();
   c->add_flag("--resume", a.resume, "Continue the run from its latest checkpoint");
+  c->add_option("--hang-timeout", a.hang_timeout_s,
+                "Under mpirun or srun: end the job when a rank has not reached a collective for this many "
+                "seconds (0: wait forever)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 }
 
 int run_train(TrainArgs& a) {
@@ -77,6 +82,7 @@ int run_train(TrainArgs& a) {
   auto made_comm = make_job_comm();
   if (!made_comm) return fail(made_comm.error());
   std::unique_ptr<Comm> comm = std::move(*made_comm);
+  comm->set_patience(a.hang_timeout_s);
   std::string scratch;
   if (comm->size() > 1) {
     if (!comm->root()) {

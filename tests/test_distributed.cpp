@@ -6,10 +6,19 @@
 // continues the same curve. Skipped without MPI.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "core/dist/comm.h"
@@ -170,6 +179,108 @@ TEST_F(DataParallel, AResumedRunMayChangeTheProcessCount) {
     }
     EXPECT_LE(weights_apart(dir / "one.db", db, "r", kAll), kCurveTol) << "the weights after " << kAll << " steps";
   }
+}
+
+// The pid of rank `rank` among the children of mpirun `parent` (read from /proc: the child whose
+// environment says OMPI_COMM_WORLD_RANK=rank); -1 when none is found.
+pid_t rank_pid(pid_t parent, int rank) {
+  DIR* d = opendir("/proc");
+  if (!d) return -1;
+  pid_t found = -1;
+  while (dirent* e = readdir(d)) {
+    const pid_t pid = pid_t(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(line.substr(close + 2));
+    char state = 0;
+    pid_t ppid = 0;
+    rest >> state >> ppid;
+    if (ppid != parent) continue;
+    std::ifstream env("/proc/" + std::string(e->d_name) + "/environ");
+    const std::string all((std::istreambuf_iterator<char>(env)), std::istreambuf_iterator<char>());
+    if (all.find("OMPI_COMM_WORLD_RANK=" + std::to_string(rank) + '\0') != std::string::npos) found = pid;
+  }
+  closedir(d);
+  return found;
+}
+
+// A job of two ranks where one rank is killed (SIGKILL) or stopped (SIGSTOP: a hang) once rank 0
+// has written a checkpoint. The job must end within a bounded time with a non-zero exit and a
+// line naming the rank, the store must pass its integrity check and the last checkpoint must load.
+struct Fault {
+  int rank, signal;
+  std::vector<std::string> needles;  // one of them in the job's stderr
+};
+
+void run_fault(const Fault& f) {
+  test::TempDir dir("ftx_test_distributed_");
+  std::vector<std::string> argv = test::ftx_argv(tiny_run(dir / "f.db", "f", 1000000));
+  // Checkpoints are rare enough that the fault seldom lands right after one, where the other ranks
+  // wait ten times the patience for rank 0 (Comm::set_root_busy); then the job ends within 30 s.
+  argv.insert(argv.end(), {"--checkpoint-every", "25", "--hang-timeout", "3"});
+  argv.insert(argv.begin(), {FTX_MPIEXEC, "-n", "2", "--oversubscribe"});
+  const pid_t job = test::spawn(argv, kMpiEnv, dir / "out.txt", dir / "err.txt");
+  ASSERT_GT(job, 0);
+  using Clock = std::chrono::steady_clock;
+  auto ended = [&](int& status) { return ::waitpid(job, &status, WNOHANG) == job; };
+  int status = 0;
+  bool done = false;
+  // Until rank 0 has recorded a checkpoint (the store is read while rank 0 writes it: WAL).
+  for (const auto t0 = Clock::now(); !done && Clock::now() - t0 < std::chrono::seconds(60);) {
+    done = ended(status);
+    auto store = RunStore::open(dir / "f.db");
+    if (store) {
+      auto info = store->find_run("f");
+      auto rows = info ? store->checkpoints(info->id) : Result<std::vector<CheckpointRow>>(make_error("no run"));
+      if (rows && !rows->empty()) break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_FALSE(done) << "the job ended before the fault: " << test::read_file(dir / "err.txt");
+  const pid_t victim = rank_pid(job, f.rank);
+  ASSERT_GT(victim, 0) << "rank " << f.rank << " not found among mpirun's children";
+  ASSERT_EQ(::kill(victim, f.signal), 0);
+  const auto hit = Clock::now();
+  while (!(done = ended(status)) && Clock::now() - hit < std::chrono::seconds(60))
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  if (!done) {  // clean up before failing
+    ::kill(victim, SIGKILL);
+    ::kill(job, SIGKILL);
+    ::waitpid(job, &status, 0);
+  }
+  ASSERT_TRUE(done) << "the job did not end within 60 s of the fault";
+  const double took = std::chrono::duration<double>(Clock::now() - hit).count();
+  ::kill(victim, SIGKILL);  // a stopped rank mpirun left behind
+  const std::string err = test::read_file(dir / "err.txt");
+  std::printf("[ fault    ] rank %d, signal %d: the job ended in %.1f s, exit %d\n", f.rank, f.signal, took,
+              WIFEXITED(status) ? WEXITSTATUS(status) : -1);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << err;
+  EXPECT_TRUE(std::any_of(f.needles.begin(), f.needles.end(), [&](const std::string& n) {
+    return err.find(n) != std::string::npos;
+  })) << err;
+  auto store = RunStore::open(dir / "f.db");
+  ASSERT_TRUE(store.ok()) << store.error().message;
+  EXPECT_TRUE(store->integrity_check().ok());
+  auto last = find_run_checkpoint(*store, "f", std::nullopt);
+  ASSERT_TRUE(last.ok()) << last.error().message;
+  auto ck = load_checkpoint(last->dir, true);
+  EXPECT_TRUE(ck.ok()) << last->dir << ": " << (ck.ok() ? "" : ck.error().message);
+}
+
+TEST_F(DataParallel, AKilledRankEndsTheJob) {
+  run_fault({1, SIGKILL, {"process rank 1"}});  // mpirun's own line: "... rank 1 ... exited on signal 9"
+}
+
+TEST_F(DataParallel, AHungRankEndsTheJobWithinTheDeadline) {
+  // Stopped before a collective, the rank is named; stopped inside one (rarer: the reduce is short
+  // next to a step), the waiting rank says so.
+  const std::string inside = "has not completed within 3 s after every rank arrived";
+  run_fault({1, SIGSTOP, {"rank 1 of 2 has not arrived within 3 s", inside}});
+  run_fault({0, SIGSTOP, {"rank 0 of 2 has not answered rank 1 within 3 s", inside}});
 }
 #endif
 

@@ -29,6 +29,22 @@ class Comm {
   // Every rank's `bytes` of `in` into every rank's `out` (size() x bytes), in rank order.
   virtual Status allgather(const void* in, size_t bytes, void* out) = 0;
   bool root() const { return rank() == 0; }
+
+  // Hang detection. Before each collective every rank reports to rank 0 and waits for its answer:
+  // rank 0 names a rank that has not arrived after `seconds`, another rank names rank 0 when it
+  // has not answered, and the collective fails with that line (the caller then ends the job).
+  // 0 (the default): no deadline. A killed rank needs none: mpirun ends the job at once.
+  void set_patience(double seconds) { patience_s_ = seconds; }
+  // The next collectives follow rank 0's own work (its evaluation, benchmarks, a checkpoint): the
+  // other ranks wait for rank 0 ten times the patience, until busy is false.
+  void set_root_busy(bool busy) { root_busy_ = busy; }
+  // "step 12": named in the hang messages.
+  void set_context(std::string context) { context_ = std::move(context); }
+
+ protected:
+  double patience_s_ = 0;
+  bool root_busy_ = false;
+  std::string context_;
 };
 
 // Rank `root`'s text on every rank (its length first, then its bytes).

@@ -7,7 +7,17 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "core/dist/comm.h"
 
@@ -19,6 +29,14 @@ class MpiComm final : public Comm {
  public:
   MpiComm(int rank, int size) : rank_(rank), size_(size) {}
   ~MpiComm() override {
+    if (watchdog_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        quit_ = true;
+      }
+      cv_.notify_all();
+      watchdog_.join();
+    }
     int finalized = 0;
     MPI_Finalized(&finalized);
     if (!finalized) MPI_Finalize();
@@ -34,20 +52,132 @@ class MpiComm final : public Comm {
     return v;
   }
   Status allreduce_sum(float* data, size_t n) override {
-    return check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    return guarded("MPI_Allreduce",
+                   [&] { return MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });
   }
   Status allreduce_sum(double* data, size_t n) override {
-    return check(MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD), "MPI_Allreduce");
+    return guarded("MPI_Allreduce",
+                   [&] { return MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD); });
   }
   Status broadcast(void* data, size_t bytes, int root) override {
-    return check(MPI_Bcast(data, count(bytes), MPI_BYTE, root, MPI_COMM_WORLD), "MPI_Bcast");
+    return guarded("MPI_Bcast", [&] { return MPI_Bcast(data, count(bytes), MPI_BYTE, root, MPI_COMM_WORLD); });
   }
   Status allgather(const void* in, size_t bytes, void* out) override {
-    return check(MPI_Allgather(in, count(bytes), MPI_BYTE, out, count(bytes), MPI_BYTE, MPI_COMM_WORLD),
-                 "MPI_Allgather");
+    return guarded("MPI_Allgather", [&] {
+      return MPI_Allgather(in, count(bytes), MPI_BYTE, out, count(bytes), MPI_BYTE, MPI_COMM_WORLD);
+    });
   }
 
  private:
+  static constexpr int kTagArrive = 7301, kTagAnswer = 7302;
+  static constexpr double kBusyFactor = 10;  // rank 0's own work may take 10 times the patience
+  using Clock = std::chrono::steady_clock;
+
+  // A collective with the hang checks: the arrival check names a rank that never came; once all
+  // have arrived, the watchdog thread ends this process if the collective itself does not complete
+  // within the patience (a rank stopped or cut off in the middle of it). It calls no MPI function:
+  // it prints the line and exits, and mpirun then ends the job.
+  template <class Call>
+  Status guarded(const char* what, Call call) {
+    FTX_TRY(arrive(what));
+    if (patience_s_ <= 0 || size_ == 1) return check(call(), what);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!watchdog_.joinable()) watchdog_ = std::thread([this] { watch(); });
+      deadline_ =
+          Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(patience_s_));
+      alarm_ = "ftx: " + std::string(what) + (context_.empty() ? "" : " (" + context_ + ")") + " on rank " +
+               std::to_string(rank_) + " of " + std::to_string(size_) + " has not completed within " +
+               seconds_text(patience_s_) +
+               " after every rank arrived: a rank hung or was cut off in it; ending the job";
+    }
+    cv_.notify_all();
+    const int code = call();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      deadline_.reset();
+    }
+    return check(code, what);
+  }
+  void watch() {
+    std::unique_lock<std::mutex> lock(mu_);
+    while (!quit_) {
+      if (!deadline_) {
+        cv_.wait(lock);
+        continue;
+      }
+      if (Clock::now() >= *deadline_) {
+        std::fprintf(stderr, "%s\n", alarm_.c_str());
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
+      cv_.wait_until(lock, *deadline_);
+    }
+  }
+
+  // The arrival check before a collective (Comm::set_patience): each rank sends rank 0 the number
+  // of the collective it is about to enter; rank 0 answers every rank once all have arrived.
+  // Waits poll with a sleep that grows to 1 ms, so a waiting rank leaves the cores to the others.
+  Status arrive(const char* what) {
+    if (patience_s_ <= 0 || size_ == 1) return {};
+    ++seq_;
+    const auto start = std::chrono::steady_clock::now();
+    const double patience = (!root() && root_busy_) ? kBusyFactor * patience_s_ : patience_s_;
+    auto waited_out = [&] {
+      return patience > 0 && std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() > patience;
+    };
+    auto pause = [us = 20]() mutable {
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      us = std::min(us * 2, 1000);
+    };
+    const std::string at = " (" + std::string(what) + (context_.empty() ? "" : ", " + context_) + ")";
+    if (root()) {
+      std::vector<int64_t> seqs(size_t(size_), 0);
+      std::vector<MPI_Request> req(size_t(size_ - 1));
+      for (int q = 1; q < size_; ++q)
+        FTX_TRY(check(MPI_Irecv(&seqs[size_t(q)], 1, MPI_INT64_T, q, kTagArrive, MPI_COMM_WORLD, &req[size_t(q - 1)]),
+                      "MPI_Irecv"));
+      for (;;) {
+        int done = 0;
+        FTX_TRY(check(MPI_Testall(int(req.size()), req.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall"));
+        if (done) break;
+        if (waited_out()) {
+          std::string missing;
+          for (int q = 1; q < size_; ++q)
+            if (req[size_t(q - 1)] != MPI_REQUEST_NULL) missing += (missing.empty() ? "" : ", ") + std::to_string(q);
+          return make_error("rank " + missing + " of " + std::to_string(size_) + " has not arrived within " +
+                            seconds_text(patience) + at + ": hung, stopped or cut off; ending the job");
+        }
+        pause();
+      }
+      for (int q = 1; q < size_; ++q)
+        if (seqs[size_t(q)] != seq_)
+          return make_error("rank " + std::to_string(q) + " is at collective " + std::to_string(seqs[size_t(q)]) +
+                            " where rank 0 is at " + std::to_string(seq_) + at + ": the ranks run different code");
+      for (int q = 1; q < size_; ++q)
+        FTX_TRY(check(MPI_Send(&seq_, 1, MPI_INT64_T, q, kTagAnswer, MPI_COMM_WORLD), "MPI_Send"));
+      return {};
+    }
+    int64_t answer = 0;
+    MPI_Request req[2];
+    FTX_TRY(check(MPI_Isend(&seq_, 1, MPI_INT64_T, 0, kTagArrive, MPI_COMM_WORLD, &req[0]), "MPI_Isend"));
+    FTX_TRY(check(MPI_Irecv(&answer, 1, MPI_INT64_T, 0, kTagAnswer, MPI_COMM_WORLD, &req[1]), "MPI_Irecv"));
+    for (;;) {
+      int done = 0;
+      FTX_TRY(check(MPI_Testall(2, req, &done, MPI_STATUSES_IGNORE), "MPI_Testall"));
+      if (done) return {};
+      if (waited_out())
+        return make_error("rank 0 of " + std::to_string(size_) + " has not answered rank " + std::to_string(rank_) +
+                          " within " + seconds_text(patience) + at + ": hung, stopped or cut off; ending the job");
+      pause();
+    }
+  }
+  static std::string seconds_text(double s) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g s", s);
+    return buf;
+  }
+
   // MPI counts are int: the trainer's buffers are its gradients, far below 2^31 floats a call.
   static int count(size_t n) {
     FT_ASSERT(n <= 0x7fffffffu, "one MPI call of %zu elements", n);
@@ -62,6 +192,14 @@ class MpiComm final : public Comm {
                       std::string(text, static_cast<size_t>(len)));
   }
   int rank_, size_;
+  int64_t seq_ = 0;  // collectives entered with the arrival check
+  // The watchdog of the collective in progress (guarded).
+  std::thread watchdog_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::optional<Clock::time_point> deadline_;  // none: no collective in progress
+  std::string alarm_;                          // its line
+  bool quit_ = false;
 };
 
 }  // namespace

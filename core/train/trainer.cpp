@@ -546,6 +546,7 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
   if (eval_at_start_ && step_ == 0 && tcfg_.eval_every > 0 && writes()) FTX_TRY(eval_and_record(data, cb));
   eval_at_start_ = false;
   if (bench_ && step_ == 0 && writes()) FTX_TRY(bench_and_record(data, cb));
+  bool root_busy = true;  // the first step: rank 0 may have evaluated at step 0
   while (step_ < tcfg_.steps) {
     const bool stop_here = stop.load() || (cb.before_step && !cb.before_step());
     if (stop_here && !data_parallel()) {
@@ -553,6 +554,10 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
       break;
     }
     stop_asked_ = stop_here;  // a job's ranks stop together, after the step that carried the request
+    if (comm_) {              // what a hang message names, and whether rank 0 worked alone since the last step
+      comm_->set_context("step " + std::to_string(step_ + 1));
+      comm_->set_root_busy(root_busy);
+    }
     const auto ts = Clock::now();
     StepReport rep;
     train_step(data, rep);
@@ -588,10 +593,14 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
       stopped = true;
       break;
     }
-    if (!writes()) continue;  // a job's other ranks only train
-    if (tcfg_.eval_every > 0 && s % tcfg_.eval_every == 0) FTX_TRY(eval_and_record(data, cb));
-    if (bench_ && tcfg_.bench_every > 0 && s % tcfg_.bench_every == 0) FTX_TRY(bench_and_record(data, cb));
-    if (tcfg_.checkpoint_every > 0 && s % tcfg_.checkpoint_every == 0 && s < tcfg_.steps) {
+    const bool eval = tcfg_.eval_every > 0 && s % tcfg_.eval_every == 0;
+    const bool bench = bench_ && tcfg_.bench_every > 0 && s % tcfg_.bench_every == 0;
+    const bool checkpoint = tcfg_.checkpoint_every > 0 && s % tcfg_.checkpoint_every == 0 && s < tcfg_.steps;
+    root_busy = eval || bench || checkpoint;  // every rank knows it from the shared configuration
+    if (!writes()) continue;                  // a job's other ranks only train
+    if (eval) FTX_TRY(eval_and_record(data, cb));
+    if (bench) FTX_TRY(bench_and_record(data, cb));
+    if (checkpoint) {
       FTX_TRY(save_checkpoint());
       if (cb.on_checkpoint) cb.on_checkpoint(s, checkpoint_dir(db_path_, run_, s));
     }
