@@ -76,18 +76,15 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
       ->capture_default_str();
 }
 
-int run_train(TrainArgs& a) {
-  // Under mpirun or srun: one rank of a data-parallel job (docs/distributed.md). Rank 0 writes the
-  // run store; the other ranks train into a scratch store of their own, removed at the end.
-  auto made_comm = make_job_comm();
-  if (!made_comm) return fail(made_comm.error());
-  std::unique_ptr<Comm> comm = std::move(*made_comm);
-  comm->set_patience(a.hang_timeout_s);
+namespace {
+
+// One rank's training (the only one outside a job).
+int train_as_rank(TrainArgs& a, Comm& comm) {
   std::string scratch;
-  if (comm->size() > 1) {
-    if (!comm->root()) {
+  if (comm.size() > 1) {
+    if (!comm.root()) {
       scratch = (std::filesystem::temp_directory_path() /
-                 ("ftx-rank" + std::to_string(comm->rank()) + "-" + std::to_string(::getpid()) + ".db"))
+                 ("ftx-rank" + std::to_string(comm.rank()) + "-" + std::to_string(::getpid()) + ".db"))
                     .string();
       a.db = scratch, a.quiet = true;
     }
@@ -101,8 +98,7 @@ int run_train(TrainArgs& a) {
       std::filesystem::remove_all(std::filesystem::path(db).replace_extension(".checkpoints"), ec);
     }
   } remove_scratch{scratch};
-  if (!comm->root() && !std::freopen("/dev/null", "w", stdout))
-    return fail("/dev/null: cannot open");  // rank 0 reports
+  if (!comm.root() && !std::freopen("/dev/null", "w", stdout)) return fail("/dev/null: cannot open");  // rank 0 reports
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
@@ -116,20 +112,20 @@ int run_train(TrainArgs& a) {
   std::unique_ptr<BatchSource> data;
   if (a.resume) {
     const std::optional<int> steps = a.steps_given ? std::optional<int>(a.train.steps) : std::nullopt;
-    auto t = comm->root() ? Trainer::resume(*backend, a.db, a.run, steps) : Result<std::unique_ptr<Trainer>>(nullptr);
+    auto t = comm.root() ? Trainer::resume(*backend, a.db, a.run, steps) : Result<std::unique_ptr<Trainer>>(nullptr);
     // In a job, rank 0 names the checkpoint it resumes from and every other rank loads the same
     // one into its scratch store (empty: rank 0 failed, and says why).
-    if (comm->size() > 1) {
-      auto dir = broadcast_text(*comm, t && *t ? (*t)->resumed_from() : std::string());
+    if (comm.size() > 1) {
+      auto dir = broadcast_text(comm, t && *t ? (*t)->resumed_from() : std::string());
       if (!dir) return fail(dir.error());
-      if (!comm->root()) {
+      if (!comm.root()) {
         if (dir->empty()) return 1;
         t = Trainer::follow(*backend, *dir, a.db, a.run, steps);
       }
     }
     if (!t) return fail(t.error());
     trainer = std::move(*t);
-    if (trainer->thread_count_changed() && comm->root())
+    if (trainer->thread_count_changed() && comm.root())
       std::fprintf(stderr,
                    "ftx: note: thread count differs from the checkpoint's; the curve continues within rounding\n");
     auto opened = open_dataset(trainer->train_config());
@@ -146,7 +142,7 @@ int run_train(TrainArgs& a) {
     trainer = std::move(*t);
     data = std::move(prepared->data);
   }
-  if (auto joined = trainer->use_comm(*comm); !joined) return fail(joined.error());
+  if (auto joined = trainer->use_comm(comm); !joined) return fail(joined.error());
   const ModelConfig& m = trainer->model_config();
   const TrainConfig& tc = trainer->train_config();
   std::printf("run '%s' in %s: %s, %d layers, D=%d, H=%d, kappa %.4g bit (%.4g nats), %lld parameters, %s %d/%d\n",
@@ -163,9 +159,9 @@ int run_train(TrainArgs& a) {
   else if (m.routing.kind != Routing::None)
     std::printf("routing %s: %s %d of every %d tokens (capacity %.4g)\n", routing_name(m.routing.kind), blocks.c_str(),
                 m.route_k(data->seq_len() - 1), data->seq_len() - 1, m.routing.capacity);
-  if (comm->size() > 1)
-    std::printf("data-parallel: %d processes (%s), %d of the %d sequences of each batch per process\n", comm->size(),
-                comm->engine().c_str(), tc.batch / comm->size(), tc.batch);
+  if (comm.size() > 1)
+    std::printf("data-parallel: %d processes (%s), %d of the %d sequences of each batch per process\n", comm.size(),
+                comm.engine().c_str(), tc.batch / comm.size(), tc.batch);
   std::fflush(stdout);
 
   std::signal(SIGINT, on_sigint);
@@ -183,6 +179,22 @@ int run_train(TrainArgs& a) {
   std::printf("%s at step %d; checkpoint %s\n", g_stop ? "stopped" : "done", trainer->step(),
               checkpoint_dir(a.db, a.run, trainer->step()).c_str());
   return g_stop ? 130 : 0;
+}
+
+}  // namespace
+
+int run_train(TrainArgs& a) {
+  // Under mpirun or srun: one rank of a data-parallel job (docs/distributed.md). Rank 0 writes the
+  // run store; the other ranks train into a scratch store of their own, removed at the end.
+  auto made_comm = make_job_comm();
+  if (!made_comm) return fail(made_comm.error());
+  std::unique_ptr<Comm> comm = std::move(*made_comm);
+  comm->set_patience(a.hang_timeout_s);
+  const int rc = train_as_rank(a, *comm);
+  // A rank that failed ends the job now: the others would otherwise wait for it (in a collective,
+  // or in MPI_Finalize) until their deadline.
+  if (rc == 1 && comm->size() > 1) comm->abort_job(rc);
+  return rc;
 }
 
 }  // namespace ftx::app

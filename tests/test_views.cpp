@@ -335,6 +335,13 @@ TEST(RunListModel, ShowsKappaForFreeRunsAndFinalValuesFromTheCache) {
   EXPECT_EQ(text(kFree, RunListModel::kCe), "2.5000");
   EXPECT_EQ(text(kFree, RunListModel::kKl), "0.0866");
   EXPECT_TRUE(text(kBaseline, RunListModel::kCe).isEmpty());
+  EXPECT_EQ(text(kFree, RunListModel::kJob), "–") << "a run from before the job rows";
+  cache.append(kFree, {{0, "job/processes", 1, 0.0}, {0, "job/gpus", 0, 0.0}});
+  EXPECT_EQ(text(kFree, RunListModel::kJob), "1 × CPU");
+  cache.append(kFree, {{kLastStep, "job/processes", 8, 0.0}, {kLastStep, "job/gpus", 8, 0.0}});
+  EXPECT_EQ(text(kFree, RunListModel::kJob), "8 × GPU") << "resumed as a job of 8: the last start counts";
+  cache.append(kBaseline, {{0, "job/processes", 2, 0.0}, {0, "job/gpus", 1, 0.0}});
+  EXPECT_EQ(text(kBaseline, RunListModel::kJob), "2 proc, 1 GPU");
 }
 
 // ---------------------------------------------------------------------------------------------

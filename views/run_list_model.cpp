@@ -26,6 +26,17 @@ QVariant last_value_text(const ftx::MetricCache* cache, int64_t run, const char*
   return v ? QVariant(QString::number(*v, 'f', 4)) : QVariant();
 }
 
+// The job that trains the run since its last start or resume (the trainer's job/processes and
+// job/gpus rows): "1 × CPU", "8 × GPU" (a GPU each), "2 proc, 1 GPU"; "–" for runs from before.
+QString job_text(const ftx::MetricCache* cache, int64_t run) {
+  const auto procs = last_value(cache, run, "job/processes");
+  if (!procs) return "–";
+  const int p = static_cast<int>(*procs), g = static_cast<int>(last_value(cache, run, "job/gpus").value_or(0));
+  if (g == 0) return QString("%1 × CPU").arg(p);
+  if (g == p) return QString("%1 × GPU").arg(p);
+  return QString("%1 proc, %2 GPU").arg(p).arg(g);
+}
+
 }  // namespace
 
 RunListModel::RunListModel(const ftx::MetricCache* cache, QObject* parent)
@@ -46,7 +57,7 @@ void RunListModel::set_runs(std::vector<RunSummary> runs) {
 }
 
 void RunListModel::refresh_values() {
-  if (!runs_.empty()) emit dataChanged(index(0, kSteps), index(rowCount() - 1, kKl));
+  if (!runs_.empty()) emit dataChanged(index(0, kJob), index(rowCount() - 1, kKl));
 }
 
 const RunSummary* RunListModel::run_at(int row) const {
@@ -104,6 +115,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
         return r->latent_bits > 0 ? r->kappa_bits : -1.0;
       case kSteps:
         return done_steps;
+      case kJob:
+        return last_value(cache_, id, "job/processes").value_or(0.0);
       case kCe:
       case kKl:
         return last_value(cache_, id, col == kCe ? "train/ce" : "train/kl").value_or(-1.0);
@@ -130,6 +143,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
       return r->latent_bits > 0 ? QVariant(r->free_bits_label) : QVariant("–");
     case kRouting:
       return r->routing;
+    case kJob:
+      return job_text(cache_, id);
     case kSteps:
       return QString("%1 / %2").arg(done_steps).arg(r->steps);
     case kCe:
@@ -143,8 +158,8 @@ QVariant RunListModel::data(const QModelIndex& index, int role) const {
 
 QVariant RunListModel::headerData(int section, Qt::Orientation o, int role) const {
   if (o != Qt::Horizontal || role != Qt::DisplayRole) return {};
-  static const char* kNames[kColumns] = {"",        "",          "Run",     "Status", "Dataset", "Preset",   "H",
-                                         "κ (bit)", "Free bits", "Routing", "Steps",  "CE",      "KL (nats)"};
+  static const char* kNames[kColumns] = {"",        "",          "Run",     "Status", "Dataset", "Preset", "H",
+                                         "κ (bit)", "Free bits", "Routing", "Job",    "Steps",   "CE",     "KL (nats)"};
   return kNames[section];
 }
 

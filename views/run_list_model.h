@@ -1,6 +1,7 @@
 // RunListModel: the runs of the store as a table for the Runs dock (Qt model/view): overlay
-// check box, colour, name (editable: a rename request), status, dataset, preset, H, kappa,
-// steps, final train CE and KL. Final values come from the curves already cached for display.
+// check box, colour, name (editable: a rename request), status, dataset, preset, H, kappa, free
+// bits, routing, the job (processes and GPUs of its last start: "2 × CPU"), steps, final train CE
+// and KL. The job and final values come from the curves already cached for display.
 //
 // Deliberately not here: database access (rename and delete are requests, emitted), filtering
 // (a QSortFilterProxyModel in RunsView), colour persistence (RunsView saves QSettings).
@@ -31,6 +32,7 @@ class RunListModel : public QAbstractTableModel {
     kKappa,
     kFreeBits,
     kRouting,
+    kJob,
     kSteps,
     kCe,
     kKl,

@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/util/sha256.h"
+
 namespace ftx {
 
 #ifdef FTX_HAVE_MPI
@@ -18,6 +20,7 @@ class SingleComm final : public Comm {
   int rank() const override { return 0; }
   int size() const override { return 1; }
   std::string engine() const override { return "one process"; }
+  [[noreturn]] void abort_job(int code) override { std::exit(code); }
   Status allreduce_sum(float*, size_t) override { return {}; }
   Status allreduce_sum(double*, size_t) override { return {}; }
   Status broadcast(void*, size_t, int) override { return {}; }
@@ -35,6 +38,11 @@ Result<std::string> broadcast_text(Comm& comm, const std::string& text, int root
   std::string out = comm.rank() == root ? text : std::string(n, '\0');
   if (n > 0) FTX_TRY(comm.broadcast(out.data(), n, root));
   return out;
+}
+
+const std::string& build_digest() {
+  static const std::string digest = sha256_file("/proc/self/exe").value_or(std::string());
+  return digest;
 }
 
 std::unique_ptr<Comm> make_single_comm() { return std::make_unique<SingleComm>(); }

@@ -29,6 +29,8 @@ class Comm {
   // Every rank's `bytes` of `in` into every rank's `out` (size() x bytes), in rank order.
   virtual Status allgather(const void* in, size_t bytes, void* out) = 0;
   bool root() const { return rank() == 0; }
+  // Ends every process of the job with `code` (MPI_Abort); one process: exits.
+  [[noreturn]] virtual void abort_job(int code) = 0;
 
   // Hang detection. Before each collective every rank reports to rank 0 and waits for its answer:
   // rank 0 names a rank that has not arrived after `seconds`, another rank names rank 0 when it
@@ -52,6 +54,10 @@ Result<std::string> broadcast_text(Comm& comm, const std::string& text, int root
 
 // Rank 0 of 1.
 std::unique_ptr<Comm> make_single_comm();
+
+// The SHA-256 of this process's executable (/proc/self/exe): which build a rank runs, compared at
+// the start of a job. Computed once; empty when the file cannot be read.
+const std::string& build_digest();
 
 // Whether this build can join an MPI job (CMake found MPI).
 bool mpi_built();

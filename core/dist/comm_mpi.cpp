@@ -51,6 +51,12 @@ class MpiComm final : public Comm {
     if (const size_t comma = v.find(','); comma != std::string::npos) v.resize(comma);
     return v;
   }
+  [[noreturn]] void abort_job(int code) override {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, code);
+    std::_Exit(code);  // MPI_Abort does not return; this keeps [[noreturn]] true if it did
+  }
   Status allreduce_sum(float* data, size_t n) override {
     return guarded("MPI_Allreduce",
                    [&] { return MPI_Allreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD); });

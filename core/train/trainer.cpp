@@ -319,20 +319,44 @@ static void must(const Status& st) {
 Status Trainer::use_comm(Comm& comm) {
   if (state_) return make_error("run '" + run_ + "': use_comm after the first step");
   const int P = comm.size();
-  if (P <= 1) return {};
-  if (tcfg_.batch % P != 0)
+  if (P > 1 && tcfg_.batch % P != 0)
     return make_error("--batch " + std::to_string(tcfg_.batch) + ": must be a multiple of the " + std::to_string(P) +
                       " processes (it stays the global batch)");
-  // Every rank must train the same run: the configurations' digest, compared on every rank.
-  const std::string configs = config_to_json(model_->config()).dump() + train_config_to_json(tcfg_).dump();
-  const std::string mine = sha256_hex(configs.data(), configs.size());
-  std::vector<char> all(mine.size() * size_t(P));
-  FTX_TRY(comm.allgather(mine.data(), mine.size(), all.data()));
-  for (int q = 0; q < P; ++q)
-    if (std::string(all.data() + size_t(q) * mine.size(), mine.size()) != std::string(all.data(), mine.size()))
-      return make_error("rank " + std::to_string(q) + " of " + std::to_string(P) +
-                        " was started with another model or training configuration than rank 0");
   comm_ = &comm;
+  return {};
+}
+
+Status Trainer::agree_on_start(BatchSource& data) {
+  const int P = comm_->size();
+  // What every rank must share, each as a digest: the run's configuration, the data it reads (the
+  // tokenizer and the tokens of the next global batch: the same file and position) and the build.
+  const std::string configs = config_to_json(model_->config()).dump() + train_config_to_json(tcfg_).dump();
+  std::vector<int32_t> first(size_t(tcfg_.batch) * size_t(data.seq_len()));
+  data.seek(data_position_);
+  data.next(first.data(), tcfg_.batch);
+  data.seek(data_position_);
+  const std::string tokens = data.tokenizer().fingerprint() + sha256_hex(first.data(), first.size() * sizeof(int32_t));
+  struct Part {
+    const char* what;  // "rank q of P <what> than rank 0<note>"
+    const char* note;
+    std::string digest;
+  };
+  const Part parts[] = {
+      {"was started with another model or training configuration", "", sha256_hex(configs.data(), configs.size())},
+      {"reads other data", " (another file, tokenizer or position)", sha256_hex(tokens.data(), tokens.size())},
+      {"runs another build of ftx", " (another executable)", build_digest()}};
+  constexpr size_t kHex = 64;
+  std::string mine;
+  for (const Part& part : parts)
+    mine += part.digest.substr(0, kHex) + std::string(kHex - std::min(kHex, part.digest.size()), '-');
+  std::vector<char> all(mine.size() * size_t(P));
+  FTX_TRY(comm_->allgather(mine.data(), mine.size(), all.data()));
+  for (int q = 1; q < P; ++q)
+    for (size_t i = 0; i < std::size(parts); ++i)
+      if (std::string_view(all.data() + size_t(q) * mine.size() + i * kHex, kHex) !=
+          std::string_view(all.data() + i * kHex, kHex))
+        return make_error("rank " + std::to_string(q) + " of " + std::to_string(P) + " " + parts[i].what +
+                          " than rank 0" + parts[i].note);
   return {};
 }
 
@@ -527,10 +551,21 @@ void Trainer::use_bench_suite(std::unique_ptr<bench::BenchSuite> suite) { bench_
 
 Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const TrainerCallbacks& cb) {
   FTX_TRY(check_data(data));
+  if (data_parallel())
+    if (Status agreed = agree_on_start(data); !agreed) {
+      // A new run refused at the start leaves nothing behind (a resumed one keeps its history).
+      if (writes() && checkpoint_dir_.empty() && step_ == 0) (void)store_.delete_run(run_id_);
+      return agreed;
+    }
   const int T = data.seq_len() - 1;
   ensure_state(data);
   data.seek(data_position_);
   FTX_TRY(store_.set_status(run_id_, "running"));
+  if (writes()) {  // the job that trains from here (the studio's run row shows the last)
+    const int P = comm_ ? comm_->size() : 1;
+    store_.add_metric(run_id_, step_, "job/processes", P);
+    store_.add_metric(run_id_, step_, "job/gpus", be_.kind() == DeviceKind::Cuda ? P : 0);
+  }
   const auto t0 = Clock::now();
   auto last_flush = t0;
   const int first_step = step_;

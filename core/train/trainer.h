@@ -108,8 +108,8 @@ class Trainer {
   // first step: this process computes its B / P sequences of every global batch of B, the ranks
   // average their gradients and the free bits' batch means, and the step's statistics are those
   // of the global batch. Only rank 0 evaluates and checkpoints; the other ranks' stores are
-  // scratch. Refused: a batch that the P processes do not divide; ranks whose run configurations
-  // differ (named by the first differing rank); a job of one process is a no-op.
+  // scratch. Refused: a batch that the P processes do not divide; and, when run() starts, a rank
+  // with another configuration, data or build than rank 0 (named with what differs).
   Status use_comm(Comm& comm);
   // The benchmark suite of bench_tasks, already loaded (prepare_run): run() then reads no file.
   void use_bench_suite(std::unique_ptr<bench::BenchSuite> suite);
@@ -161,6 +161,8 @@ class Trainer {
   // bench/<task>/<metric> metric keys); reported through on_eval.
   Status bench_and_record(const BatchSource& data, const TrainerCallbacks& cb);
   Status check_data(const BatchSource& data) const;
+  // A job's ranks compare digests of their configuration, data and build (use_comm).
+  Status agree_on_start(BatchSource& data);
   Status record_generations(const std::vector<GroupResult>& groups, const Tokenizer& tokenizer);
 
   Backend& be_;
