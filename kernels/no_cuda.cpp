@@ -4,6 +4,7 @@
 #include <string>
 
 #include "kernels/backend.h"
+#include "kernels/device_comm.h"
 
 namespace ftx {
 
@@ -13,5 +14,7 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int /*device*/) {
 }
 
 bool cuda_backend_built() { return false; }
+
+int cuda_device_count() { return 0; }
 
 }  // namespace ftx

@@ -43,6 +43,7 @@
 #include "kernels/backend.h"
 #include "kernels/base/philox.h"
 #include "kernels/cpu/ops_rope.h"
+#include "kernels/device_comm.h"
 #include "kernels/op_table.h"
 #include "tests/test_util.h"
 
@@ -303,6 +304,26 @@ TEST_F(BackendOps, UploadCopyFillDownloadRoundTrip) {
   const std::vector<uint32_t> bits = {0u, 1u, 0x7FC00001u, 0xFFFFFFFFu, 0x80000000u};
   DevBuf<uint32_t> u(gpu(), bits);
   EXPECT_EQ(take(u, "uint32"), bits);
+}
+
+// NCCL's all-reduce for a job of one rank on this GPU (kernels/cuda/nccl_comm.cu): the sum of one
+// rank is its data, after a kernel that wrote it on the backend's stream and before a download.
+// What a job of two GPUs does is resources/gpu/on_device.sh's two-process check.
+TEST_F(BackendOps, NcclAllReduceOfOneRank) {
+  if (!nccl_built()) GTEST_SKIP() << "this build has no NCCL";
+  auto id = device_comm_id();
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  auto comm = make_device_comm(gpu(), *id, 0, 1);
+  ASSERT_TRUE(comm.ok()) << comm.error().message;
+  std::printf("[ nccl     ] %s\n", (*comm)->engine().c_str());
+  constexpr size_t n = 1000003;
+  const std::vector<float> host = rnd(n, 99);
+  DevBuf<float> a(gpu(), host);
+  gpu().scale(a.get(), 2.0f, n);  // queued before the reduce
+  ASSERT_TRUE((*comm)->allreduce_sum(a.get(), n).ok());
+  std::vector<float> expect = host;
+  for (float& x : expect) x *= 2.0f;
+  EXPECT_EQ(take(a, "allreduce"), expect);
 }
 
 // ---- the op table: every op at its test sizes ------------------------------------------------------

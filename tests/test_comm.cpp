@@ -72,6 +72,12 @@ TEST(Comm, LaunchedProcessesReadsTheLaunchersEnvironment) {
   setenv("SLURM_STEP_NUM_TASKS", "four", 1);
   EXPECT_EQ(launched_processes(), 1) << "not a number: ignored";
   unsetenv("SLURM_STEP_NUM_TASKS");
+  EXPECT_EQ(launched_local_rank(), 0);
+  setenv("SLURM_LOCALID", "3", 1);
+  EXPECT_EQ(launched_local_rank(), 3) << "srun's local rank picks the GPU";
+  setenv("SLURM_LOCALID", "-1", 1);
+  EXPECT_EQ(launched_local_rank(), 0) << "not a rank: ignored";
+  unsetenv("SLURM_LOCALID");
   if (!mpi_built()) {  // a multi-process launch in a build without MPI is a one-line error
     setenv("OMPI_COMM_WORLD_SIZE", "2", 1);
     auto made = make_job_comm();

@@ -39,6 +39,7 @@
 #include <string>
 #include <vector>
 
+#include "core/dist/comm.h"
 #include "core/io/model_file.h"
 #include "core/model/config.h"
 #include "core/model/model.h"
@@ -48,8 +49,11 @@
 #include "datasets/registry.h"
 #include "kernels/backend.h"
 #include "kernels/base/philox.h"
+#include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graph.h"
+#include "kernels/device_comm.h"
+#include "nccl.h"  // tests/cuda_emu: the stand-in's call log
 
 namespace ftx {
 namespace {
@@ -958,7 +962,9 @@ TEST(CudaEmu, ModelFilesOnTheDeviceFollowTheCpu) {
 // Per-step losses of the tiny preset (Free Transformer, H = 8) on short coin-flip sequences: every
 // op of a training step, at a size the emulation runs in seconds.
 // With routing: 4 blocks, Z into block 2, blocks 1 and 3 routed at capacity 1/2.
-std::vector<double> tiny_losses(Backend& be, int steps, Routing routing = Routing::None) {
+// With `comm`: as rank comm.rank() of a data-parallel job, with `device` summing its gradients.
+std::vector<double> tiny_losses(Backend& be, int steps, Routing routing = Routing::None, Comm* comm = nullptr,
+                                std::unique_ptr<DeviceComm> device = nullptr) {
   TrainConfig tc;
   tc.dataset = "coinflip", tc.dataset_options["coinflip_len"] = 16;
   tc.preset = "tiny", tc.steps = steps, tc.batch = 4, tc.warmup = 2, tc.lr = 3e-3f;
@@ -974,6 +980,10 @@ std::vector<double> tiny_losses(Backend& be, int steps, Routing routing = Routin
   auto trainer = Trainer::start(be, *mc, data->tokenizer().clone(), tc, data->seq_len(), ":memory:", "emu");
   EXPECT_TRUE(trainer.ok()) << (trainer ? "" : trainer.error().message);
   if (!trainer) return {};
+  if (comm) {
+    const Status joined = (*trainer)->use_comm(*comm, std::move(device));
+    EXPECT_TRUE(joined.ok()) << joined.error().message;
+  }
   std::vector<double> losses;
   for (int i = 0; i < steps; ++i) losses.push_back((*trainer)->step_once(*data).stats.loss);
   return losses;
@@ -1022,6 +1032,80 @@ TEST(CudaEmu, RoutedModelsTrainLikeTheCpu) {
       EXPECT_LE(std::abs(got[s] - ref[s]), 1e-3 * ref[s])
           << "step " << s + 1 << ": cpu " << ref[s] << ", emulated cuda " << got[s];
   }
+}
+
+// Rank 0 of a job of two ranks that mirror it (the stand-in nccl.h's model): each sum is twice this
+// rank's value; broadcast and allgather copy.
+class MirrorComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  std::string engine() const override { return "mirror"; }
+  [[noreturn]] void abort_job(int code) override { std::exit(code); }
+  Status allreduce_sum(float* data, size_t n) override {
+    for (size_t i = 0; i < n; ++i) data[i] += data[i];
+    return {};
+  }
+  Status allreduce_sum(double* data, size_t n) override {
+    for (size_t i = 0; i < n; ++i) data[i] += data[i];
+    return {};
+  }
+  Status broadcast(void*, size_t, int) override { return {}; }
+  Status allgather(const void* in, size_t bytes, void* out) override {
+    for (int q = 0; q < 2; ++q) std::memcpy(static_cast<char*>(out) + size_t(q) * bytes, in, bytes);
+    return {};
+  }
+};
+
+// A job's gradients summed on the GPUs (kernels/cuda/nccl_comm.cu on the stand-in NCCL) give the
+// step the host path gives (download, MPI, upload): the same losses bit for bit, since both sum
+// two equal copies and halve them. And the glue's calls: one communicator of 2 at rank 0 on the
+// backend's stream, one in-place reduce of every gradient per step, destroyed with the trainer.
+TEST(CudaEmu, GradientsSummedOnTheGpusFollowTheHostPath) {
+  constexpr int kSteps = 4;
+  auto made = make_cuda_backend(0);
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::unique_ptr<Backend> emu = std::move(*made);
+  ASSERT_TRUE(emu->set_matmul_precision(MatmulPrecision::Fp32).ok());
+  ASSERT_TRUE(nccl_built());
+  MirrorComm host;
+  const std::vector<double> through_host = tiny_losses(*emu, kSteps, Routing::None, &host);
+  auto id = device_comm_id();
+  ASSERT_TRUE(id.ok()) << id.error().message;
+  auto device = make_device_comm(*emu, *id, 0, 2);
+  ASSERT_TRUE(device.ok()) << device.error().message;
+  EXPECT_EQ((*device)->engine(), "NCCL 2.28.9");
+  const EmuNcclLog before = emu_nccl_log();
+  const std::vector<double> on_gpus = tiny_losses(*emu, kSteps, Routing::None, &host, std::move(*device));
+  ASSERT_EQ(on_gpus.size(), size_t(kSteps));
+  for (int s = 0; s < kSteps; ++s) EXPECT_EQ(on_gpus[s], through_host[s]) << "step " << s + 1;
+  const EmuNcclLog& log = emu_nccl_log();
+  EXPECT_EQ(log.nranks, 2);
+  EXPECT_EQ(log.rank, 0);
+  EXPECT_EQ(log.allreduces - before.allreduces, kSteps) << "one reduce of all gradients per step";
+  EXPECT_EQ(log.send, log.recv) << "in place";
+  EXPECT_GT(log.count, size_t(100000)) << "every gradient (the tiny preset's parameters)";
+  EXPECT_EQ(log.stream, cuda::backend_handles(*emu).stream) << "queued on the backend's stream";
+  EXPECT_EQ(log.destroys - before.destroys, 1) << "the communicator goes with its trainer";
+}
+
+TEST(CudaEmu, DeviceCommRefusesWhatItCannotServe) {
+  auto id = device_comm_id();
+  ASSERT_TRUE(id.ok());
+  std::unique_ptr<Backend> cpu = make_cpu_backend();
+  auto on_cpu = make_device_comm(*cpu, *id, 0, 1);
+  ASSERT_FALSE(on_cpu.ok());
+  EXPECT_NE(on_cpu.error().message.find("NCCL needs a CUDA backend, not cpu"), std::string::npos)
+      << on_cpu.error().message;
+  auto made = make_cuda_backend(0);
+  ASSERT_TRUE(made.ok());
+  auto short_id = make_device_comm(**made, id->substr(0, 10), 0, 1);
+  ASSERT_FALSE(short_id.ok());
+  EXPECT_NE(short_id.error().message.find("NCCL id of 10 bytes"), std::string::npos) << short_id.error().message;
+  auto bad_rank = make_device_comm(**made, *id, 2, 2);
+  ASSERT_FALSE(bad_rank.ok());
+  EXPECT_NE(bad_rank.error().message.find("ncclCommInitRank (rank 2 of 2"), std::string::npos)
+      << bad_rank.error().message;
 }
 
 // Generation with a KV cache (decode_step: Tq = 1 attention over the cache, the strided append of

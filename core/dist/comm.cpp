@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 
 #include "core/util/sha256.h"
 
@@ -55,15 +56,24 @@ bool mpi_built() {
 #endif
 }
 
-int launched_processes() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}) {
+namespace {
+// The first of `vars` set to a whole number >= `least`; `fallback` when none is.
+int env_number(std::initializer_list<const char*> vars, int least, int fallback) {
+  for (const char* var : vars) {
     const char* v = std::getenv(var);
     if (v == nullptr || *v == '\0') continue;
     char* end = nullptr;
     const long n = std::strtol(v, &end, 10);
-    if (*end == '\0' && n >= 1) return static_cast<int>(n);
+    if (*end == '\0' && n >= least) return static_cast<int>(n);
   }
-  return 1;
+  return fallback;
+}
+}  // namespace
+
+int launched_processes() { return env_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_STEP_NUM_TASKS"}, 1, 1); }
+
+int launched_local_rank() {
+  return env_number({"OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID", "MPI_LOCALRANKID"}, 0, 0);
 }
 
 Result<std::unique_ptr<Comm>> make_job_comm() {

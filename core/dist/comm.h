@@ -66,6 +66,11 @@ bool mpi_built();
 // OMPI_COMM_WORLD_SIZE, PMI_SIZE, srun's SLURM_STEP_NUM_TASKS); 1 when none is set.
 int launched_processes();
 
+// This process's rank among the job's processes on its host, from the launcher's environment
+// (OMPI_COMM_WORLD_LOCAL_RANK, SLURM_LOCALID, MPI_LOCALRANKID); 0 when none is set. A job's ranks
+// on one host take one GPU each by it.
+int launched_local_rank();
+
 // The job's communicator: MPI when the launcher started more than one process, else one process.
 // Errors: a multi-process launch in a build without MPI; MPI failing to start.
 Result<std::unique_ptr<Comm>> make_job_comm();

@@ -23,6 +23,7 @@
 #include "core/train/run_config.h"
 #include "core/util/sha256.h"
 #include "kernels/base/philox.h"
+#include "kernels/device_comm.h"
 
 namespace ftx {
 namespace {
@@ -316,13 +317,18 @@ static void must(const Status& st) {
   }
 }
 
-Status Trainer::use_comm(Comm& comm) {
+Status Trainer::use_comm(Comm& comm, std::unique_ptr<DeviceComm> device) {
   if (state_) return make_error("run '" + run_ + "': use_comm after the first step");
   const int P = comm.size();
   if (P > 1 && tcfg_.batch % P != 0)
     return make_error("--batch " + std::to_string(tcfg_.batch) + ": must be a multiple of the " + std::to_string(P) +
                       " processes (it stays the global batch)");
+  if (device && (device->size() != P || device->rank() != comm.rank()))
+    return make_error("the device communicator is rank " + std::to_string(device->rank()) + " of " +
+                      std::to_string(device->size()) + ", the job's rank " + std::to_string(comm.rank()) + " of " +
+                      std::to_string(P));
   comm_ = &comm;
+  device_comm_ = std::move(device);
   return {};
 }
 
@@ -373,12 +379,20 @@ void Trainer::reduce_kl_batch_mean() {
 
 void Trainer::reduce_gradients() {
   const size_t n = model_->num_params();
+  const float inv = 1.0f / float(comm_->size());  // each rank's gradient is a mean over its tokens
+  if (device_comm_) {  // on the GPUs (NCCL, in stream order); the stop request through the host
+    must(device_comm_->allreduce_sum(model_->grads(), n));
+    be_.scale(model_->grads(), inv, n);
+    float stop = stop_asked_ ? 1.0f : 0.0f;
+    must(comm_->allreduce_sum(&stop, 1));
+    stop_all_ = stop > 0.0f;
+    return;
+  }
   host_grads_.resize(n + 1);
   be_.download(host_grads_.data(), model_->grads(), n * sizeof(float));
   host_grads_[n] = stop_asked_ ? 1.0f : 0.0f;
   must(comm_->allreduce_sum(host_grads_.data(), host_grads_.size()));
   stop_all_ = host_grads_[n] > 0.0f;
-  const float inv = 1.0f / float(comm_->size());  // each rank's gradient is a mean over its tokens
   for (size_t i = 0; i < n; ++i) host_grads_[i] *= inv;
   be_.upload(model_->grads(), host_grads_.data(), n * sizeof(float));
 }

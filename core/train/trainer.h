@@ -25,6 +25,7 @@ namespace bench {
 class BenchSuite;
 }
 class Comm;
+class DeviceComm;
 
 struct StepReport {
   int step = 0;  // updates done
@@ -110,7 +111,9 @@ class Trainer {
   // of the global batch. Only rank 0 evaluates and checkpoints; the other ranks' stores are
   // scratch. Refused: a batch that the P processes do not divide; and, when run() starts, a rank
   // with another configuration, data or build than rank 0 (named with what differs).
-  Status use_comm(Comm& comm);
+  // With `device` (NCCL on the CUDA backend, kernels/device_comm.h, the same ranks as comm) the
+  // gradients are summed on the GPUs; without it, through the host and comm.
+  Status use_comm(Comm& comm, std::unique_ptr<DeviceComm> device = nullptr);
   // The benchmark suite of bench_tasks, already loaded (prepare_run): run() then reads no file.
   void use_bench_suite(std::unique_ptr<bench::BenchSuite> suite);
   Status flush() { return store_.flush(); }  // buffered metrics, e.g. before a pause
@@ -186,11 +189,12 @@ class Trainer {
   float* adam_m_ = nullptr;                  // (num_params)
   float* adam_v_ = nullptr;                  // (num_params)
   std::vector<int32_t> batch_, inputs_, targets_;
-  Comm* comm_ = nullptr;             // a data-parallel job (use_comm); null: one process
-  bool stop_asked_ = false;          // this rank's stop request, sent with the next gradients
-  bool stop_all_ = false;            // some rank asked to stop: every rank stops after this step
-  std::vector<float> host_grads_;    // (num_params + 1) the gradients and the stop flag, reduced
-  std::vector<float> host_kl_mean_;  // (T)
+  Comm* comm_ = nullptr;                     // a data-parallel job (use_comm); null: one process
+  std::unique_ptr<DeviceComm> device_comm_;  // its GPUs' communicator (NCCL), when given
+  bool stop_asked_ = false;                  // this rank's stop request, sent with the next gradients
+  bool stop_all_ = false;                    // some rank asked to stop: every rank stops after this step
+  std::vector<float> host_grads_;            // (num_params + 1) the gradients and the stop flag, reduced
+  std::vector<float> host_kl_mean_;          // (T)
 };
 
 }  // namespace ftx

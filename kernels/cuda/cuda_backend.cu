@@ -24,6 +24,7 @@
 #include "kernels/cuda/cuda_common.h"
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graph.h"
+#include "kernels/device_comm.h"
 
 namespace ftx {
 namespace {
@@ -625,6 +626,7 @@ class CudaBackend final : public Backend {
     op("rope", cuda::rope, x, B, T, nh, HS, pos0, pos, inv_freq, sign);
   }
 
+  friend cuda::BackendHandles cuda::backend_handles(Backend& be);
   int device_;
   std::string name_;
   cudaStream_t stream_ = nullptr;
@@ -664,5 +666,19 @@ Result<std::unique_ptr<Backend>> make_cuda_backend(int device) {
 }
 
 bool cuda_backend_built() { return true; }
+
+int cuda_device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  return count;
+}
+
+cuda::BackendHandles cuda::backend_handles(Backend& be) {
+  auto* c = dynamic_cast<CudaBackend*>(&be);
+  return c ? BackendHandles{c->device_, c->stream_} : BackendHandles{};
+}
 
 }  // namespace ftx

@@ -38,7 +38,19 @@
 // After a kernel launch: a bad configuration is reported where it happened.
 #define FTX_CUDA_LAUNCHED() FTX_CUDA_CHECK(cudaGetLastError())
 
+namespace ftx {
+class Backend;
+}
+
 namespace ftx::cuda {
+
+// A CudaBackend's device and stream (cuda_backend.cu), for code outside it that queues work in its
+// order (nccl_comm.cu); device -1 and no stream for another backend.
+struct BackendHandles {
+  int device = -1;
+  cudaStream_t stream = nullptr;
+};
+BackendHandles backend_handles(Backend& be);
 
 // A kernel argument that a replayed step graph may change (kernels/cuda/step_graph.h): kernels
 // read *p when it is set (a slot the graph's launch refreshes), v otherwise.

@@ -7,7 +7,8 @@
 #     resources/gpu/make_bundle.sh
 #     device run, carry [".gpu"]:  bash resources/gpu/on_device.sh
 # Packed: every library ldd resolves except glibc's, the GCC runtime's and CUDA's own (cudart,
-# cuBLAS), which the GPU machine's CUDA toolkit provides; this machine's nvcc must have the major
+# cuBLAS, NCCL: 218 MB, over the device tool's 64 MiB), which the GPU machine's CUDA toolkit or
+# PyTorch's nvidia wheels provide; this machine's nvcc must have the major
 # version of the GPU machine's (13 here and there on 2026-11-21).
 # Environment: BUILD (build-gpu) is the CMake build directory, reused when configured.
 set -euo pipefail
@@ -35,7 +36,7 @@ trap 'rm -rf "$stage"' EXIT
 mkdir -p "$stage/bin" "$stage/lib"
 cp "$BUILD/app/ftx" "$BUILD/tests/test_backend_ops" "$stage/bin/"
 ldd "$stage/bin/ftx" "$stage/bin/test_backend_ops" | awk '$2 == "=>" && $3 ~ /^\// {print $3}' | sort -u |
-  grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt)\.so' |
+  grep -Ev '/(libc|libm|libdl|libpthread|librt|libstdc\+\+|libgcc_s|libcudart|libcublas|libcublasLt|libnccl)\.so' |
   while read -r lib; do cp -L "$lib" "$stage/lib/"; done
 nvcc --version | tail -1 >"$stage/nvcc-version"
 git rev-parse --short HEAD >"$stage/commit" 2>/dev/null || true
