@@ -25,6 +25,10 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
   auto* c = bench->add_subcommand("train", "Training throughput (tokens/s, model TFLOP/s) of a preset, maybe reshaped");
   c->callback([&a] { a.command = "train"; });
   add_training(c);
+  c->add_option("--processes", a.processes,
+                "Data-parallel processes (relaunched under mpirun; --batch stays the global batch)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
 
   auto* ops = bench->add_subcommand("ops", "Each op of a training step timed alone: time per call, share of the step");
   ops->callback([&a] { a.command = "ops"; });

@@ -7,6 +7,7 @@
 
 #include "app/bench_common.h"
 #include "app/common.h"
+#include "app/job.h"
 #include "core/model/flops.h"
 #include "core/train/trainer.h"
 
@@ -15,8 +16,11 @@ namespace {
 
 using nlohmann::json;
 
+// In a job of P processes, besides: tokens/s per process, and the share of the step spent in the
+// collectives (waits for a slower rank included), with how the gradients travel.
 json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const BatchSource& data,
-                  const std::vector<double>& secs) {
+                  const std::vector<double>& secs, const Comm& comm, double collective_s,
+                  const std::string& gradients) {
   const ModelConfig& m = trainer.model_config();
   const int T = data.seq_len() - 1;
   const double med = median(secs), tokens_per_s = double(a.batch) * T / med;
@@ -42,22 +46,54 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
             // Step graphs recorded and replayed (CUDA; 0 and 0 on the CPU, or with FTX_CUDA_GRAPHS=0)
             {"graph_captures", be.graph_stats().captures},
             {"graph_replays", be.graph_stats().replays}});
+  double total = 0;
+  for (double x : secs) total += x;
+  j.update({{"processes", comm.size()},
+            {"engine", comm.engine()},
+            {"tokens_per_s_per_process", tokens_per_s / comm.size()},
+            {"gradients", comm.size() > 1 ? json(gradients) : json(nullptr)},
+            {"gradient_bytes", trainer.model().num_params() * int64_t(sizeof(float))},
+            {"collective_ms_per_step", collective_s / double(secs.size()) * 1e3},
+            {"collective_share", total > 0 ? collective_s / total : 0.0}});
   return j;
+}
+
+// One rank's benchmark (the only one outside a job); rank 0 prints the report.
+int bench_as_rank(const BenchArgs& a, Comm& comm) {
+  auto setup = bench_training(a);
+  if (!setup) return fail(setup.error());
+  const std::string device = rank_device(comm, a.device);
+  auto made_backend = make_backend(device, a.precision);
+  if (!made_backend) return fail(made_backend.error());
+  std::unique_ptr<Backend> backend = std::move(*made_backend);
+  auto trainer = start_bench_trainer(*backend, *setup);
+  if (!trainer) return fail(trainer.error());
+  auto gradients = gradient_path(comm, *backend, device);
+  if (!gradients) return fail(gradients.error());
+  if (Status joined = (*trainer)->use_comm(comm, std::move(gradients->device)); !joined) return fail(joined.error());
+  (*trainer)->time_collectives(comm.size() > 1);
+  (void)time_train_steps(*backend, **trainer, *setup->data, a.warmup, 0);
+  const double before = (*trainer)->collective_seconds();
+  const auto secs = time_train_steps(*backend, **trainer, *setup->data, 0, a.steps);
+  const double collective_s = (*trainer)->collective_seconds() - before;
+  std::printf(
+      "%s\n",
+      train_report(a, *backend, **trainer, *setup->data, secs, comm, collective_s, gradients->text).dump(2).c_str());
+  return 0;
 }
 
 }  // namespace
 
 int run_bench_train(const BenchArgs& a) {
-  auto setup = bench_training(a);
-  if (!setup) return fail(setup.error());
-  auto made_backend = make_backend(a.device, a.precision);
-  if (!made_backend) return fail(made_backend.error());
-  std::unique_ptr<Backend> backend = std::move(*made_backend);
-  auto trainer = start_bench_trainer(*backend, *setup);
-  if (!trainer) return fail(trainer.error());
-  const auto secs = time_train_steps(*backend, **trainer, *setup->data, a.warmup, a.steps);
-  std::printf("%s\n", train_report(a, *backend, **trainer, *setup->data, secs).dump(2).c_str());
-  return 0;
+  // --processes N: this command again as N ranks under mpirun (does not return when it starts).
+  if (Status job = relaunch_as_job(a.processes); !job) return fail(job.error());
+  auto made_comm = make_job_comm();
+  if (!made_comm) return fail(made_comm.error());
+  std::unique_ptr<Comm> comm = std::move(*made_comm);
+  if (!comm->root() && !std::freopen("/dev/null", "w", stdout)) return fail("/dev/null: cannot open");
+  const int rc = bench_as_rank(a, *comm);
+  if (rc != 0 && comm->size() > 1) comm->abort_job(rc);  // the other ranks would wait for this one
+  return rc;
 }
 
 }  // namespace ftx::app

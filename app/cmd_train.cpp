@@ -10,12 +10,12 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "app/job.h"
 #include "core/dist/comm.h"
 #include "core/store/run_store.h"
 #include "core/train/run_start.h"
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
-#include "kernels/device_comm.h"
 
 namespace ftx::app {
 namespace {
@@ -100,9 +100,7 @@ int train_as_rank(TrainArgs& a, Comm& comm) {
     }
   } remove_scratch{scratch};
   if (!comm.root() && !std::freopen("/dev/null", "w", stdout)) return fail("/dev/null: cannot open");  // rank 0 reports
-  // A job's ranks on one host share its GPUs: --device cuda means one each, by local rank.
-  if (comm.size() > 1 && a.device == "cuda" && cuda_device_count() > 0)
-    a.device = "cuda:" + std::to_string(launched_local_rank() % cuda_device_count());
+  a.device = rank_device(comm, a.device);  // in a job on CUDA: one GPU per rank of a host
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
   std::unique_ptr<Backend> backend = std::move(*made_backend);
@@ -146,20 +144,9 @@ int train_as_rank(TrainArgs& a, Comm& comm) {
     trainer = std::move(*t);
     data = std::move(prepared->data);
   }
-  // On GPUs with NCCL the gradients stay on the devices: rank 0 names the communicator.
-  std::unique_ptr<DeviceComm> device_comm;
-  if (comm.size() > 1 && backend->kind() == DeviceKind::Cuda && nccl_built()) {
-    auto id = comm.root() ? device_comm_id() : Result<std::string>(std::string());
-    if (!id) return fail(id.error());
-    auto shared = broadcast_text(comm, *id);
-    if (!shared) return fail(shared.error());
-    auto made = make_device_comm(*backend, *shared, comm.rank(), comm.size());
-    if (!made) return fail(made.error());
-    device_comm = std::move(*made);
-  }
-  const std::string gradients_through =
-      device_comm ? device_comm->engine() + " on the GPUs" : comm.engine() + " through the host";
-  if (auto joined = trainer->use_comm(comm, std::move(device_comm)); !joined) return fail(joined.error());
+  auto gradients = gradient_path(comm, *backend, a.device);  // on GPUs with NCCL they stay there
+  if (!gradients) return fail(gradients.error());
+  if (auto joined = trainer->use_comm(comm, std::move(gradients->device)); !joined) return fail(joined.error());
   const ModelConfig& m = trainer->model_config();
   const TrainConfig& tc = trainer->train_config();
   std::printf("run '%s' in %s: %s, %d layers, D=%d, H=%d, kappa %.4g bit (%.4g nats), %lld parameters, %s %d/%d\n",
@@ -178,7 +165,7 @@ int train_as_rank(TrainArgs& a, Comm& comm) {
                 m.route_k(data->seq_len() - 1), data->seq_len() - 1, m.routing.capacity);
   if (comm.size() > 1)
     std::printf("data-parallel: %d processes (%s), %d of the %d sequences of each batch per process; gradients: %s\n",
-                comm.size(), comm.engine().c_str(), tc.batch / comm.size(), tc.batch, gradients_through.c_str());
+                comm.size(), comm.engine().c_str(), tc.batch / comm.size(), tc.batch, gradients->text.c_str());
   std::fflush(stdout);
 
   std::signal(SIGINT, on_sigint);

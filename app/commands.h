@@ -123,6 +123,7 @@ struct BenchArgs {
   std::string device = "cpu";
   std::string precision;  // fp32 | tf32 | bf16; empty: the backend's default
   int batch = 64, warmup = 5, steps = 20;
+  int processes = 1;  // bench train --processes: a data-parallel job of this many (app/job.h)
   int ops_reps = 20;  // bench ops: timed calls per op
   struct Mapper {     // binary_mapper_backward against the GEMM of the same shape
     std::string device = "cpu", precision;

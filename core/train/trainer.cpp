@@ -269,15 +269,15 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   if (graph) be_.begin_graph();
   model_->zero_grad();
   model_->forward_ops(*state_, nullptr, tcfg_.seed, stream, kappa, tcfg_.free_bits_form());
-  if (data_parallel()) reduce_kl_batch_mean();
+  if (data_parallel()) collective([&] { reduce_kl_batch_mean(); });
   model_->backward(*state_);
-  if (data_parallel()) reduce_gradients();
+  if (data_parallel()) collective([&] { reduce_gradients(); });
   be_.clip_grad_norm(model_->grads(), model_->num_params(), tcfg_.grad_clip, grad_norm_);
   be_.adamw_update(model_->params(), model_->grads(), adam_m_, adam_v_, adam_segments_.data(),
                    static_cast<int>(adam_segments_.size()), adam);
   if (graph) be_.end_graph();
   rep.stats = model_->read_stats(*state_);
-  if (data_parallel()) reduce_stats(rep.stats);
+  if (data_parallel()) collective([&] { reduce_stats(rep.stats); });
   float norm = 0;
   be_.download(&norm, grad_norm_, sizeof norm);
   rep.grad_norm = norm;
@@ -364,6 +364,16 @@ Status Trainer::agree_on_start(BatchSource& data) {
         return make_error("rank " + std::to_string(q) + " of " + std::to_string(P) + " " + parts[i].what +
                           " than rank 0" + parts[i].note);
   return {};
+}
+
+template <class F>
+void Trainer::collective(F&& f) {
+  if (!time_collectives_) return f();
+  be_.synchronize();  // the device's work before it is not the collective's
+  const auto t0 = Clock::now();
+  f();
+  be_.synchronize();  // NCCL's reduce runs on the device
+  collective_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
 void Trainer::reduce_kl_batch_mean() {

@@ -114,6 +114,12 @@ class Trainer {
   // With `device` (NCCL on the CUDA backend, kernels/device_comm.h, the same ranks as comm) the
   // gradients are summed on the GPUs; without it, through the host and comm.
   Status use_comm(Comm& comm, std::unique_ptr<DeviceComm> device = nullptr);
+  // Benchmarks (ftx bench train in a job): time each step's collectives, synchronizing the device
+  // around them; collective_seconds() is their sum so far, waits for slower ranks included.
+  void time_collectives(bool on) { time_collectives_ = on; }
+  double collective_seconds() const { return collective_s_; }
+  // The gradients go through NCCL on the GPUs (use_comm was given a device communicator).
+  bool gradients_on_device() const { return device_comm_ != nullptr; }
   // The benchmark suite of bench_tasks, already loaded (prepare_run): run() then reads no file.
   void use_bench_suite(std::unique_ptr<bench::BenchSuite> suite);
   Status flush() { return store_.flush(); }  // buffered metrics, e.g. before a pause
@@ -148,6 +154,8 @@ class Trainer {
   void train_step(BatchSource& data, StepReport& rep);
   // A data-parallel step's collectives (comm_ with P > 1): the batch-mean KL before the backward,
   // the gradients (and everyone's stop request, one more float) after it, the statistics.
+  template <class F>
+  void collective(F&& f);  // f, timed when time_collectives is on
   void reduce_kl_batch_mean();
   void reduce_gradients();
   void reduce_stats(StepStats& st);
@@ -191,10 +199,12 @@ class Trainer {
   std::vector<int32_t> batch_, inputs_, targets_;
   Comm* comm_ = nullptr;                     // a data-parallel job (use_comm); null: one process
   std::unique_ptr<DeviceComm> device_comm_;  // its GPUs' communicator (NCCL), when given
-  bool stop_asked_ = false;                  // this rank's stop request, sent with the next gradients
-  bool stop_all_ = false;                    // some rank asked to stop: every rank stops after this step
-  std::vector<float> host_grads_;            // (num_params + 1) the gradients and the stop flag, reduced
-  std::vector<float> host_kl_mean_;          // (T)
+  bool time_collectives_ = false;
+  double collective_s_ = 0;
+  bool stop_asked_ = false;          // this rank's stop request, sent with the next gradients
+  bool stop_all_ = false;            // some rank asked to stop: every rank stops after this step
+  std::vector<float> host_grads_;    // (num_params + 1) the gradients and the stop flag, reduced
+  std::vector<float> host_kl_mean_;  // (T)
 };
 
 }  // namespace ftx

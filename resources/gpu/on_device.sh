@@ -3,8 +3,8 @@
 # the GPU parity tests (test_backend_ops), then resources/pytorch_peer/gpu_side_by_side.sh with
 # the packed ftx against the PyTorch there, then ftx bench ops (where a step's time goes), then
 # routed training (each router at capacity 1/2) against the dense model at the large shape, then
-# routed generation against the dense model, then (with mpirun and two GPUs) data-parallel
-# training on NCCL against one process.
+# routed generation against the dense model, then data-parallel training against one process
+# (resources/gpu/dp_check.sh: NCCL with two GPUs, the host path with one).
 # Into $OUT (the device tool's folder that comes back, at most 8 files) or, without it,
 # gpu-results/: device.txt, test_backend_ops.log, bench.md (the tables) and bench.tar.gz (every
 # JSON report and error log). Exit 0 only when every GPU test ran and passed and every benchmark
@@ -124,43 +124,10 @@ for r in ("random", "mod", "sdt"):
 EOF_PY
 } >"$root/gen.md" 2>&1
 tee -a "$OUT/bench.md" <"$root/gen.md"
-# Data-parallel training on GPUs (issue 26): one process against `mpirun -np 2`, one GPU per rank
-# and the gradients summed by NCCL, on the same global batch; the loss curves must agree to 1e-4.
-# It needs mpirun and two GPUs (NCCL refuses two ranks on one GPU).
-{
-  echo
-  echo "## Data-parallel: 1 process against 2 (one GPU each, NCCL), small preset, H = 8, batch 32, 50 steps"
-  echo
-  gpus=$(nvidia-smi -L 2>/dev/null | wc -l)
-  if ! command -v mpirun >/dev/null || [ "$gpus" -lt 2 ]; then
-    echo "skipped: needs mpirun and two GPUs (this machine: $gpus GPU(s), mpirun: $(command -v mpirun || echo none))"
-  else
-    dp="train --device cuda --dataset synthetic --preset small --batch 32 --steps 50 --eval-every 0 --seed 3 --quiet"
-    # shellcheck disable=SC2086
-    "$root/bin/ftx" $dp --db "$root/bench/dp1.db" --run dp >"$root/bench/dp1.txt" 2>&1 || bench=1
-    # shellcheck disable=SC2086
-    OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 mpirun -np 2 -x LD_LIBRARY_PATH "$root/bin/ftx" $dp \
-      --db "$root/bench/dp2.db" --run dp >"$root/bench/dp2.txt" 2>&1 || bench=1
-    grep -h "data-parallel" "$root/bench/dp2.txt"
-    python3 - "$root/bench" <<'EOF_PY' || bench=1
-import sqlite3, sys
-d = sys.argv[1]
-def curve(db, key):
-    c = sqlite3.connect(f"{d}/{db}")
-    return [v for (v,) in c.execute("SELECT m.value FROM metrics m JOIN runs r ON r.id = m.run_id "
-                                    "WHERE r.name = 'dp' AND m.key = ? ORDER BY m.step", (key,))]
-for key in ("train/loss", "train/grad_norm", "perf/tokens_per_s"):
-    a, b = curve("dp1.db", key), curve("dp2.db", key)
-    if key.startswith("perf"):
-        print(f"{key}: 1 process {sum(a[10:]) / max(len(a[10:]), 1):,.0f}, 2 processes {sum(b[10:]) / max(len(b[10:]), 1):,.0f}")
-        continue
-    worst = max((abs(x - y) for x, y in zip(a, b)), default=float("inf"))
-    print(f"{key}: {len(a)} and {len(b)} steps, worst apart {worst:.2e}")
-    if len(a) != 50 or len(b) != 50 or worst > 1e-4:
-        sys.exit(1)
-EOF_PY
-  fi
-} >"$root/dp.md" 2>&1
+# Data-parallel training (issue 26): 1 process against 2 on the GPUs, and the host path's scaling
+# over this machine's cores (resources/gpu/dp_check.sh).
+echo >"$root/dp.md"
+FTX="$root/bin/ftx" bash resources/gpu/dp_check.sh >>"$root/dp.md" 2>&1 || bench=1
 tee -a "$OUT/bench.md" <"$root/dp.md"
 tar -C "$root" -czf "$OUT/bench.tar.gz" bench
 echo "on_device: test_backend_ops exit $tests, benchmarks exit $bench" | tee -a "$OUT/device.txt"
