@@ -23,6 +23,8 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "core/dist/comm.h"
 #include "core/io/checkpoint.h"
 #include "core/store/run_store.h"
@@ -180,6 +182,30 @@ TEST_F(DataParallel, AResumedRunMayChangeTheProcessCount) {
     }
     EXPECT_LE(weights_apart(dir / "one.db", db, "r", kAll), kCurveTol) << "the weights after " << kAll << " steps";
   }
+}
+
+// ftx bench train --processes 2 starts itself under mpirun; rank 0 reports the job: 2 processes,
+// the host path, the collectives' share of the step. Under a job of another size it is refused.
+TEST_F(DataParallel, BenchTrainMeasuresAJob) {
+  test::TempDir dir("ftx_test_distributed_");
+  const std::vector<std::string> bench = {"bench",    "train", "--preset", "tiny", "--batch",     "8",
+                                          "--warmup", "1",     "--steps",  "3",    "--processes", "2"};
+  const test::Outcome r = ftx_on(1, bench, dir.path());
+  ASSERT_EQ(r.code, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("processes"), 2);
+  EXPECT_EQ(j.at("threads"), 1) << "OMP_NUM_THREADS as the test sets it";
+  EXPECT_NE(j.at("gradients").get<std::string>().find("through the host"), std::string::npos) << j.dump();
+  const double share = j.at("collective_share"), per = j.at("tokens_per_s_per_process"), all = j.at("tokens_per_s");
+  EXPECT_GT(share, 0.0);
+  EXPECT_LT(share, 1.0);
+  EXPECT_NEAR(per * 2, all, 1e-6 * all);
+  EXPECT_GT(j.at("gradient_bytes").get<int64_t>(), 100000);
+  std::vector<std::string> three = bench;
+  three.back() = "3";
+  const test::Outcome bad = ftx_on(2, three, dir.path());
+  EXPECT_NE(bad.code, 0);
+  EXPECT_NE(bad.err.find("--processes 3: already a job of 2 processes"), std::string::npos) << bad.err;
 }
 
 // Two ranks started with their own programs, arguments and folders (mpirun's MPMD form:

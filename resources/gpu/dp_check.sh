@@ -16,7 +16,7 @@ if [ -z "${FTX:-}" ]; then
 fi
 work=$(mktemp -d)
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-echo "## Data-parallel training on the GPUs: 1 process against 2, small preset, H = 8, batch 32, 50 steps"
+echo "## Data-parallel training on the GPUs: 1 process against 2, small preset, H = 8, batch 32, fp32 GEMMs, 50 steps"
 echo
 if ! command -v mpirun >/dev/null; then
   echo "skipped: no mpirun on this machine"
@@ -25,7 +25,7 @@ fi
 echo "$(mpirun --version 2>&1 | head -1), $(nvidia-smi -L 2>/dev/null | wc -l) GPU(s), $(nproc) cores"
 echo
 status=0
-dp="train --device cuda --dataset synthetic --preset small --batch 32 --steps 50 --eval-every 0 --seed 3 --quiet"
+dp="train --device cuda --precision fp32 --dataset synthetic --preset small --batch 32 --steps 50 --eval-every 0 --seed 3 --quiet"
 # shellcheck disable=SC2086
 "$FTX" $dp --db "$work/dp1.db" --run dp >"$work/dp1.txt" 2>&1 || status=1
 # shellcheck disable=SC2086
