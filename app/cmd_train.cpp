@@ -70,6 +70,8 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   add_train_flags(c, a);
   c->add_option("--run", a.run, "Run name")->required();
   c->add_flag("--resume", a.resume, "Continue the run from its latest checkpoint");
+  c->add_flag("--shard-optimizer", a.shard_optimizer,
+              "Under mpirun or srun: each rank keeps AdamW's moments for its share of the parameters (ZeRO-1)");
   c->add_option("--hang-timeout", a.hang_timeout_s,
                 "Under mpirun or srun: end the job when a rank has not reached a collective for this many "
                 "seconds (0: wait forever)")
@@ -146,7 +148,8 @@ int train_as_rank(TrainArgs& a, Comm& comm) {
   }
   auto gradients = gradient_path(comm, *backend, a.device);  // on GPUs with NCCL they stay there
   if (!gradients) return fail(gradients.error());
-  if (auto joined = trainer->use_comm(comm, std::move(gradients->device)); !joined) return fail(joined.error());
+  if (auto joined = trainer->use_comm(comm, std::move(gradients->device), a.shard_optimizer); !joined)
+    return fail(joined.error());
   const ModelConfig& m = trainer->model_config();
   const TrainConfig& tc = trainer->train_config();
   std::printf("run '%s' in %s: %s, %d layers, D=%d, H=%d, kappa %.4g bit (%.4g nats), %lld parameters, %s %d/%d\n",

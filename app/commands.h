@@ -28,6 +28,7 @@ struct TrainArgs {
   std::optional<double> kappa_bits, kappa_start_bits;
   bool steps_given = false;      // --steps given (a resumed run keeps its own otherwise)
   double hang_timeout_s = 600;   // --hang-timeout: a job's deadline for a rank to reach a collective
+  bool shard_optimizer = false;  // --shard-optimizer: ZeRO-1 in a job (Trainer::use_comm)
   std::string shape_flag_given;  // a shape option given (refused with --init), e.g. "--dim"
   bool kappa_given = false;      // --kappa-bits/-nats given (else --init's recorded kappa)
   std::string db = kDefaultDb, run, device = "cpu", precision;

@@ -64,6 +64,30 @@ TEST(Comm, BroadcastAndAllgather) {
   for (int q = 0; q < P; ++q) EXPECT_EQ(all[size_t(q)], 7 * q + 3);
 }
 
+// ZeRO-1's blocks: rank q holds q + 2 floats (uneven on purpose), laid end to end in rank order.
+TEST(Comm, BlocksGatherInRankOrder) {
+  Comm& c = job();
+  const int P = c.size(), r = c.rank();
+  std::vector<size_t> counts;
+  size_t total = 0, mine_at = 0;
+  for (int q = 0; q < P; ++q) {
+    if (q == r) mine_at = total;
+    counts.push_back(size_t(q) + 2), total += size_t(q) + 2;
+  }
+  auto value = [](int q, size_t i) { return float(100 * q) + float(i); };
+  std::vector<float> data(total, -1.0f), mine;
+  for (size_t i = 0; i < counts[size_t(r)]; ++i) data[mine_at + i] = value(r, i), mine.push_back(value(r, i));
+  ASSERT_TRUE(c.allgather_blocks(data.data(), counts).ok());
+  std::vector<float> all(total, -1.0f);
+  ASSERT_TRUE(c.gather_blocks(mine.data(), c.root() ? all.data() : nullptr, counts, 0).ok());
+  size_t at = 0;
+  for (int q = 0; q < P; ++q)
+    for (size_t i = 0; i < counts[size_t(q)]; ++i, ++at) {
+      EXPECT_EQ(data[at], value(q, i)) << "allgather_blocks: rank " << q << ", float " << i;
+      if (c.root()) EXPECT_EQ(all[at], value(q, i)) << "gather_blocks: rank " << q << ", float " << i;
+    }
+}
+
 TEST(Comm, LaunchedProcessesReadsTheLaunchersEnvironment) {
   if (job().size() > 1) GTEST_SKIP() << "changes the environment: one process only";
   EXPECT_EQ(launched_processes(), 1);

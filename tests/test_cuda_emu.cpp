@@ -1051,6 +1051,8 @@ class MirrorComm final : public Comm {
     return {};
   }
   Status broadcast(void*, size_t, int) override { return {}; }
+  Status allgather_blocks(float*, const std::vector<size_t>&) override { return {}; }  // not used: no ZeRO-1 here
+  Status gather_blocks(const float*, float*, const std::vector<size_t>&, int) override { return {}; }
   Status allgather(const void* in, size_t bytes, void* out) override {
     for (int q = 0; q < 2; ++q) std::memcpy(static_cast<char*>(out) + size_t(q) * bytes, in, bytes);
     return {};

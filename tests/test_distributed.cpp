@@ -80,6 +80,18 @@ double weights_apart(const std::string& db_a, const std::string& db_b, const std
   return worst;
 }
 
+// The same for AdamW's moments (m and v) in the two checkpoints: what a sharded optimizer gathers.
+double moments_apart(const std::string& db_a, const std::string& db_b, const std::string& run, int step) {
+  auto c1 = load_checkpoint(checkpoint_dir(db_a, run, step), true);
+  auto c2 = load_checkpoint(checkpoint_dir(db_b, run, step), true);
+  if (!c1.ok() || !c2.ok() || c1->adam_m.size() != c2->adam_m.size() || c1->adam_m.empty()) return INFINITY;
+  double worst = 0;
+  for (size_t i = 0; i < c1->adam_m.size(); ++i)
+    worst = std::max(
+        {worst, double(std::abs(c1->adam_m[i] - c2->adam_m[i])), double(std::abs(c1->adam_v[i] - c2->adam_v[i]))});
+  return worst;
+}
+
 // `ftx train` on the tiny Free Transformer (H = 8, batch-mean free bits) at batch 8.
 std::vector<std::string> tiny_run(const std::string& db, const std::string& run, int steps) {
   return {"train",
@@ -119,7 +131,9 @@ class DataParallel : public ::testing::Test {
 TEST_F(DataParallel, TwoProcessesFollowTheOneProcessCurve) {
   test::TempDir dir("ftx_test_distributed_");
   const std::vector<std::pair<std::string, std::vector<std::string>>> cases = {
-      {"free", {}}, {"routed", {"--layers", "4", "--routing", "random", "--capacity", "0.5"}}};
+      {"free", {}},
+      {"routed", {"--layers", "4", "--routing", "random", "--capacity", "0.5"}},
+      {"sharded", {"--shard-optimizer"}}};  // ZeRO-1: the moments in halves, the same steps
   for (const auto& [name, extra] : cases) {
     SCOPED_TRACE(name);
     std::vector<std::string> one = tiny_run(dir / "one.db", name, kSteps), two = tiny_run(dir / "two.db", name, kSteps);
@@ -141,6 +155,8 @@ TEST_F(DataParallel, TwoProcessesFollowTheOneProcessCurve) {
     const std::vector<double> loss = curve(dir / "one.db", name, "train/loss");
     EXPECT_LT(loss.back(), loss.front() - 0.5) << "the curve falls: the comparison shows training";
     const double worst = weights_apart(dir / "one.db", dir / "two.db", name, kSteps);
+    EXPECT_LE(moments_apart(dir / "one.db", dir / "two.db", name, kSteps), kCurveTol)
+        << "AdamW's moments in the checkpoint (gathered when sharded)";
     EXPECT_LE(worst, kCurveTol) << "the weights after " << kSteps << " steps";
   }
 }
@@ -165,10 +181,13 @@ TEST_F(DataParallel, AResumedRunMayChangeTheProcessCount) {
   for (const auto& [first, then] : {std::pair{2, 1}, std::pair{1, 2}}) {
     const std::string db = dir / ("from" + std::to_string(first) + ".db");
     SCOPED_TRACE(db);
-    const test::Outcome a = ftx_on(first, tiny_run(db, "r", kHalf), dir.path());
+    std::vector<std::string> start = tiny_run(db, "r", kHalf);
+    if (first > 1) start.push_back("--shard-optimizer");  // its checkpoint: the moments gathered
+    const test::Outcome a = ftx_on(first, start, dir.path());
     ASSERT_EQ(a.code, 0) << a.out << a.err;
     std::vector<std::string> more = {"train",  "--db", db, "--run", "r", "--resume", "--steps", std::to_string(kAll),
                                      "--quiet"};
+    if (then > 1) more.push_back("--shard-optimizer");  // each rank takes its slice of the moments
     const test::Outcome b = ftx_on(then, more, dir.path());
     ASSERT_EQ(b.code, 0) << b.out << b.err;
     EXPECT_NE(b.out.find("resuming at step 20/40"), std::string::npos) << b.out;
@@ -181,6 +200,7 @@ TEST_F(DataParallel, AResumedRunMayChangeTheProcessCount) {
       EXPECT_LE(worst_apart(c1, c2), kCurveTol) << key;
     }
     EXPECT_LE(weights_apart(dir / "one.db", db, "r", kAll), kCurveTol) << "the weights after " << kAll << " steps";
+    EXPECT_LE(moments_apart(dir / "one.db", db, "r", kAll), kCurveTol) << "the moments after " << kAll << " steps";
   }
 }
 

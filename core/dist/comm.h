@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/base/result.h"
 
@@ -28,6 +29,11 @@ class Comm {
   virtual Status broadcast(void* data, size_t bytes, int root) = 0;
   // Every rank's `bytes` of `in` into every rank's `out` (size() x bytes), in rank order.
   virtual Status allgather(const void* in, size_t bytes, void* out) = 0;
+  // Blocks of floats, counts[q] from rank q, laid end to end in rank order (ZeRO-1's slices):
+  // in place, `data` holding this rank's block at its place already, every rank gets all blocks;
+  // or every rank's `mine` into rank `root`'s `all` (null elsewhere).
+  virtual Status allgather_blocks(float* data, const std::vector<size_t>& counts) = 0;
+  virtual Status gather_blocks(const float* mine, float* all, const std::vector<size_t>& counts, int root) = 0;
   bool root() const { return rank() == 0; }
   // Ends every process of the job with `code` (MPI_Abort); one process: exits.
   [[noreturn]] virtual void abort_job(int code) = 0;

@@ -68,6 +68,20 @@ class MpiComm final : public Comm {
   Status broadcast(void* data, size_t bytes, int root) override {
     return guarded("MPI_Bcast", [&] { return MPI_Bcast(data, count(bytes), MPI_BYTE, root, MPI_COMM_WORLD); });
   }
+  Status allgather_blocks(float* data, const std::vector<size_t>& counts) override {
+    std::vector<int> n, at;
+    layout(counts, n, at);
+    return guarded("MPI_Allgatherv", [&] {
+      return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, data, n.data(), at.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    });
+  }
+  Status gather_blocks(const float* mine, float* all, const std::vector<size_t>& counts, int root) override {
+    std::vector<int> n, at;
+    layout(counts, n, at);
+    return guarded("MPI_Gatherv", [&] {
+      return MPI_Gatherv(mine, n[size_t(rank_)], MPI_FLOAT, all, n.data(), at.data(), MPI_FLOAT, root, MPI_COMM_WORLD);
+    });
+  }
   Status allgather(const void* in, size_t bytes, void* out) override {
     return guarded("MPI_Allgather", [&] {
       return MPI_Allgather(in, count(bytes), MPI_BYTE, out, count(bytes), MPI_BYTE, MPI_COMM_WORLD);
@@ -184,6 +198,12 @@ class MpiComm final : public Comm {
     return buf;
   }
 
+  // Counts and displacements of blocks laid end to end, as MPI's v-collectives take them.
+  void layout(const std::vector<size_t>& counts, std::vector<int>& n, std::vector<int>& at) const {
+    FT_ASSERT(counts.size() == size_t(size_), "%zu block counts for %d ranks", counts.size(), size_);
+    size_t sum = 0;
+    for (size_t c : counts) n.push_back(count(c)), at.push_back(count(sum)), sum += c;
+  }
   // MPI counts are int: the trainer's buffers are its gradients, far below 2^31 floats a call.
   static int count(size_t n) {
     FT_ASSERT(n <= 0x7fffffffu, "one MPI call of %zu elements", n);

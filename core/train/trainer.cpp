@@ -125,14 +125,28 @@ Trainer::Trainer(Backend& be, RunStore store, std::unique_ptr<Model> model, std:
       tcfg_(tcfg),
       db_path_(std::move(db)),
       run_(std::move(run)) {
-  const size_t bytes = model_->num_params() * sizeof(float);
-  // Null when out of memory: make() then reports the whole training footprint.
-  adam_m_ = static_cast<float*>(be_.try_alloc(bytes).value_or(nullptr));
-  adam_v_ = static_cast<float*>(be_.try_alloc(bytes).value_or(nullptr));
   grad_norm_ = static_cast<float*>(be_.try_alloc(sizeof(float)).value_or(nullptr));
   for (const ParamSpec& p : model_->specs())
     adam_segments_.push_back(
         {static_cast<size_t>(p.offset), static_cast<size_t>(p.numel), p.decay ? tcfg_.weight_decay : 0.0f});
+  moment_len_ = moment_chunk_ = model_->num_params();
+  moment_segments_ = adam_segments_;
+}
+
+bool Trainer::allocate_moments() {
+  const size_t bytes = moment_chunk_ * sizeof(float);
+  adam_m_ = static_cast<float*>(be_.try_alloc(bytes).value_or(nullptr));
+  adam_v_ = static_cast<float*>(be_.try_alloc(bytes).value_or(nullptr));
+  if (!adam_m_ || !adam_v_) return false;
+  if (!resume_m_.empty()) {  // a checkpoint's moments, this process's slice of them
+    be_.upload(adam_m_, resume_m_.data() + moment_lo_, moment_len_ * sizeof(float));
+    be_.upload(adam_v_, resume_v_.data() + moment_lo_, moment_len_ * sizeof(float));
+    resume_m_ = {}, resume_v_ = {};
+  } else {
+    be_.fill(adam_m_, 0.0f, moment_chunk_);
+    be_.fill(adam_v_, 0.0f, moment_chunk_);
+  }
+  return true;
 }
 
 Result<std::unique_ptr<Trainer>> Trainer::make(Backend& be, RunStore store, const ModelConfig& mcfg,
@@ -142,7 +156,8 @@ Result<std::unique_ptr<Trainer>> Trainer::make(Backend& be, RunStore store, cons
   if (!model) return model.error();
   std::unique_ptr<Trainer> t(
       new Trainer(be, std::move(store), std::move(*model), std::move(tokenizer), tcfg, std::move(db), std::move(run)));
-  if (!t->adam_m_ || !t->adam_v_ || !t->grad_norm_ || !t->model_->allocate_grads().ok())
+  // One process takes its AdamW moments now; a job's ranks when they know their slice (use_comm).
+  if (!t->grad_norm_ || !t->model_->allocate_grads().ok() || (launched_processes() == 1 && !t->allocate_moments()))
     return make_error(std::string(be.name()) + ": not enough memory to train " +
                       std::to_string(t->model_->num_params()) +
                       " parameters (weights, gradients and two AdamW moments: 16 bytes each)");
@@ -205,9 +220,13 @@ Result<std::unique_ptr<Trainer>> Trainer::from_checkpoint(Backend& be, RunStore 
   t->last_checkpoint_step_ = t->step_;
   t->checkpoint_dir_ = dir;
   t->model_->load_params(ck->params.data());
-  const size_t bytes = t->model_->num_params() * sizeof(float);
-  be.upload(t->adam_m_, ck->adam_m.data(), bytes);
-  be.upload(t->adam_v_, ck->adam_v.data(), bytes);
+  if (t->adam_m_) {
+    const size_t bytes = t->model_->num_params() * sizeof(float);
+    be.upload(t->adam_m_, ck->adam_m.data(), bytes);
+    be.upload(t->adam_v_, ck->adam_v.data(), bytes);
+  } else {  // a job's rank: uploaded when it allocates its slice
+    t->resume_m_ = std::move(ck->adam_m), t->resume_v_ = std::move(ck->adam_v);
+  }
   t->thread_change_ = pos->threads > 0 && pos->threads != omp_get_max_threads();
   t->threads_before_ = pos->threads;
   return t;
@@ -273,8 +292,9 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   model_->backward(*state_);
   if (data_parallel()) collective([&] { reduce_gradients(); });
   be_.clip_grad_norm(model_->grads(), model_->num_params(), tcfg_.grad_clip, grad_norm_);
-  be_.adamw_update(model_->params(), model_->grads(), adam_m_, adam_v_, adam_segments_.data(),
-                   static_cast<int>(adam_segments_.size()), adam);
+  be_.adamw_update(model_->params() + moment_lo_, model_->grads() + moment_lo_, adam_m_, adam_v_,
+                   moment_segments_.data(), static_cast<int>(moment_segments_.size()), adam);
+  if (shard_) collective([&] { gather_params(); });  // every rank's updated slice, on every rank
   if (graph) be_.end_graph();
   rep.stats = model_->read_stats(*state_);
   if (data_parallel()) collective([&] { reduce_stats(rep.stats); });
@@ -300,6 +320,11 @@ std::optional<double> Trainer::routed_share() const {
 
 void Trainer::ensure_state(const BatchSource& data) {
   if (state_) return;
+  if (!adam_m_ && !allocate_moments()) {
+    std::fprintf(stderr, "ftx: %s: not enough memory for AdamW's moments (%zu parameters of %lld, 8 bytes each)\n",
+                 be_.name(), moment_chunk_, static_cast<long long>(model_->num_params()));
+    std::exit(1);
+  }
   const int P = comm_ ? comm_->size() : 1, r = comm_ ? comm_->rank() : 0;
   state_ = model_->make_state(tcfg_.batch / P, data.seq_len() - 1);
   state_->first_seq = int64_t(r) * (tcfg_.batch / P);
@@ -317,7 +342,7 @@ static void must(const Status& st) {
   }
 }
 
-Status Trainer::use_comm(Comm& comm, std::unique_ptr<DeviceComm> device) {
+Status Trainer::use_comm(Comm& comm, std::unique_ptr<DeviceComm> device, bool shard_optimizer) {
   if (state_) return make_error("run '" + run_ + "': use_comm after the first step");
   const int P = comm.size();
   if (P > 1 && tcfg_.batch % P != 0)
@@ -329,6 +354,29 @@ Status Trainer::use_comm(Comm& comm, std::unique_ptr<DeviceComm> device) {
                       std::to_string(P));
   comm_ = &comm;
   device_comm_ = std::move(device);
+  if (shard_optimizer && P > 1) {
+    // ZeRO-1: this rank keeps and updates the moments of parameters [lo, lo + len), chunks of
+    // ceil(n / P) in rank order (the last may be shorter).
+    const size_t n = model_->num_params();
+    shard_ = true;
+    moment_chunk_ = (n + size_t(P) - 1) / size_t(P);
+    moment_lo_ = std::min(n, size_t(comm.rank()) * moment_chunk_);
+    moment_len_ = std::min(moment_chunk_, n - moment_lo_);
+    moment_segments_.clear();
+    for (const AdamWSegment& g : adam_segments_) {
+      const size_t a = std::max(g.offset, moment_lo_), b = std::min(g.offset + g.numel, moment_lo_ + moment_len_);
+      if (a < b) moment_segments_.push_back({a - moment_lo_, b - a, g.weight_decay});
+    }
+    if (adam_m_) {  // allocated whole (a trainer made outside the launcher): keep the slice only
+      std::vector<float> m(n), v(n);
+      be_.download(m.data(), adam_m_, n * sizeof(float));
+      be_.download(v.data(), adam_v_, n * sizeof(float));
+      be_.release(adam_m_), be_.release(adam_v_);
+      adam_m_ = adam_v_ = nullptr;
+      resume_m_ = std::move(m), resume_v_ = std::move(v);
+      if (!allocate_moments()) return make_error(std::string(be_.name()) + ": not enough memory for AdamW's moments");
+    }
+  }
   return {};
 }
 
@@ -336,7 +384,8 @@ Status Trainer::agree_on_start(BatchSource& data) {
   const int P = comm_->size();
   // What every rank must share, each as a digest: the run's configuration, the data it reads (the
   // tokenizer and the tokens of the next global batch: the same file and position) and the build.
-  const std::string configs = config_to_json(model_->config()).dump() + train_config_to_json(tcfg_).dump();
+  const std::string configs =
+      config_to_json(model_->config()).dump() + train_config_to_json(tcfg_).dump() + (shard_ ? " shard-optimizer" : "");
   std::vector<int32_t> first(size_t(tcfg_.batch) * size_t(data.seq_len()));
   data.seek(data_position_);
   data.next(first.data(), tcfg_.batch);
@@ -374,6 +423,45 @@ void Trainer::collective(F&& f) {
   f();
   be_.synchronize();  // NCCL's reduce runs on the device
   collective_s_ += std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+std::vector<size_t> Trainer::slice_counts() const {
+  const size_t n = model_->num_params();
+  std::vector<size_t> counts;
+  for (int q = 0; q < comm_->size(); ++q) {
+    const size_t lo = std::min(n, size_t(q) * moment_chunk_);
+    counts.push_back(std::min(moment_chunk_, n - lo));
+  }
+  return counts;
+}
+
+void Trainer::gather_params() {
+  const std::vector<size_t> counts = slice_counts();
+  float* params = model_->params();
+  if (be_.kind() == DeviceKind::Cpu) {  // the parameters are in host memory: gathered in place
+    must(comm_->allgather_blocks(params, counts));
+    return;
+  }
+  const size_t n = model_->num_params();
+  host_gathered_.resize(n);
+  be_.download(host_gathered_.data() + moment_lo_, params + moment_lo_, moment_len_ * sizeof(float));
+  must(comm_->allgather_blocks(host_gathered_.data(), counts));
+  be_.upload(params, host_gathered_.data(), n * sizeof(float));
+}
+
+void Trainer::gather_moments() {
+  const std::vector<size_t> counts = slice_counts();
+  for (auto [slice, whole] : {std::pair{adam_m_, &gathered_m_}, std::pair{adam_v_, &gathered_v_}}) {
+    const float* mine = slice;
+    if (be_.kind() != DeviceKind::Cpu) {
+      host_slice_.resize(moment_len_);
+      be_.download(host_slice_.data(), slice, moment_len_ * sizeof(float));
+      mine = host_slice_.data();
+    }
+    if (writes()) whole->resize(model_->num_params());  // rank 0 alone writes the checkpoint
+    must(comm_->gather_blocks(mine, writes() ? whole->data() : nullptr, counts, 0));
+  }
+  host_slice_ = {};
 }
 
 void Trainer::reduce_kl_batch_mean() {
@@ -445,8 +533,13 @@ Status Trainer::save_checkpoint() {
   const size_t n = model_->num_params();
   ck.params.resize(n), ck.adam_m.resize(n), ck.adam_v.resize(n);
   model_->save_params(ck.params.data());
-  be_.download(ck.adam_m.data(), adam_m_, n * sizeof(float));
-  be_.download(ck.adam_v.data(), adam_v_, n * sizeof(float));
+  if (shard_) {  // gathered from every rank just before (gather_moments): the layout of one process
+    FT_ASSERT(gathered_m_.size() == n && gathered_v_.size() == n, "checkpoint of a sharded optimizer: not gathered");
+    ck.adam_m = std::move(gathered_m_), ck.adam_v = std::move(gathered_v_);
+  } else {
+    be_.download(ck.adam_m.data(), adam_m_, n * sizeof(float));
+    be_.download(ck.adam_v.data(), adam_v_, n * sizeof(float));
+  }
   ck.has_training_state = true;
   ck.trainer = json{{"step", step_},
                     {"data_position", data_position_},
@@ -655,8 +748,9 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
     const bool eval = tcfg_.eval_every > 0 && s % tcfg_.eval_every == 0;
     const bool bench = bench_ && tcfg_.bench_every > 0 && s % tcfg_.bench_every == 0;
     const bool checkpoint = tcfg_.checkpoint_every > 0 && s % tcfg_.checkpoint_every == 0 && s < tcfg_.steps;
-    root_busy = eval || bench || checkpoint;  // every rank knows it from the shared configuration
-    if (!writes()) continue;                  // a job's other ranks only train
+    root_busy = eval || bench || checkpoint;     // every rank knows it from the shared configuration
+    if (checkpoint && shard_) gather_moments();  // every rank: rank 0's checkpoint holds them all
+    if (!writes()) continue;                     // a job's other ranks only train
     if (eval) FTX_TRY(eval_and_record(data, cb));
     if (bench) FTX_TRY(bench_and_record(data, cb));
     if (checkpoint) {
@@ -664,6 +758,7 @@ Status Trainer::run(BatchSource& data, const std::atomic<bool>& stop, const Trai
       if (cb.on_checkpoint) cb.on_checkpoint(s, checkpoint_dir(db_path_, run_, s));
     }
   }
+  if (shard_) gather_moments();  // for the last checkpoint, on every rank
   if (writes()) {
     if (!stopped && tcfg_.eval_every > 0 && step_ % tcfg_.eval_every != 0) FTX_TRY(eval_and_record(data, cb));
     if (!stopped && bench_ && (tcfg_.bench_every == 0 || step_ % tcfg_.bench_every != 0))

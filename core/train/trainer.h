@@ -113,7 +113,11 @@ class Trainer {
   // with another configuration, data or build than rank 0 (named with what differs).
   // With `device` (NCCL on the CUDA backend, kernels/device_comm.h, the same ranks as comm) the
   // gradients are summed on the GPUs; without it, through the host and comm.
-  Status use_comm(Comm& comm, std::unique_ptr<DeviceComm> device = nullptr);
+  // With shard_optimizer (ZeRO-1, --shard-optimizer) each rank keeps AdamW's moments for its 1/P
+  // of the parameters, updates that slice alone and the ranks allgather the updated parameters;
+  // a checkpoint gathers the moments into the layout one process writes. In a job started by a
+  // launcher the moments are first allocated here, for the slice alone.
+  Status use_comm(Comm& comm, std::unique_ptr<DeviceComm> device = nullptr, bool shard_optimizer = false);
   // Benchmarks (ftx bench train in a job): time each step's collectives, synchronizing the device
   // around them; collective_seconds() is their sum so far, waits for slower ranks included.
   void time_collectives(bool on) { time_collectives_ = on; }
@@ -156,6 +160,15 @@ class Trainer {
   // the gradients (and everyone's stop request, one more float) after it, the statistics.
   template <class F>
   void collective(F&& f);  // f, timed when time_collectives is on
+  // AdamW's moments for [moment_lo_, +moment_chunk_) (zeroed, or a resumed checkpoint's slice);
+  // false when they do not fit.
+  bool allocate_moments();
+  // ZeRO-1: how many parameters each rank's slice holds (chunks of moment_chunk_ in rank order);
+  // every rank's updated slice of the parameters onto every rank; the moments into rank 0's
+  // gathered_m_ and gathered_v_ before a checkpoint.
+  std::vector<size_t> slice_counts() const;
+  void gather_params();
+  void gather_moments();
   void reduce_kl_batch_mean();
   void reduce_gradients();
   void reduce_stats(StepStats& st);
@@ -192,10 +205,16 @@ class Trainer {
   std::unique_ptr<bench::BenchSuite> bench_;  // loaded by run() when bench_tasks is set
   bool eval_at_start_ = false;                // started from init_params: evaluate at step 0
   int64_t data_position_ = 0;
-  std::vector<AdamWSegment> adam_segments_;  // one per parameter tensor, its weight decay
-  float* grad_norm_ = nullptr;               // (1) on the backend: clip_grad_norm's output
-  float* adam_m_ = nullptr;                  // (num_params)
-  float* adam_v_ = nullptr;                  // (num_params)
+  std::vector<AdamWSegment> adam_segments_;                   // one per parameter tensor, its weight decay
+  float* grad_norm_ = nullptr;                                // (1) on the backend: clip_grad_norm's output
+  float* adam_m_ = nullptr;                                   // (moment_chunk_): all parameters', or a ZeRO-1 slice
+  float* adam_v_ = nullptr;                                   // (moment_chunk_)
+  bool shard_ = false;                                        // ZeRO-1 (use_comm)
+  size_t moment_lo_ = 0, moment_len_ = 0, moment_chunk_ = 0;  // the slice: [lo, lo + len), chunks of chunk
+  std::vector<AdamWSegment> moment_segments_;      // adam_segments_ cut to the slice, offsets from moment_lo_
+  std::vector<float> resume_m_, resume_v_;         // a checkpoint's moments until allocate_moments
+  std::vector<float> gathered_m_, gathered_v_;     // gather_moments, for the next checkpoint (rank 0)
+  std::vector<float> host_slice_, host_gathered_;  // a GPU's slice and parameters, staged in host memory
   std::vector<int32_t> batch_, inputs_, targets_;
   Comm* comm_ = nullptr;                     // a data-parallel job (use_comm); null: one process
   std::unique_ptr<DeviceComm> device_comm_;  // its GPUs' communicator (NCCL), when given
