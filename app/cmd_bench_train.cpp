@@ -70,7 +70,8 @@ int bench_as_rank(const BenchArgs& a, Comm& comm) {
   if (!trainer) return fail(trainer.error());
   auto gradients = gradient_path(comm, *backend, device);
   if (!gradients) return fail(gradients.error());
-  if (Status joined = (*trainer)->use_comm(comm, std::move(gradients->device)); !joined) return fail(joined.error());
+  if (Status joined = (*trainer)->use_comm(comm, std::move(gradients->device), {false, a.bucket_mb}); !joined)
+    return fail(joined.error());
   (*trainer)->time_collectives(comm.size() > 1);
   (void)time_train_steps(*backend, **trainer, *setup->data, a.warmup, 0);
   const double before = (*trainer)->collective_seconds();

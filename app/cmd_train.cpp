@@ -72,6 +72,11 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   c->add_flag("--resume", a.resume, "Continue the run from its latest checkpoint");
   c->add_flag("--shard-optimizer", a.shard_optimizer,
               "Under mpirun or srun: each rank keeps AdamW's moments for its share of the parameters (ZeRO-1)");
+  c->add_option("--bucket-mb", a.bucket_mb,
+                "Under mpirun or srun, on the CPU: sum the gradients in buckets of this many MB while the backward "
+                "runs (0: after it)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   c->add_option("--hang-timeout", a.hang_timeout_s,
                 "Under mpirun or srun: end the job when a rank has not reached a collective for this many "
                 "seconds (0: wait forever)")
@@ -148,7 +153,7 @@ int train_as_rank(TrainArgs& a, Comm& comm) {
   }
   auto gradients = gradient_path(comm, *backend, a.device);  // on GPUs with NCCL they stay there
   if (!gradients) return fail(gradients.error());
-  if (auto joined = trainer->use_comm(comm, std::move(gradients->device), a.shard_optimizer); !joined)
+  if (auto joined = trainer->use_comm(comm, std::move(gradients->device), {a.shard_optimizer, a.bucket_mb}); !joined)
     return fail(joined.error());
   const ModelConfig& m = trainer->model_config();
   const TrainConfig& tc = trainer->train_config();

@@ -28,7 +28,8 @@ struct TrainArgs {
   std::optional<double> kappa_bits, kappa_start_bits;
   bool steps_given = false;      // --steps given (a resumed run keeps its own otherwise)
   double hang_timeout_s = 600;   // --hang-timeout: a job's deadline for a rank to reach a collective
-  bool shard_optimizer = false;  // --shard-optimizer: ZeRO-1 in a job (Trainer::use_comm)
+  bool shard_optimizer = false;  // --shard-optimizer: ZeRO-1 in a job (core/train/trainer.h, DataParallelOptions)
+  double bucket_mb = 25;         // --bucket-mb: gradient buckets overlapped with the backward
   std::string shape_flag_given;  // a shape option given (refused with --init), e.g. "--dim"
   bool kappa_given = false;      // --kappa-bits/-nats given (else --init's recorded kappa)
   std::string db = kDefaultDb, run, device = "cpu", precision;
@@ -124,9 +125,10 @@ struct BenchArgs {
   std::string device = "cpu";
   std::string precision;  // fp32 | tf32 | bf16; empty: the backend's default
   int batch = 64, warmup = 5, steps = 20;
-  int processes = 1;  // bench train --processes: a data-parallel job of this many (app/job.h)
-  int ops_reps = 20;  // bench ops: timed calls per op
-  struct Mapper {     // binary_mapper_backward against the GEMM of the same shape
+  int processes = 1;      // bench train --processes: a data-parallel job of this many (app/job.h)
+  double bucket_mb = 25;  // bench train --bucket-mb (core/train/trainer.h, DataParallelOptions)
+  int ops_reps = 20;      // bench ops: timed calls per op
+  struct Mapper {         // binary_mapper_backward against the GEMM of the same shape
     std::string device = "cpu", precision;
     int tokens = 8192, dim = 768, latent_bits = 16, warmup = 3, steps = 10;
   } mapper;

@@ -84,7 +84,9 @@ TEST(Comm, BlocksGatherInRankOrder) {
   for (int q = 0; q < P; ++q)
     for (size_t i = 0; i < counts[size_t(q)]; ++i, ++at) {
       EXPECT_EQ(data[at], value(q, i)) << "allgather_blocks: rank " << q << ", float " << i;
-      if (c.root()) EXPECT_EQ(all[at], value(q, i)) << "gather_blocks: rank " << q << ", float " << i;
+      if (c.root()) {
+        EXPECT_EQ(all[at], value(q, i)) << "gather_blocks: rank " << q << ", float " << i;
+      }
     }
 }
 

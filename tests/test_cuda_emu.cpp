@@ -1051,6 +1051,9 @@ class MirrorComm final : public Comm {
     return {};
   }
   Status broadcast(void*, size_t, int) override { return {}; }
+  Status start_allreduce_sum(float* data, size_t n) override { return allreduce_sum(data, n); }
+  Status progress() override { return {}; }
+  Status finish_allreduces() override { return {}; }
   Status allgather_blocks(float*, const std::vector<size_t>&) override { return {}; }  // not used: no ZeRO-1 here
   Status gather_blocks(const float*, float*, const std::vector<size_t>&, int) override { return {}; }
   Status allgather(const void* in, size_t bytes, void* out) override {

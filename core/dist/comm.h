@@ -35,6 +35,13 @@ class Comm {
   virtual Status allgather_blocks(float* data, const std::vector<size_t>& counts) = 0;
   virtual Status gather_blocks(const float* mine, float* all, const std::vector<size_t>& counts, int root) = 0;
   bool root() const { return rank() == 0; }
+  // Sums that run while the caller computes (gradient buckets during the backward):
+  // start_allreduce_sum begins summing `data` in place, which stays untouched until
+  // finish_allreduces() has waited for every started sum (within the patience, see below);
+  // progress() lets the library move them on between two pieces of work.
+  virtual Status start_allreduce_sum(float* data, size_t n) = 0;
+  virtual Status progress() = 0;
+  virtual Status finish_allreduces() = 0;
   // Ends every process of the job with `code` (MPI_Abort); one process: exits.
   [[noreturn]] virtual void abort_job(int code) = 0;
 

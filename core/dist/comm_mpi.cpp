@@ -68,6 +68,39 @@ class MpiComm final : public Comm {
   Status broadcast(void* data, size_t bytes, int root) override {
     return guarded("MPI_Bcast", [&] { return MPI_Bcast(data, count(bytes), MPI_BYTE, root, MPI_COMM_WORLD); });
   }
+  Status start_allreduce_sum(float* data, size_t n) override {
+    MPI_Request r;
+    FTX_TRY(
+        check(MPI_Iallreduce(MPI_IN_PLACE, data, count(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &r), "MPI_Iallreduce"));
+    pending_.push_back(r);
+    return {};
+  }
+  Status progress() override {
+    if (pending_.empty()) return {};
+    int done = 0;
+    return check(MPI_Testall(int(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall");
+  }
+  Status finish_allreduces() override {
+    FTX_TRY(arrive("MPI_Iallreduce"));  // a rank that never got here is named, as for the others
+    const auto start = Clock::now();
+    auto pause = [us = 5]() mutable {
+      std::this_thread::sleep_for(std::chrono::microseconds(us));
+      us = std::min(us * 2, 200);
+    };
+    while (!pending_.empty()) {
+      int done = 0;
+      FTX_TRY(check(MPI_Testall(int(pending_.size()), pending_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall"));
+      if (done) break;
+      if (patience_s_ > 0 && std::chrono::duration<double>(Clock::now() - start).count() > patience_s_)
+        return make_error(std::to_string(pending_.size()) + " gradient sums (MPI_Iallreduce" +
+                          (context_.empty() ? "" : ", " + context_) + ") on rank " + std::to_string(rank_) + " of " +
+                          std::to_string(size_) + " have not completed within " + seconds_text(patience_s_) +
+                          " after every rank arrived: a rank hung or was cut off in them; ending the job");
+      pause();
+    }
+    pending_.clear();
+    return {};
+  }
   Status allgather_blocks(float* data, const std::vector<size_t>& counts) override {
     std::vector<int> n, at;
     layout(counts, n, at);
@@ -218,7 +251,8 @@ class MpiComm final : public Comm {
                       std::string(text, static_cast<size_t>(len)));
   }
   int rank_, size_;
-  int64_t seq_ = 0;  // collectives entered with the arrival check
+  int64_t seq_ = 0;                   // collectives entered with the arrival check
+  std::vector<MPI_Request> pending_;  // started sums (start_allreduce_sum)
   // The watchdog of the collective in progress (guarded).
   std::thread watchdog_;
   std::mutex mu_;

@@ -920,7 +920,7 @@ StepStats Model::read_stats(const ModelState& s) const {
   return st;
 }
 
-void Model::backward(ModelState& s) {
+void Model::backward(ModelState& s, const std::function<void(int layer)>& block_done) {
   FT_ASSERT(s.has_targets, "backward needs a forward with targets");
   (void)grads();  // allocated on first use: inference never holds them
   const int B = s.B, T = s.T, N = B * T, C = cfg_.dim, V = cfg_.vocab_size, L = cfg_.n_layers;
@@ -938,11 +938,13 @@ void Model::backward(ModelState& s) {
   for (int l = L - 1; l >= 0; --l) {
     if (cfg_.routed(l)) {
       route_backward(s, l);  // in place on s.dx
+      if (block_done) block_done(l);
       continue;
     }
     const bool inj = s.free && l == k;
     block_backward(w_.layers[l], g_.layers[l], s.blocks[l], s.xs[l], inj ? s.kv_inj : s.xs[l], s.dx, s.dx2,
                    inj ? s.d_enc_kv : nullptr, s, true, B, T);
+    if (block_done) block_done(l);
     std::swap(s.dx, s.dx2);
     // SDT: block l decided for block l + 1, whose gate measured this block's change and the prior
     // read this block's input: their gradients to the input wait in d_carry.

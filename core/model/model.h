@@ -101,7 +101,9 @@ class Model {
                    FreeBitsForm form = FreeBitsForm::BatchMean);
   StepStats read_stats(const ModelState& s) const;  // mean CE and KL of the last forward_ops
   // Accumulates d(loss)/d(params) into grads() for the last forward of s (which needs targets).
-  void backward(ModelState& s);
+  // block_done(l), when given, is called as soon as block l's parameters ("model.layers.l.*")
+  // hold their final gradient, last block first: a data-parallel step starts summing them then.
+  void backward(ModelState& s, const std::function<void(int layer)>& block_done = nullptr);
 
   // Host copies of the last forward's results.
   void read_codes(const ModelState& s, uint32_t* host) const;       // (B, T)

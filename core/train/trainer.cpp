@@ -4,8 +4,10 @@
 #include "core/eval/bench/model_lm.h"
 #include "core/eval/bench/record.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <span>
@@ -289,8 +291,14 @@ void Trainer::train_step(BatchSource& data, StepReport& rep) {
   model_->zero_grad();
   model_->forward_ops(*state_, nullptr, tcfg_.seed, stream, kappa, tcfg_.free_bits_form());
   if (data_parallel()) collective([&] { reduce_kl_batch_mean(); });
-  model_->backward(*state_);
-  if (data_parallel()) collective([&] { reduce_gradients(); });
+  if (data_parallel() && bucket_floats_ > 0) {  // the sums start while the backward runs
+    bucket_lo_ = bucket_hi_ = 0;
+    model_->backward(*state_, [this](int layer) { on_block_grads(layer); });
+    collective([&] { finish_bucketed_gradients(); });  // the part the backward did not hide
+  } else {
+    model_->backward(*state_);
+    if (data_parallel()) collective([&] { reduce_gradients(); });
+  }
   be_.clip_grad_norm(model_->grads(), model_->num_params(), tcfg_.grad_clip, grad_norm_);
   be_.adamw_update(model_->params() + moment_lo_, model_->grads() + moment_lo_, adam_m_, adam_v_,
                    moment_segments_.data(), static_cast<int>(moment_segments_.size()), adam);
@@ -342,7 +350,8 @@ static void must(const Status& st) {
   }
 }
 
-Status Trainer::use_comm(Comm& comm, std::unique_ptr<DeviceComm> device, bool shard_optimizer) {
+Status Trainer::use_comm(Comm& comm, std::unique_ptr<DeviceComm> device, DataParallelOptions options) {
+  const bool shard_optimizer = options.shard_optimizer;
   if (state_) return make_error("run '" + run_ + "': use_comm after the first step");
   const int P = comm.size();
   if (P > 1 && tcfg_.batch % P != 0)
@@ -354,6 +363,33 @@ Status Trainer::use_comm(Comm& comm, std::unique_ptr<DeviceComm> device, bool sh
                       std::to_string(P));
   comm_ = &comm;
   device_comm_ = std::move(device);
+  // Buckets where the gradients are host memory and summed there: the CPU's host path.
+  if (P > 1 && !device_comm_ && be_.kind() == DeviceKind::Cpu && options.bucket_mb > 0) {
+    const size_t n = model_->num_params(), L = size_t(model_->config().n_layers);
+    block_spans_.assign(L, {n, 0});
+    std::vector<size_t> covered(L, 0);
+    for (const ParamSpec& p : model_->specs()) {
+      size_t l = 0;
+      if (std::sscanf(p.name.c_str(), "model.layers.%zu.", &l) != 1 || l >= L) continue;
+      auto& [lo, hi] = block_spans_[l];
+      lo = std::min(lo, size_t(p.offset)), hi = std::max(hi, size_t(p.offset + p.numel));
+      covered[l] += size_t(p.numel);
+    }
+    bool contiguous = true;
+    for (size_t l = 0; l < L; ++l)
+      contiguous &= covered[l] > 0 && covered[l] == block_spans_[l].second - block_spans_[l].first;
+    if (contiguous) {
+      std::vector<std::pair<size_t, size_t>> sorted = block_spans_;
+      std::sort(sorted.begin(), sorted.end());
+      size_t at = 0;
+      for (const auto& [lo, hi] : sorted) {
+        if (lo > at) rest_spans_.push_back({at, lo});
+        at = hi;
+      }
+      if (at < n) rest_spans_.push_back({at, n});
+      bucket_floats_ = std::max<size_t>(1, size_t(options.bucket_mb * 1e6 / sizeof(float)));
+    }
+  }
   if (shard_optimizer && P > 1) {
     // ZeRO-1: this rank keeps and updates the moments of parameters [lo, lo + len), chunks of
     // ceil(n / P) in rank order (the last may be shorter).
@@ -481,9 +517,7 @@ void Trainer::reduce_gradients() {
   if (device_comm_) {  // on the GPUs (NCCL, in stream order); the stop request through the host
     must(device_comm_->allreduce_sum(model_->grads(), n));
     be_.scale(model_->grads(), inv, n);
-    float stop = stop_asked_ ? 1.0f : 0.0f;
-    must(comm_->allreduce_sum(&stop, 1));
-    stop_all_ = stop > 0.0f;
+    share_stop_request();
     return;
   }
   host_grads_.resize(n + 1);
@@ -493,6 +527,38 @@ void Trainer::reduce_gradients() {
   stop_all_ = host_grads_[n] > 0.0f;
   for (size_t i = 0; i < n; ++i) host_grads_[i] *= inv;
   be_.upload(model_->grads(), host_grads_.data(), n * sizeof(float));
+}
+
+void Trainer::on_block_grads(int layer) {
+  const auto [lo, hi] = block_spans_[size_t(layer)];
+  float* g = model_->grads();
+  if (bucket_lo_ < bucket_hi_ && hi != bucket_lo_) {  // not adjacent to the open bucket: send it
+    must(comm_->start_allreduce_sum(g + bucket_lo_, bucket_hi_ - bucket_lo_));
+    bucket_lo_ = bucket_hi_ = 0;
+  }
+  if (bucket_lo_ == bucket_hi_) bucket_hi_ = hi;
+  bucket_lo_ = lo;
+  if (bucket_hi_ - bucket_lo_ >= bucket_floats_) {
+    must(comm_->start_allreduce_sum(g + bucket_lo_, bucket_hi_ - bucket_lo_));
+    bucket_lo_ = bucket_hi_ = 0;
+  } else {
+    must(comm_->progress());
+  }
+}
+
+void Trainer::finish_bucketed_gradients() {
+  float* g = model_->grads();
+  if (bucket_lo_ < bucket_hi_) must(comm_->start_allreduce_sum(g + bucket_lo_, bucket_hi_ - bucket_lo_));
+  for (const auto& [lo, hi] : rest_spans_) must(comm_->start_allreduce_sum(g + lo, hi - lo));
+  must(comm_->finish_allreduces());
+  be_.scale(g, 1.0f / float(comm_->size()), model_->num_params());
+  share_stop_request();
+}
+
+void Trainer::share_stop_request() {
+  float stop = stop_asked_ ? 1.0f : 0.0f;
+  must(comm_->allreduce_sum(&stop, 1));
+  stop_all_ = stop > 0.0f;
 }
 
 void Trainer::reduce_stats(StepStats& st) {

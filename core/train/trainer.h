@@ -70,6 +70,18 @@ Result<CheckpointRef> find_run_checkpoint(RunStore& store, const std::string& ru
 // batch); errors name the batch through `name`. Trainer::start checks it too.
 Status check_training_memory(const ModelConfig& m, const TrainConfig& t, int seq_len, FieldName name = field_key);
 
+// How a trainer takes part in a data-parallel job (Trainer::use_comm).
+struct DataParallelOptions {
+  // ZeRO-1 (--shard-optimizer): each rank keeps AdamW's moments for its 1/P of the parameters,
+  // updates that slice alone and the ranks allgather the updated parameters; a checkpoint
+  // gathers the moments into the layout one process writes.
+  bool shard_optimizer = false;
+  // Through the host on the CPU (--bucket-mb): the blocks' gradients are summed in buckets of
+  // about this size as the backward finishes them, last block first (MPI_Iallreduce), the rest
+  // after it; 0 sums everything after the backward.
+  double bucket_mb = 25;
+};
+
 class Trainer {
  public:
   // A new run: fails when the run name exists, when the configs do not validate, when the
@@ -113,11 +125,10 @@ class Trainer {
   // with another configuration, data or build than rank 0 (named with what differs).
   // With `device` (NCCL on the CUDA backend, kernels/device_comm.h, the same ranks as comm) the
   // gradients are summed on the GPUs; without it, through the host and comm.
-  // With shard_optimizer (ZeRO-1, --shard-optimizer) each rank keeps AdamW's moments for its 1/P
-  // of the parameters, updates that slice alone and the ranks allgather the updated parameters;
-  // a checkpoint gathers the moments into the layout one process writes. In a job started by a
-  // launcher the moments are first allocated here, for the slice alone.
-  Status use_comm(Comm& comm, std::unique_ptr<DeviceComm> device = nullptr, bool shard_optimizer = false);
+  // Options (DataParallelOptions): ZeRO-1, and the buckets that overlap the gradient sums with the
+  // backward. In a job started by a launcher the moments are first allocated here, for the slice
+  // alone when sharded.
+  Status use_comm(Comm& comm, std::unique_ptr<DeviceComm> device = nullptr, DataParallelOptions options = {});
   // Benchmarks (ftx bench train in a job): time each step's collectives, synchronizing the device
   // around them; collective_seconds() is their sum so far, waits for slower ranks included.
   void time_collectives(bool on) { time_collectives_ = on; }
@@ -171,6 +182,11 @@ class Trainer {
   void gather_moments();
   void reduce_kl_batch_mean();
   void reduce_gradients();
+  // The bucketed sums (DataParallelOptions::bucket_mb): block l's gradients are final (Model::backward's
+  // hook); after the backward, what is left, then the wait, the 1/P and the stop request.
+  void on_block_grads(int layer);
+  void finish_bucketed_gradients();
+  void share_stop_request();  // any rank's stop request to every rank (stop_all_), one float
   void reduce_stats(StepStats& st);
   bool data_parallel() const;
   bool writes() const;  // this process evaluates and checkpoints: one process, or rank 0
@@ -219,6 +235,10 @@ class Trainer {
   Comm* comm_ = nullptr;                     // a data-parallel job (use_comm); null: one process
   std::unique_ptr<DeviceComm> device_comm_;  // its GPUs' communicator (NCCL), when given
   bool time_collectives_ = false;
+  size_t bucket_floats_ = 0;                            // 0: no overlap (see DataParallelOptions::bucket_mb)
+  std::vector<std::pair<size_t, size_t>> block_spans_;  // [lo, hi) of model.layers.l.*, by l
+  std::vector<std::pair<size_t, size_t>> rest_spans_;   // the other parameters' spans
+  size_t bucket_lo_ = 0, bucket_hi_ = 0;                // the open bucket (empty: lo == hi)
   double collective_s_ = 0;
   bool stop_asked_ = false;          // this rank's stop request, sent with the next gradients
   bool stop_all_ = false;            // some rank asked to stop: every rank stops after this step
