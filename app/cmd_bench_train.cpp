@@ -88,13 +88,7 @@ int bench_as_rank(const BenchArgs& a, Comm& comm) {
 int run_bench_train(const BenchArgs& a) {
   // --processes N: this command again as N ranks under mpirun (does not return when it starts).
   if (Status job = relaunch_as_job(a.processes); !job) return fail(job.error());
-  auto made_comm = make_job_comm();
-  if (!made_comm) return fail(made_comm.error());
-  std::unique_ptr<Comm> comm = std::move(*made_comm);
-  if (!comm->root() && !std::freopen("/dev/null", "w", stdout)) return fail("/dev/null: cannot open");
-  const int rc = bench_as_rank(a, *comm);
-  if (rc != 0 && comm->size() > 1) comm->abort_job(rc);  // the other ranks would wait for this one
-  return rc;
+  return run_as_job(0, [&a](Comm& comm) { return bench_as_rank(a, comm); });
 }
 
 }  // namespace ftx::app

@@ -106,7 +106,6 @@ int train_as_rank(TrainArgs& a, Comm& comm) {
       std::filesystem::remove_all(std::filesystem::path(db).replace_extension(".checkpoints"), ec);
     }
   } remove_scratch{scratch};
-  if (!comm.root() && !std::freopen("/dev/null", "w", stdout)) return fail("/dev/null: cannot open");  // rank 0 reports
   a.device = rank_device(comm, a.device);  // in a job on CUDA: one GPU per rank of a host
   auto made_backend = make_backend(a.device, a.precision);
   if (!made_backend) return fail(made_backend.error());
@@ -198,15 +197,7 @@ int train_as_rank(TrainArgs& a, Comm& comm) {
 int run_train(TrainArgs& a) {
   // Under mpirun or srun: one rank of a data-parallel job (docs/distributed.md). Rank 0 writes the
   // run store; the other ranks train into a scratch store of their own, removed at the end.
-  auto made_comm = make_job_comm();
-  if (!made_comm) return fail(made_comm.error());
-  std::unique_ptr<Comm> comm = std::move(*made_comm);
-  comm->set_patience(a.hang_timeout_s);
-  const int rc = train_as_rank(a, *comm);
-  // A rank that failed ends the job now: the others would otherwise wait for it (in a collective,
-  // or in MPI_Finalize) until their deadline.
-  if (rc == 1 && comm->size() > 1) comm->abort_job(rc);
-  return rc;
+  return run_as_job(a.hang_timeout_s, [&a](Comm& comm) { return train_as_rank(a, comm); });
 }
 
 }  // namespace ftx::app

@@ -1,6 +1,8 @@
 // A data-parallel job's wiring (app/job.h).
 #include "app/job.h"
 
+#include "app/common.h"
+
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +16,17 @@
 #include <vector>
 
 namespace ftx::app {
+
+int run_as_job(double patience_s, const std::function<int(Comm&)>& rank_body) {
+  auto made = make_job_comm();
+  if (!made) return fail(made.error());
+  std::unique_ptr<Comm> comm = std::move(*made);
+  comm->set_patience(patience_s);
+  if (!comm->root() && !std::freopen("/dev/null", "w", stdout)) return fail("/dev/null: cannot open");
+  const int rc = rank_body(*comm);
+  if (rc == 1 && comm->size() > 1) comm->abort_job(rc);
+  return rc;
+}
 
 std::string rank_device(const Comm& comm, const std::string& device) {
   if (comm.size() <= 1 || device != "cuda") return device;

@@ -2,6 +2,7 @@
 // GPU this rank takes, the device communicator that sums its gradients there, and the relaunch of
 // `--processes N` under mpirun. The job itself (ranks, collectives) is core/dist/comm.h.
 #pragma once
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -10,6 +11,12 @@
 #include "kernels/device_comm.h"
 
 namespace ftx::app {
+
+// Runs `rank_body` as this process's part of the job the launcher started (one process when none):
+// the job's communicator with the hang deadline `patience_s` (Comm::set_patience), standard
+// output closed on every rank but 0 (rank 0 reports), and a rank whose body fails (exit code 1)
+// ends the whole job, so the others do not wait for it until their deadline.
+int run_as_job(double patience_s, const std::function<int(Comm&)>& rank_body);
 
 // --device as this rank uses it: in a job, "cuda" becomes "cuda:<local rank mod the GPUs>", so the
 // ranks on a host take one GPU each; anything else is kept.
