@@ -29,8 +29,9 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
                 "Data-parallel processes (relaunched under mpirun; --batch stays the global batch)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  c->add_option("--bucket-mb", a.bucket_mb,
-                "With --processes, on the CPU: gradient buckets overlapped with the backward (0: after it)")
+  c->add_option(
+       "--bucket-mb", a.bucket_mb,
+       "With --processes, on the CPU or with NCCL: gradient buckets overlapped with the backward (0: after it)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
 

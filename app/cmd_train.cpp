@@ -73,8 +73,8 @@ void add_train_options(CLI::App& app, TrainArgs& a) {
   c->add_flag("--shard-optimizer", a.shard_optimizer,
               "Under mpirun or srun: each rank keeps AdamW's moments for its share of the parameters (ZeRO-1)");
   c->add_option("--bucket-mb", a.bucket_mb,
-                "Under mpirun or srun, on the CPU: sum the gradients in buckets of this many MB while the backward "
-                "runs (0: after it)")
+                "Under mpirun or srun, on the CPU or with NCCL: sum the gradients in buckets of this many MB while "
+                "the backward runs (0: after it)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   c->add_option("--hang-timeout", a.hang_timeout_s,

@@ -1,6 +1,7 @@
 // DeviceComm: the GPU side of a data-parallel job (issue 26, docs/distributed.md). It sums a float
-// buffer that lives in one backend's device memory over the ranks of the job, in that backend's
-// stream order, through NCCL's ncclAllReduce (kernels/cuda/nccl_comm.cu), as llm.c does. Built
+// buffer that lives in one backend's device memory over the ranks of the job, whole or in buckets
+// overlapped with the backward, and gathers ZeRO-1's slices, through NCCL
+// (kernels/cuda/nccl_comm.cu), as llm.c does. Built
 // when CMake finds CUDA and NCCL (FTX_HAVE_NCCL); elsewhere nccl_built() is false and
 // make_device_comm says why.
 // Not here: the processes (core/dist/comm.h); the unique id that joins the ranks travels over that
@@ -10,6 +11,7 @@
 #include <cstddef>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/base/result.h"
@@ -24,6 +26,16 @@ class DeviceComm {
   virtual int size() const = 0;
   // In place, queued on the backend's stream: every rank's data becomes the sum over the ranks.
   virtual Status allreduce_sum(float* device_data, size_t n) = 0;
+  // The same sum, overlapped with what the backend queues next (the buckets of a backward): it
+  // runs on the communicator's own stream once the work queued so far on the backend's stream is
+  // done, so `device_data` must not be written again before finish_allreduces(). That call makes
+  // the backend's stream wait for every sum started; the host does not wait.
+  virtual Status start_allreduce_sum(float* device_data, size_t n) = 0;
+  virtual Status finish_allreduces() = 0;
+  // In place, queued on the backend's stream: block q, counts[q] floats following blocks 0..q-1,
+  // is rank q's, and afterwards every rank holds every block (ZeRO-1's updated slices). The blocks
+  // may differ in size (NCCL: one broadcast from each rank, grouped).
+  virtual Status allgather_blocks(float* device_data, const std::vector<size_t>& counts) = 0;
 };
 
 // Whether this build has NCCL.

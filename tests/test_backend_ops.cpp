@@ -324,6 +324,15 @@ TEST_F(BackendOps, NcclAllReduceOfOneRank) {
   std::vector<float> expect = host;
   for (float& x : expect) x *= 2.0f;
   EXPECT_EQ(take(a, "allreduce"), expect);
+  // The bucketed sums on NCCL's side stream (two buckets), the backend's stream waiting for them
+  // before the next op; and ZeRO-1's gather of one rank's one block (a group of one broadcast).
+  ASSERT_TRUE((*comm)->start_allreduce_sum(a.get() + n / 2, n - n / 2).ok());
+  ASSERT_TRUE((*comm)->start_allreduce_sum(a.get(), n / 2).ok());
+  ASSERT_TRUE((*comm)->finish_allreduces().ok());
+  gpu().scale(a.get(), 0.5f, n);
+  ASSERT_TRUE((*comm)->allgather_blocks(a.get(), {n}).ok());
+  EXPECT_EQ(take(a, "bucketed allreduce, allgather"), host);
+  EXPECT_FALSE((*comm)->allgather_blocks(a.get(), {n / 2, n - n / 2}).ok()) << "two blocks in a job of one";
 }
 
 // ---- the op table: every op at its test sizes ------------------------------------------------------

@@ -964,7 +964,8 @@ TEST(CudaEmu, ModelFilesOnTheDeviceFollowTheCpu) {
 // With routing: 4 blocks, Z into block 2, blocks 1 and 3 routed at capacity 1/2.
 // With `comm`: as rank comm.rank() of a data-parallel job, with `device` summing its gradients.
 std::vector<double> tiny_losses(Backend& be, int steps, Routing routing = Routing::None, Comm* comm = nullptr,
-                                std::unique_ptr<DeviceComm> device = nullptr) {
+                                std::unique_ptr<DeviceComm> device = nullptr,
+                                DataParallelOptions options = {false, 0}) {
   TrainConfig tc;
   tc.dataset = "coinflip", tc.dataset_options["coinflip_len"] = 16;
   tc.preset = "tiny", tc.steps = steps, tc.batch = 4, tc.warmup = 2, tc.lr = 3e-3f;
@@ -981,7 +982,7 @@ std::vector<double> tiny_losses(Backend& be, int steps, Routing routing = Routin
   EXPECT_TRUE(trainer.ok()) << (trainer ? "" : trainer.error().message);
   if (!trainer) return {};
   if (comm) {
-    const Status joined = (*trainer)->use_comm(*comm, std::move(device));
+    const Status joined = (*trainer)->use_comm(*comm, std::move(device), options);
     EXPECT_TRUE(joined.ok()) << joined.error().message;
   }
   std::vector<double> losses;
@@ -1062,26 +1063,41 @@ class MirrorComm final : public Comm {
   }
 };
 
+// A rank of a two-rank job on the emulated GPU at fp32 GEMMs: its host communicator (mirrored
+// ranks) and, on demand, its NCCL communicator (the stand-in's, rank 0 of 2).
+class EmuNcclJob : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto made = make_cuda_backend(0);
+    ASSERT_TRUE(made.ok()) << made.error().message;
+    emu = std::move(*made);
+    ASSERT_TRUE(emu->set_matmul_precision(MatmulPrecision::Fp32).ok());
+    ASSERT_TRUE(nccl_built());
+  }
+  std::unique_ptr<DeviceComm> rank0_of_2() {
+    auto id = device_comm_id();
+    EXPECT_TRUE(id.ok()) << id.error().message;
+    auto device = make_device_comm(*emu, *id, 0, 2);
+    EXPECT_TRUE(device.ok()) << device.error().message;
+    return device.ok() ? std::move(*device) : nullptr;
+  }
+  std::string main_stream() const { return ftx_emu::stream_name(cuda::backend_handles(*emu).stream); }
+  std::unique_ptr<Backend> emu;
+  MirrorComm host;
+};
+
 // A job's gradients summed on the GPUs (kernels/cuda/nccl_comm.cu on the stand-in NCCL) give the
 // step the host path gives (download, MPI, upload): the same losses bit for bit, since both sum
 // two equal copies and halve them. And the glue's calls: one communicator of 2 at rank 0 on the
 // backend's stream, one in-place reduce of every gradient per step, destroyed with the trainer.
-TEST(CudaEmu, GradientsSummedOnTheGpusFollowTheHostPath) {
+TEST_F(EmuNcclJob, GradientsSummedOnTheGpusFollowTheHostPath) {
   constexpr int kSteps = 4;
-  auto made = make_cuda_backend(0);
-  ASSERT_TRUE(made.ok()) << made.error().message;
-  std::unique_ptr<Backend> emu = std::move(*made);
-  ASSERT_TRUE(emu->set_matmul_precision(MatmulPrecision::Fp32).ok());
-  ASSERT_TRUE(nccl_built());
-  MirrorComm host;
   const std::vector<double> through_host = tiny_losses(*emu, kSteps, Routing::None, &host);
-  auto id = device_comm_id();
-  ASSERT_TRUE(id.ok()) << id.error().message;
-  auto device = make_device_comm(*emu, *id, 0, 2);
-  ASSERT_TRUE(device.ok()) << device.error().message;
-  EXPECT_EQ((*device)->engine(), "NCCL 2.28.9");
+  std::unique_ptr<DeviceComm> device = rank0_of_2();
+  ASSERT_TRUE(device);
+  EXPECT_EQ(device->engine(), "NCCL 2.28.9");
   const EmuNcclLog before = emu_nccl_log();
-  const std::vector<double> on_gpus = tiny_losses(*emu, kSteps, Routing::None, &host, std::move(*device));
+  const std::vector<double> on_gpus = tiny_losses(*emu, kSteps, Routing::None, &host, std::move(device));
   ASSERT_EQ(on_gpus.size(), size_t(kSteps));
   for (int s = 0; s < kSteps; ++s) EXPECT_EQ(on_gpus[s], through_host[s]) << "step " << s + 1;
   const EmuNcclLog& log = emu_nccl_log();
@@ -1092,6 +1108,82 @@ TEST(CudaEmu, GradientsSummedOnTheGpusFollowTheHostPath) {
   EXPECT_GT(log.count, size_t(100000)) << "every gradient (the tiny preset's parameters)";
   EXPECT_EQ(log.stream, cuda::backend_handles(*emu).stream) << "queued on the backend's stream";
   EXPECT_EQ(log.destroys - before.destroys, 1) << "the communicator goes with its trainer";
+}
+
+// With buckets (--bucket-mb) the sums overlap the backward: each block's gradients are sent on
+// NCCL's own stream as soon as the backward has written them, after a wait on the backend's
+// stream, and the backend's stream waits for them all before the 1/P and the optimizer. The
+// losses stay those of the host path bit for bit; the stream order is what only a GPU can race.
+TEST_F(EmuNcclJob, BucketedGradientSumsOverlapTheBackwardOnTheirOwnStream) {
+  constexpr int kSteps = 3;
+  const std::vector<double> through_host = tiny_losses(*emu, kSteps, Routing::None, &host);
+  const EmuNcclLog before = emu_nccl_log();
+  std::vector<std::string>& trace = ftx_emu::stream_trace();
+  trace.clear();
+  constexpr double kOneFloat = 1e-6;  // every block its own bucket
+  const std::vector<double> bucketed =
+      tiny_losses(*emu, kSteps, Routing::None, &host, rank0_of_2(), {false, kOneFloat});
+  ASSERT_EQ(bucketed.size(), size_t(kSteps));
+  for (int s = 0; s < kSteps; ++s) EXPECT_EQ(bucketed[s], through_host[s]) << "step " << s + 1;
+
+  const std::string main = main_stream();
+  const int layers = model_preset("tiny")->n_layers;
+  const int reduces = emu_nccl_log().allreduces - before.allreduces;
+  ASSERT_EQ(reduces % kSteps, 0);
+  EXPECT_GE(reduces / kSteps, layers + 1) << "a bucket per block, then the embedding and the rest";
+  // Per step: ("wait side on main", "allreduce n on side") per bucket, then "wait main on side".
+  std::string side;
+  size_t i = 0, floats = 0;
+  for (int s = 0; s < kSteps; ++s) {
+    int sums = 0;
+    while (i + 1 < trace.size() && trace[i].rfind("wait s", 0) == 0 &&
+           trace[i].find(" on " + main) != std::string::npos) {
+      const std::string waiter = trace[i].substr(5, trace[i].find(" on ") - 5);
+      if (side.empty()) side = waiter;
+      EXPECT_EQ(waiter, side) << "step " << s + 1 << ", entry " << i;
+      ASSERT_EQ(trace[i + 1].rfind("allreduce ", 0), 0u) << trace[i + 1];
+      EXPECT_EQ(trace[i + 1].substr(trace[i + 1].find(" on ") + 4), side) << "on the side stream, not the backend's";
+      if (s == 0) floats += std::stoul(trace[i + 1].substr(10));
+      i += 2, ++sums;
+    }
+    EXPECT_EQ(sums, reduces / kSteps) << "step " << s + 1;
+    ASSERT_LT(i, trace.size());
+    EXPECT_EQ(trace[i], "wait " + main + " on " + side) << "the step goes on only after every sum";
+    ++i;
+  }
+  EXPECT_EQ(i, trace.size()) << "nothing else queued between streams";
+  EXPECT_NE(side, main);
+  EXPECT_EQ(emu_nccl_log().destroys - before.destroys, 1);
+  // The buckets cover every gradient once: as many floats as the one whole sum of an unbucketed step.
+  ASSERT_EQ(tiny_losses(*emu, 1, Routing::None, &host, rank0_of_2()).size(), 1u);
+  EXPECT_EQ(floats, emu_nccl_log().count);
+}
+
+// ZeRO-1 on the GPUs: after the whole sum and the update of this rank's slice, the slices are
+// gathered in place on the backend's stream, one broadcast from each rank in one NCCL group, the
+// blocks ceil(n / 2) and the rest. (The mirror ranks cannot hold the other rank's update, so the
+// losses after the first step are not compared here: test_distributed does that on the CPU.)
+TEST_F(EmuNcclJob, ShardedOptimizerGathersItsSlicesOnTheGpus) {
+  constexpr int kSteps = 2;
+  const std::vector<double> whole = tiny_losses(*emu, 1, Routing::None, &host);
+  std::vector<std::string>& trace = ftx_emu::stream_trace();
+  trace.clear();
+  const std::vector<double> sharded = tiny_losses(*emu, kSteps, Routing::None, &host, rank0_of_2(), {true, 0});
+  ASSERT_EQ(sharded.size(), size_t(kSteps));
+  EXPECT_EQ(sharded[0], whole[0]) << "the first step's loss comes before any update";
+  EXPECT_TRUE(std::isfinite(sharded[1]));
+  EXPECT_EQ(emu_nccl_log().group_depth, 0) << "every group closed";
+
+  const std::string main = main_stream();
+  ASSERT_EQ(trace.size(), size_t(3 * kSteps)) << "per step: the sum, then two broadcasts";
+  for (int s = 0; s < kSteps; ++s) {
+    const std::string* t = &trace[size_t(3 * s)];
+    ASSERT_EQ(t[0].rfind("allreduce ", 0), 0u) << t[0];
+    const size_t n = std::stoul(t[0].substr(10)), chunk = (n + 1) / 2;
+    EXPECT_EQ(t[0], "allreduce " + std::to_string(n) + " on " + main);
+    EXPECT_EQ(t[1], "broadcast " + std::to_string(chunk) + " from 0 on " + main + " in a group");
+    EXPECT_EQ(t[2], "broadcast " + std::to_string(n - chunk) + " from 1 on " + main + " in a group");
+  }
 }
 
 TEST(CudaEmu, DeviceCommRefusesWhatItCannotServe) {

@@ -363,8 +363,10 @@ Status Trainer::use_comm(Comm& comm, std::unique_ptr<DeviceComm> device, DataPar
                       std::to_string(P));
   comm_ = &comm;
   device_comm_ = std::move(device);
-  // Buckets where the gradients are host memory and summed there: the CPU's host path.
-  if (P > 1 && !device_comm_ && be_.kind() == DeviceKind::Cpu && options.bucket_mb > 0) {
+  // Buckets where a sum can start while the backward goes on: the CPU's host path (the gradients
+  // are host memory, MPI_Iallreduce) and NCCL (a stream of its own). Not a GPU's host path, which
+  // must download the gradients first.
+  if (P > 1 && options.bucket_mb > 0 && (device_comm_ || be_.kind() == DeviceKind::Cpu)) {
     const size_t n = model_->num_params(), L = size_t(model_->config().n_layers);
     block_spans_.assign(L, {n, 0});
     std::vector<size_t> covered(L, 0);
@@ -474,6 +476,10 @@ std::vector<size_t> Trainer::slice_counts() const {
 void Trainer::gather_params() {
   const std::vector<size_t> counts = slice_counts();
   float* params = model_->params();
+  if (device_comm_) {  // on the GPUs, in place
+    must(device_comm_->allgather_blocks(params, counts));
+    return;
+  }
   if (be_.kind() == DeviceKind::Cpu) {  // the parameters are in host memory: gathered in place
     must(comm_->allgather_blocks(params, counts));
     return;
@@ -529,28 +535,32 @@ void Trainer::reduce_gradients() {
   be_.upload(model_->grads(), host_grads_.data(), n * sizeof(float));
 }
 
+void Trainer::start_gradient_sum(size_t lo, size_t hi) {
+  float* g = model_->grads() + lo;
+  must(device_comm_ ? device_comm_->start_allreduce_sum(g, hi - lo) : comm_->start_allreduce_sum(g, hi - lo));
+}
+
 void Trainer::on_block_grads(int layer) {
   const auto [lo, hi] = block_spans_[size_t(layer)];
-  float* g = model_->grads();
   if (bucket_lo_ < bucket_hi_ && hi != bucket_lo_) {  // not adjacent to the open bucket: send it
-    must(comm_->start_allreduce_sum(g + bucket_lo_, bucket_hi_ - bucket_lo_));
+    start_gradient_sum(bucket_lo_, bucket_hi_);
     bucket_lo_ = bucket_hi_ = 0;
   }
   if (bucket_lo_ == bucket_hi_) bucket_hi_ = hi;
   bucket_lo_ = lo;
   if (bucket_hi_ - bucket_lo_ >= bucket_floats_) {
-    must(comm_->start_allreduce_sum(g + bucket_lo_, bucket_hi_ - bucket_lo_));
+    start_gradient_sum(bucket_lo_, bucket_hi_);
     bucket_lo_ = bucket_hi_ = 0;
-  } else {
-    must(comm_->progress());
+  } else if (!device_comm_) {
+    must(comm_->progress());  // Open MPI moves the host sums along only inside its calls
   }
 }
 
 void Trainer::finish_bucketed_gradients() {
   float* g = model_->grads();
-  if (bucket_lo_ < bucket_hi_) must(comm_->start_allreduce_sum(g + bucket_lo_, bucket_hi_ - bucket_lo_));
-  for (const auto& [lo, hi] : rest_spans_) must(comm_->start_allreduce_sum(g + lo, hi - lo));
-  must(comm_->finish_allreduces());
+  if (bucket_lo_ < bucket_hi_) start_gradient_sum(bucket_lo_, bucket_hi_);
+  for (const auto& [lo, hi] : rest_spans_) start_gradient_sum(lo, hi);
+  must(device_comm_ ? device_comm_->finish_allreduces() : comm_->finish_allreduces());
   be_.scale(g, 1.0f / float(comm_->size()), model_->num_params());
   share_stop_request();
 }

@@ -76,9 +76,10 @@ struct DataParallelOptions {
   // updates that slice alone and the ranks allgather the updated parameters; a checkpoint
   // gathers the moments into the layout one process writes.
   bool shard_optimizer = false;
-  // Through the host on the CPU (--bucket-mb): the blocks' gradients are summed in buckets of
-  // about this size as the backward finishes them, last block first (MPI_Iallreduce), the rest
-  // after it; 0 sums everything after the backward.
+  // --bucket-mb: the blocks' gradients are summed in buckets of about this size as the backward
+  // finishes them, last block first, the rest after it; 0 sums everything after the backward. On
+  // the CPU through the host (MPI_Iallreduce), on GPUs with NCCL in a stream of its own; a GPU
+  // without NCCL (through the host) always sums after the backward.
   double bucket_mb = 25;
 };
 
@@ -185,6 +186,7 @@ class Trainer {
   // The bucketed sums (DataParallelOptions::bucket_mb): block l's gradients are final (Model::backward's
   // hook); after the backward, what is left, then the wait, the 1/P and the stop request.
   void on_block_grads(int layer);
+  void start_gradient_sum(size_t lo, size_t hi);  // gradients [lo, hi), by NCCL or by MPI
   void finish_bucketed_gradients();
   void share_stop_request();  // any rank's stop request to every rank (stop_all_), one float
   void reduce_stats(StepStats& st);

@@ -2,10 +2,13 @@
 # Data-parallel checks on a GPU machine (issue 26, docs/distributed.md), with the ftx of the bundle
 # that on_device.sh unpacked (FTX, LD_LIBRARY_PATH set) or, run alone, unpacking it here:
 #   1. one process against `mpirun -np 2` on the GPUs, the same global batch, 50 steps: the loss
-#      and gradient-norm curves must agree to 1e-4. With two GPUs or more each rank has its own
-#      and NCCL sums the gradients; with one, the two ranks share it and the gradients go through
-#      the host (NCCL refuses two ranks on one GPU; ftx says so and takes the host path).
-#   2. ftx bench train --processes 1, 2, 4, 8 on the CPU cores: tokens/s and the collectives' share.
+#      and gradient-norm curves must agree to 1e-4, for three ways of summing: in buckets during
+#      the backward (the default), after it (--bucket-mb 0), and with ZeRO-1 (--shard-optimizer).
+#      With two GPUs or more each rank has its own and NCCL sums and gathers; with one, the two
+#      ranks share it and the gradients go through the host (NCCL refuses two ranks on one GPU;
+#      ftx says so and takes the host path).
+#   2. ftx bench train --processes 1, 2, 4, 8 on the CPU cores: tokens/s and the collectives' share;
+#      with two GPUs or more, also 1 and 2 processes on the GPUs, bucketed and not.
 # Prints markdown; exit 1 when a check fails or does not run. Needs mpirun (skipped without).
 set -uo pipefail
 if [ -z "${FTX:-}" ]; then
@@ -28,10 +31,17 @@ status=0
 dp="train --device cuda --precision fp32 --dataset synthetic --preset small --batch 32 --steps 50 --eval-every 0 --seed 3 --quiet"
 # shellcheck disable=SC2086
 "$FTX" $dp --db "$work/dp1.db" --run dp >"$work/dp1.txt" 2>&1 || status=1
-# shellcheck disable=SC2086
-timeout 300 mpirun -np 2 -x LD_LIBRARY_PATH "$FTX" $dp --db "$work/dp2.db" --run dp >"$work/dp2.txt" 2>&1 || status=1
-grep -h "data-parallel\|ftx:" "$work/dp1.txt" "$work/dp2.txt"
-python3 - "$work" <<'EOF_PY' || status=1
+variants=("" "--bucket-mb 0" "--shard-optimizer")
+for i in 0 1 2; do
+  # shellcheck disable=SC2086
+  timeout 300 mpirun -np 2 -x LD_LIBRARY_PATH "$FTX" $dp ${variants[$i]} --db "$work/dp2_$i.db" --run dp \
+    >"$work/dp2_$i.txt" 2>&1 || status=1
+done
+grep -h "data-parallel\|ftx:" "$work"/dp1.txt "$work"/dp2_*.txt
+for i in 0 1 2; do
+  echo
+  echo "2 processes ${variants[$i]:-(buckets of 25 MB)} against 1:"
+  python3 - "$work" "dp2_$i.db" <<'EOF_PY' || status=1
 import sqlite3, sys
 d = sys.argv[1]
 def curve(db, key):
@@ -43,7 +53,7 @@ def curve(db, key):
         return []
 ok = True
 for key in ("train/loss", "train/kl", "train/grad_norm", "perf/tokens_per_s"):
-    a, b = curve("dp1.db", key), curve("dp2.db", key)
+    a, b = curve("dp1.db", key), curve(sys.argv[2], key)
     if key.startswith("perf"):
         mean = lambda v: sum(v[10:]) / max(len(v[10:]), 1)
         print(f"- {key} (steps 11-50): 1 process {mean(a):,.0f}, 2 processes {mean(b):,.0f}")
@@ -53,6 +63,7 @@ for key in ("train/loss", "train/kl", "train/grad_norm", "perf/tokens_per_s"):
     ok = ok and len(a) == 50 and len(b) == 50 and worst <= 1e-4
 sys.exit(0 if ok else 1)
 EOF_PY
+done
 echo
 echo "## ftx bench train --processes N on the CPU, small preset, batch 64"
 echo
@@ -69,4 +80,23 @@ print(f"| {j['processes']} | {j['threads']} | {j['tokens_per_s']:,.0f} | {j['tok
       f"{j['gradients'] or '-'} |")
 EOF_PY
 done
+if [ "$(nvidia-smi -L 2>/dev/null | wc -l)" -ge 2 ]; then
+  echo
+  echo "## ftx bench train on the GPUs, small preset, batch 64"
+  echo
+  echo "| processes | bucket MB | tok/s | per process | step ms | collectives ms/step | share | gradients |"
+  echo "|---|---|---|---|---|---|---|---|"
+  for run in "1 25" "2 25" "2 0"; do
+    read -r p mb <<<"$run"
+    timeout 150 "$FTX" bench train --device cuda --preset small --batch 64 --warmup 3 --steps 15 --processes "$p" \
+      --bucket-mb "$mb" >"$work/g$p$mb.json" 2>"$work/g$p$mb.err" || status=1
+    python3 - "$work/g$p$mb.json" "$mb" <<'EOF_PY' || { status=1; echo "| $p | $mb | failed: $(head -c 200 "$work/g$p$mb.err") |"; }
+import json, sys
+j = json.load(open(sys.argv[1]))
+print(f"| {j['processes']} | {sys.argv[2]} | {j['tokens_per_s']:,.0f} | {j['tokens_per_s_per_process']:,.0f} | "
+      f"{j['step_ms_median']:.1f} | {j['collective_ms_per_step']:.2f} | {100 * j['collective_share']:.1f} % | "
+      f"{j['gradients'] or '-'} |")
+EOF_PY
+  done
+fi
 exit $status

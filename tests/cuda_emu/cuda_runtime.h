@@ -24,6 +24,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include <ucontext.h>
@@ -91,13 +92,47 @@ inline cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   return device == 0 ? cudaSuccess : cudaErrorInvalidValue;
 }
 inline cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidValue; }
+// Streams and events: every op runs when queued, so order is never wrong here; what the glue asks
+// for is kept instead. A stream is a distinct handle (never dereferenced), and every event
+// record, stream wait and NCCL call (nccl.h) is written to stream_trace(): "wait S on R" (stream S
+// waits for what stream R had queued when the event was recorded), "allreduce N on S".
 constexpr unsigned cudaStreamNonBlocking = 1;
+constexpr unsigned cudaEventDisableTiming = 2;
+namespace ftx_emu {
+inline std::vector<std::string>& stream_trace() {
+  static std::vector<std::string> trace;
+  return trace;
+}
+inline std::string stream_name(void* s) { return "s" + std::to_string(reinterpret_cast<uintptr_t>(s)); }
+}  // namespace ftx_emu
 inline cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned) {
-  *s = nullptr;
+  static uintptr_t made = 0;
+  *s = reinterpret_cast<cudaStream_t>(++made);
   return cudaSuccess;
 }
 inline cudaError_t cudaStreamSynchronize(cudaStream_t) { return cudaSuccess; }  // every op ran when queued
 inline cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
+struct EmuEvent {
+  cudaStream_t recorded_on = nullptr;
+};
+using cudaEvent_t = EmuEvent*;
+inline cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned) {
+  *e = new EmuEvent;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventDestroy(cudaEvent_t e) {
+  delete e;
+  return cudaSuccess;
+}
+inline cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t s) {
+  e->recorded_on = s;
+  return cudaSuccess;
+}
+inline cudaError_t cudaStreamWaitEvent(cudaStream_t s, cudaEvent_t e, unsigned) {
+  if (e->recorded_on == nullptr) return cudaErrorInvalidValue;  // never recorded: a wait on nothing
+  ftx_emu::stream_trace().push_back("wait " + ftx_emu::stream_name(s) + " on " + ftx_emu::stream_name(e->recorded_on));
+  return cudaSuccess;
+}
 using cudaMemPool_t = void*;
 enum cudaMemPoolAttr { cudaMemPoolAttrReleaseThreshold };
 inline cudaError_t cudaDeviceGetDefaultMemPool(cudaMemPool_t* pool, int) {

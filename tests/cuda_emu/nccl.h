@@ -2,11 +2,13 @@
 // cuda_runtime.h here). One process stands for one rank of a job whose other ranks are its mirror
 // images: they hold the same data, so ncclAllReduce's sum is nranks times this rank's values.
 // Every call is counted in emu_nccl_log(), so a test can check what the glue asked for: the
-// communicator's size and rank, and each reduce's buffers, count, type, operation and stream.
+// communicator's size and rank, and each reduce's buffers, count, type, operation and stream; each
+// reduce also goes in ftx_emu::stream_trace() (cuda_runtime.h) among the streams' event waits.
 // What it cannot show: a real exchange between processes or GPUs (resources/gpu/on_device.sh).
 #pragma once
 #include <cstddef>
 #include <cstring>
+#include <string>
 
 #include "cuda_runtime.h"
 
@@ -22,7 +24,8 @@ struct EmuNcclComm {
 using ncclComm_t = EmuNcclComm*;
 
 struct EmuNcclLog {
-  int ids = 0, inits = 0, destroys = 0, allreduces = 0;
+  int ids = 0, inits = 0, destroys = 0, allreduces = 0, broadcasts = 0;
+  int group_depth = 0;         // ncclGroupStart minus ncclGroupEnd
   int nranks = 0, rank = -1;   // of the last ncclCommInitRank
   const void* send = nullptr;  // of the last ncclAllReduce
   void* recv = nullptr;
@@ -65,8 +68,24 @@ inline ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, nc
   if (type != ncclFloat || op != ncclSum || comm == nullptr) return ncclInvalidArgument;
   EmuNcclLog& log = emu_nccl_log();
   ++log.allreduces, log.send = send, log.recv = recv, log.count = count, log.stream = stream;
+  ftx_emu::stream_trace().push_back("allreduce " + std::to_string(count) + " on " + ftx_emu::stream_name(stream));
   const float* in = static_cast<const float*>(send);
   float* out = static_cast<float*>(recv);
   for (size_t i = 0; i < count; ++i) out[i] = in[i] * float(comm->nranks);  // the mirrors' sum
   return ncclSuccess;
 }
+inline ncclResult_t ncclBroadcast(const void* send, void* recv, size_t count, ncclDataType_t type, int root,
+                                  ncclComm_t comm, cudaStream_t stream) {
+  if (type != ncclFloat || comm == nullptr || root < 0 || root >= comm->nranks) return ncclInvalidArgument;
+  ++emu_nccl_log().broadcasts;
+  ftx_emu::stream_trace().push_back("broadcast " + std::to_string(count) + " from " + std::to_string(root) + " on " +
+                                    ftx_emu::stream_name(stream) +
+                                    (emu_nccl_log().group_depth > 0 ? " in a group" : ""));
+  if (send != recv) std::memcpy(recv, send, count * sizeof(float));  // the root is a mirror of this rank
+  return ncclSuccess;
+}
+inline ncclResult_t ncclGroupStart() {
+  ++emu_nccl_log().group_depth;
+  return ncclSuccess;
+}
+inline ncclResult_t ncclGroupEnd() { return --emu_nccl_log().group_depth < 0 ? ncclInvalidUsage : ncclSuccess; }
