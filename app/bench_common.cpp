@@ -9,6 +9,8 @@
 
 #include "app/common.h"
 #include "kernels/base/philox.h"
+#include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/isa.h"
 
 namespace ftx::app {
 namespace {
@@ -117,6 +119,8 @@ nlohmann::json common_report(const BenchArgs& a, const Backend& be, const ModelC
   return nlohmann::json{{"device", be.name()},
                         {"threads", omp_get_max_threads()},
                         {"precision", matmul_precision_name(be.matmul_precision())},
+                        {"cpu_isa", cpu::cpu_isa_name(cpu::cpu_isa())},
+                        {"blas_core", cpu::blas_core()},
                         {"preset", a.shape.preset},
                         {"layers", m.n_layers},
                         {"dim", m.dim},

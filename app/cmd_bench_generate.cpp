@@ -16,6 +16,7 @@
 #include "core/model/flops.h"
 #include "core/train/trainer.h"
 #include "kernels/base/philox.h"
+#include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/membw.h"
 
@@ -233,6 +234,7 @@ int run_bench_lm(const BenchArgs& a) {
          {"parameters", model.num_params()},
          {"device", lm->backend->name()},
          {"cpu_isa", cpu::cpu_isa_name(cpu::cpu_isa())},
+         {"blas_core", cpu::blas_core()},
          {"threads", threads},
          {"batch", B},
          {"prompt_len", g.prompt_len},

@@ -8,6 +8,7 @@
 
 #include "app/commands.h"
 #include "app/common.h"
+#include "kernels/cpu/blas_core.h"
 
 namespace {
 
@@ -45,6 +46,7 @@ class CommandTable {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ftx::cpu::restart_with_right_blas_core(argv);  // before OpenMP's and OpenBLAS's threads exist
   CLI::App app{"ftx: train, sample and inspect Free Transformers (Fleuret, 2025)"};
   app.require_subcommand(1);
   CommandTable commands(app);

@@ -14,6 +14,7 @@
 #include <cstdlib>
 
 #include "datasets/registry.h"
+#include "kernels/cpu/blas_core.h"
 #include "views/main_window.h"
 
 namespace {
@@ -35,6 +36,7 @@ int fail(const QString& message) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  ftx::cpu::restart_with_right_blas_core(argv);
   ensure_passive_openmp(argv);
   QSurfaceFormat::setDefaultFormat(QSurfaceFormat::defaultFormat());
   QApplication app(argc, argv);

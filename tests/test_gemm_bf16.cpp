@@ -44,7 +44,7 @@ constexpr double kBf16InputsRel = 1.0 / 256;
 constexpr int kGuard = 16;
 constexpr float kGuardValue = -12345.678f;
 
-constexpr CpuIsa kAllIsas[] = {CpuIsa::Generic, CpuIsa::Avx2, CpuIsa::Avx512Bf16};
+constexpr CpuIsa kAllIsas[] = {CpuIsa::Generic, CpuIsa::Avx2, CpuIsa::Avx512Bf16, CpuIsa::Amx};
 
 struct Problem {
   int N, IC, OC;
@@ -161,7 +161,7 @@ TEST_P(GemmBf16Path, MatchesDoubleOnTheBf16Weights) {
                        (accumulate ? " accumulate " : " ") + engine_name(engine));
           const std::vector<float> got = run(isa(), p, accumulate, engine);
           std::string where;
-          if (isa() == CpuIsa::Avx512Bf16) {
+          if (isa() >= CpuIsa::Avx512Bf16) {
             EXPECT_LE(worst_ratio(got, ref.rounded_inputs, ref.scale, kFp32Rel, p.OC, &where), 1.0) << where;
             EXPECT_LE(worst_ratio(got, ref.exact, ref.scale, kBf16InputsRel, p.OC, &where), 1.0) << where;
           } else {
@@ -189,7 +189,7 @@ TEST_P(GemmBf16Path, MatchesDoubleWhenTheWorkIsBlocked) {
     const Reference ref = reference(p, true);
     const std::vector<float> got = run(isa(), p, true, c.engine);
     std::string where;
-    const bool rounds = isa() == CpuIsa::Avx512Bf16;
+    const bool rounds = isa() >= CpuIsa::Avx512Bf16;
     EXPECT_LE(worst_ratio(got, rounds ? ref.rounded_inputs : ref.exact, ref.scale, kFp32Rel, c.OC, &where), 1.0)
         << where;
   }
@@ -263,7 +263,7 @@ TEST(GemmBf16, PathsAgree) {
     double worst = 0;
     for (size_t i = 0; i < got.size(); ++i)
       worst = std::max(worst, std::fabs(double(got[i]) - generic[i]) / ref.scale[i]);
-    EXPECT_LE(worst, isa == CpuIsa::Avx512Bf16 ? kBf16InputsRel : 2 * kFp32Rel) << cpu::cpu_isa_name(isa);
+    EXPECT_LE(worst, isa >= CpuIsa::Avx512Bf16 ? kBf16InputsRel : 2 * kFp32Rel) << cpu::cpu_isa_name(isa);
   }
 }
 
@@ -279,8 +279,12 @@ TEST(CpuIsa, ResolveHonoursTheVariableAndFallsBackWithAWarning) {
   EXPECT_EQ(warning, "");
   EXPECT_EQ(cpu::resolve_cpu_isa("avx512bf16", CpuIsa::Avx2, &warning), CpuIsa::Avx2);
   EXPECT_EQ(warning, "FTX_CPU_ISA=avx512bf16: this CPU cannot run it; using avx2");
+  EXPECT_EQ(cpu::resolve_cpu_isa("amx", CpuIsa::Avx512Bf16, &warning), CpuIsa::Avx512Bf16);
+  EXPECT_EQ(warning, "FTX_CPU_ISA=amx: this CPU cannot run it; using avx512bf16");
+  EXPECT_EQ(cpu::resolve_cpu_isa("amx", CpuIsa::Amx, &warning), CpuIsa::Amx);
+  EXPECT_EQ(warning, "");
   EXPECT_EQ(cpu::resolve_cpu_isa("avx512", CpuIsa::Generic, &warning), CpuIsa::Generic);
-  EXPECT_EQ(warning, "FTX_CPU_ISA=avx512: not one of generic, avx2, avx512bf16; using generic");
+  EXPECT_EQ(warning, "FTX_CPU_ISA=avx512: not one of generic, avx2, avx512bf16, amx; using generic");
 }
 
 TEST(CpuIsa, TheVariableAndTheHookChooseThePathOfGemmBf16w) {
@@ -301,7 +305,7 @@ TEST(CpuIsa, TheVariableAndTheHookChooseThePathOfGemmBf16w) {
   EXPECT_EQ(cpu::cpu_isa(), cpu::best_cpu_isa());
   (void)cpu::cpu_isa();  // the warning comes once
   EXPECT_EQ(::testing::internal::GetCapturedStderr(),
-            std::string("ftx: warning: FTX_CPU_ISA=no-such-path: not one of generic, avx2, avx512bf16; using ") +
+            std::string("ftx: warning: FTX_CPU_ISA=no-such-path: not one of generic, avx2, avx512bf16, amx; using ") +
                 cpu::cpu_isa_name(cpu::best_cpu_isa()) + "\n");
 
   ::unsetenv("FTX_CPU_ISA");

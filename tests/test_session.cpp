@@ -137,10 +137,10 @@ TEST_F(SessionTest, SweepRunsOneAfterAnother) {
   }
 }
 
-// A precision the device cannot do (bf16 on the CPU) or an unknown one fails the run with the
+// A precision the device cannot do (tf32 on the CPU) or an unknown one fails the run with the
 // reason, before anything is trained.
 TEST_F(SessionTest, PrecisionTheDeviceLacksFailsTheRunWithItsReason) {
-  for (const auto& [precision, needle] : {std::pair{"bf16", "fp32 only"}, std::pair{"fp8", "unknown GEMM precision"}}) {
+  for (const auto& [precision, needle] : {std::pair{"tf32", "no tf32"}, std::pair{"fp8", "unknown GEMM precision"}}) {
     Session s(make_dataset);
     TrainRequest r = tiny_request(db(), std::string("p_") + precision, 5);
     r.precision = precision;

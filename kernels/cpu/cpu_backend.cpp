@@ -18,6 +18,7 @@
 #include "kernels/cpu/ops_elementwise.h"
 #include "kernels/cpu/ops_embedding.h"
 #include "kernels/cpu/ops_matmul.h"
+#include "kernels/cpu/ops_matmul_bf16.h"
 #include "kernels/cpu/ops_rmsnorm.h"
 #include "kernels/cpu/ops_rope.h"
 #include "kernels/cpu/ops_route.h"
@@ -123,9 +124,19 @@ class CpuBackend final : public Backend {
   }
 
   // ---- matmul ----
+  // fp32, or bf16 inputs with fp32 sums on fp32 weights (training at --precision bf16,
+  // ops_matmul_bf16.h). No tf32: no CPU has it.
+  Status set_matmul_precision(MatmulPrecision p) override {
+    if (p == MatmulPrecision::Tf32) return make_error("cpu has no tf32 GEMMs (fp32 or bf16)");
+    precision_ = p;
+    return {};
+  }
+  MatmulPrecision matmul_precision() const override { return precision_; }
   void matmul_forward(float* out, const float* inp, WeightRef w, int N, int IC, int OC, bool accumulate) override {
     switch (w.dtype) {
       case DType::F32:
+        if (precision_ == MatmulPrecision::Bf16)
+          return cpu::matmul_forward_bf16(out, inp, w.f32(), N, IC, OC, accumulate);
         return cpu::matmul_forward(out, inp, w.f32(), N, IC, OC, accumulate);
       case DType::BF16:
         return cpu::gemm_bf16w(out, inp, w.bf16(), N, IC, OC, accumulate);
@@ -136,6 +147,8 @@ class CpuBackend final : public Backend {
                        bool accumulate_dinp) override {
     switch (w.dtype) {
       case DType::F32:
+        if (precision_ == MatmulPrecision::Bf16)
+          return cpu::matmul_backward_bf16(dinp, dw, dout, inp, w.f32(), N, IC, OC, accumulate_dinp);
         return cpu::matmul_backward(dinp, dw, dout, inp, w.f32(), N, IC, OC, accumulate_dinp);
       case DType::BF16:
         FT_ASSERT(dw == nullptr, "matmul_backward: a bf16 weight is frozen (dw must be null)");
@@ -225,6 +238,9 @@ class CpuBackend final : public Backend {
                         segments[i].weight_decay, s.t);
     }
   }
+
+ private:
+  MatmulPrecision precision_ = MatmulPrecision::Fp32;
 };
 
 }  // namespace

@@ -14,6 +14,17 @@
 #include "kernels/cpu/ops_matmul.h"
 
 namespace ftx::cpu {
+
+void round_row_bf16_fp32(float* dst, const float* src, int n) {
+  for (int k = 0; k < n; ++k) {  // fp32_to_bf16 without a branch, so that it vectorises
+    uint32_t u;
+    std::memcpy(&u, src + k, sizeof u);
+    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+    const uint32_t r = (u & 0x7FFFFFFFu) > 0x7F800000u ? (u | 0x00400000u) & 0xFFFF0000u : rounded;
+    std::memcpy(dst + k, &r, sizeof r);
+  }
+}
+
 namespace {
 
 // From this many inputs on, a path widens w into slabs and calls sgemm: where its kernel and sgemm
@@ -28,18 +39,6 @@ constexpr double kParallelMinMacs = double(1 << 16);
 
 // Threads split the weight rows in blocks of this many: 16 floats of output are one cache line.
 constexpr int kRowGrain = 16;
-
-// dst[k] = bf16(src[k]) widened back to fp32 (fp32_to_bf16, written without a branch so that it
-// vectorises).
-void round_row_bf16_fp32(float* dst, const float* src, int IC) {
-  for (int k = 0; k < IC; ++k) {
-    uint32_t u;
-    std::memcpy(&u, src + k, sizeof u);
-    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    const uint32_t r = (u & 0x7FFFFFFFu) > 0x7F800000u ? (u | 0x00400000u) & 0xFFFF0000u : rounded;
-    std::memcpy(dst + k, &r, sizeof r);
-  }
-}
 
 float widen(uint16_t b) {
   const uint32_t u = uint32_t(b) << 16;
@@ -85,6 +84,7 @@ int sgemm_min_n(CpuIsa isa) {
     case CpuIsa::Avx2:
       return kAvx2SgemmMinN;
     case CpuIsa::Avx512Bf16:
+    case CpuIsa::Amx:
       return kAvx512Bf16SgemmMinN;
   }
   return kGenericSgemmMinN;
@@ -97,7 +97,7 @@ void gemm_bf16w_engine(CpuIsa isa, Bf16Engine engine, float* out, const float* i
   FT_ASSERT(cpu_isa_supported(isa), "gemm_bf16w: this CPU cannot run the %s path", cpu_isa_name(isa));
   const bool parallel = !omp_in_parallel() && double(N) * IC * OC >= kParallelMinMacs;
 #if defined(__x86_64__)
-  const bool bf16_inputs = isa == CpuIsa::Avx512Bf16;
+  const bool bf16_inputs = isa >= CpuIsa::Avx512Bf16;
 #else
   const bool bf16_inputs = false;
 #endif
@@ -128,6 +128,7 @@ void gemm_bf16w_engine(CpuIsa isa, Bf16Engine engine, float* out, const float* i
       switch (isa) {
 #if defined(__x86_64__)
         case CpuIsa::Avx512Bf16:
+        case CpuIsa::Amx:
           gemm_bf16w_rows_avx512bf16(out, xb, ldx, w, N, IC, OC, o0, o1, accumulate);
           break;
         case CpuIsa::Avx2:

@@ -11,6 +11,7 @@
 #include <mutex>
 
 #include "kernels/base/assert.h"
+#include "kernels/cpu/gemm_amx.h"
 
 namespace ftx::cpu {
 namespace {
@@ -20,7 +21,7 @@ std::atomic<int> g_isa{kUnset};  // a CpuIsa, or kUnset until the first cpu_isa(
 std::mutex g_init;
 
 bool parse_isa(const char* s, CpuIsa* isa) {
-  for (const CpuIsa i : {CpuIsa::Generic, CpuIsa::Avx2, CpuIsa::Avx512Bf16}) {
+  for (const CpuIsa i : {CpuIsa::Generic, CpuIsa::Avx2, CpuIsa::Avx512Bf16, CpuIsa::Amx}) {
     if (std::strcmp(s, cpu_isa_name(i)) == 0) {
       *isa = i;
       return true;
@@ -39,6 +40,8 @@ const char* cpu_isa_name(CpuIsa isa) {
       return "avx2";
     case CpuIsa::Avx512Bf16:
       return "avx512bf16";
+    case CpuIsa::Amx:
+      return "amx";
   }
   return "?";
 }
@@ -54,6 +57,8 @@ bool cpu_isa_supported(CpuIsa isa) {
       return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
              __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16") &&
              __builtin_cpu_supports("fma");
+    case CpuIsa::Amx:  // CPUID, then the kernel's permission for the tile data (asked once)
+      return cpu_isa_supported(CpuIsa::Avx512Bf16) && amx_usable();
 #else
     default:
       return false;
@@ -63,6 +68,7 @@ bool cpu_isa_supported(CpuIsa isa) {
 }
 
 CpuIsa best_cpu_isa() {
+  if (cpu_isa_supported(CpuIsa::Amx)) return CpuIsa::Amx;
   if (cpu_isa_supported(CpuIsa::Avx512Bf16)) return CpuIsa::Avx512Bf16;
   if (cpu_isa_supported(CpuIsa::Avx2)) return CpuIsa::Avx2;
   return CpuIsa::Generic;
@@ -73,8 +79,8 @@ CpuIsa resolve_cpu_isa(const char* env_value, CpuIsa best, std::string* warning)
   if (env_value == nullptr || *env_value == '\0') return best;
   CpuIsa want;
   if (!parse_isa(env_value, &want)) {
-    *warning =
-        std::string("FTX_CPU_ISA=") + env_value + ": not one of generic, avx2, avx512bf16; using " + cpu_isa_name(best);
+    *warning = std::string("FTX_CPU_ISA=") + env_value + ": not one of generic, avx2, avx512bf16, amx; using " +
+               cpu_isa_name(best);
     return best;
   }
   if (int(want) > int(best)) {

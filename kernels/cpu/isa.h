@@ -1,29 +1,33 @@
-// Which instruction set the CPU's hand-written kernels use (today: the bf16-weight GEMV/GEMM of
-// kernels/cpu/gemm_bf16.h), chosen once per process at run time, so that a binary built without
+// Which instruction set the CPU's hand-written kernels use (the bf16-weight GEMV/GEMM of
+// kernels/cpu/gemm_bf16.h, and the GEMMs of training at bf16, ops_matmul_bf16.h), chosen once per
+// process at run time, so that a binary built without
 // -march=native (FTX_NATIVE=OFF) still runs its fast paths where the CPU has them.
 //
 //   Generic     portable C++ (any CPU): the reference the other paths are tested against.
 //   Avx2        AVX2 + FMA (Intel Haswell and later, AMD Zen 1-3).
 //   Avx512Bf16  AVX-512 F/BW/VL + AVX512_BF16 (Intel Cooper Lake, Sapphire Rapids and later,
 //               AMD Zen 4 and later).
+//   Amx         Avx512Bf16 and AMX-TILE + AMX-BF16, with Linux's permission for the tile state
+//               (Intel Sapphire Rapids and later): training's bf16 GEMMs on the tiles
+//               (gemm_amx.h); the bf16-weight kernels as on Avx512Bf16.
 //
 // The path in use is the best one the CPU supports, unless the environment variable
-// FTX_CPU_ISA=generic|avx2|avx512bf16 names another (read at the first call of cpu_isa()). A name
+// FTX_CPU_ISA=generic|avx2|avx512bf16|amx names another (read at the first call of cpu_isa()). A name
 // the CPU cannot run, or an unknown name, prints one warning to stderr and falls back to the best
 // supported path: a forced path is a debugging aid, so it should not stop a run.
 //
-// Deliberately not here: the kernels themselves, AMX, ARM (NEON/SVE machines take Generic).
+// Deliberately not here: the kernels themselves, ARM (NEON/SVE machines take Generic).
 #pragma once
 #include <string>
 
 namespace ftx::cpu {
 
-enum class CpuIsa { Generic, Avx2, Avx512Bf16 };
+enum class CpuIsa { Generic, Avx2, Avx512Bf16, Amx };  // each path's CPUs run the ones before it
 
 // The path the kernels use now (best supported, FTX_CPU_ISA, or set_cpu_isa_for_tests).
 CpuIsa cpu_isa();
 
-// "generic", "avx2" or "avx512bf16": the spelling FTX_CPU_ISA accepts.
+// "generic", "avx2", "avx512bf16" or "amx": the spelling FTX_CPU_ISA accepts.
 const char* cpu_isa_name(CpuIsa isa);
 
 // Whether this CPU (and its OS, which must save the wider registers) can run `isa`'s path.

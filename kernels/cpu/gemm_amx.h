@@ -1,0 +1,44 @@
+// An fp32-in, fp32-out GEMM on Intel AMX bf16 tiles (Sapphire Rapids and later): the operands are
+// rounded to bf16 as they are packed, the tiles multiply bf16 pairs and accumulate in fp32. Written
+// for the three products of a Linear layer in training (N tokens, IC inputs, OC outputs):
+//   forward  out (N, OC)  = inp (N, IC) @ W (OC, IC)^T     gemm_bf16_amx(false, true, ...)
+//   dX       dinp (N, IC) = dout (N, OC) @ W (OC, IC)      gemm_bf16_amx(false, false, ...)
+//   dW       dW (OC, IC) += dout (N, OC)^T @ inp (N, IC)   gemm_bf16_amx(true, false, ..., true)
+//
+// Numerics: each input moves by at most 2^-9 relative when rounded to bf16 (round to nearest even),
+// so |C - exact| <= about 2^-8 * sum_k |a_k b_k| (+ fp32 rounding of the sums, and of |C| when
+// accumulating). Against the exact product of the rounded inputs only the fp32 summation differs
+// (relative 1e-6-ish). Like every AVX512_BF16 / AMX instruction, the conversion treats subnormal fp32
+// inputs as zero and the tiles flush subnormal results; NaN and infinity propagate. The order of
+// the sums does not depend on the thread count (each element of C is summed by one thread, in k
+// order), so results repeat bit for bit.
+//
+// Self-contained (C++ standard library, <immintrin.h>, OpenMP, Linux syscalls): the AMX and AVX-512
+// code carries __attribute__((target(...))), so the file builds without -mamx / -march flags, and
+// must be called only after amx_usable() said yes.
+//
+// Deliberately not here: bf16 inputs (callers with bf16 data widen or use gemm_bf16w), alpha/beta
+// other than 1 and 0/1, non-x86 machines (amx_usable() is false there; calling the GEMM is a bug).
+#pragma once
+
+namespace ftx::cpu {
+
+// Whether this process may run AMX bf16 tiles: the CPU has AMX-TILE and AMX-BF16 (cpuid) and Linux granted
+// the tile data state (arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA = 18), asked once, thread-safe).
+// Also requires AVX-512 F/BW and AVX512_BF16 with the OS saving ZMM state (the packing uses them;
+// every AMX CPU has them).
+bool amx_usable();
+
+// C (M x N, row-major, leading dimension ldc) = (accumulate ? C : 0) + op(A) * op(B), as cblas_sgemm with
+// alpha 1 and beta 0 or 1, row-major: op(A) is M x K (A is M x K with lda, or K x M with lda when transA),
+// op(B) is K x N (B is K x N with ldb, or N x K with ldb when transB). The inputs are fp32, rounded to bf16
+// (round to nearest even) as they are packed; products are accumulated in fp32 by the tiles. Multi-threaded
+// with OpenMP over blocks of C (serial when called inside a parallel region or when the work is small).
+// Precondition: amx_usable().
+//
+// Scratch: the packed bf16 operands live in a buffer of the calling thread that grows to the
+// largest call and is kept (at most about 64 MiB, more only when M + N exceeds 128 K).
+void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+                   float* C, int ldc, bool accumulate);
+
+}  // namespace ftx::cpu

@@ -1,0 +1,124 @@
+// Training's GEMMs at --precision bf16 on the CPU (kernels/cpu/ops_matmul_bf16.h) on every path this
+// CPU runs (the tiles where it has AMX, rounding + sgemm everywhere): the three products of a
+// Linear layer against a double-precision GEMM of the bf16-rounded inputs, and against fp32 within
+// the bf16 bound while differing from it (the inputs really are rounded); the CPU backend at bf16
+// routes fp32 weights through them.
+//
+// Not here: the AMX kernel's own edge cases (test_gemm_amx), speed (docs/performance.md).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/backend.h"
+#include "kernels/base/dtype.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops_matmul_bf16.h"
+
+namespace {
+
+using namespace ftx;
+using cpu::CpuIsa;
+
+// Against the exact product of the rounded inputs only fp32 summation differs.
+constexpr double kSumRel = 1e-5;
+// Against the fp32 inputs: each term moves by at most about 2^-8 relative (two roundings of 2^-9).
+constexpr double kBf16Rel = 1.0 / 128;
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+double bf16(float x) { return bf16_to_fp32(fp32_to_bf16(x)); }
+
+// C (M, N) = A (M, K) B (K, N) in double from element accessors, with sum |a b| per element.
+template <class FA, class FB>
+void reference(int M, int N, int K, FA a, FB b, bool round, std::vector<double>* c, std::vector<double>* mag) {
+  c->assign(size_t(M) * N, 0.0), mag->assign(size_t(M) * N, 0.0);
+  for (int m = 0; m < M; ++m)
+    for (int n = 0; n < N; ++n) {
+      double s = 0, g = 0;
+      for (int k = 0; k < K; ++k) {
+        const double x = round ? bf16(a(m, k)) : a(m, k), y = round ? bf16(b(k, n)) : b(k, n);
+        s += x * y, g += std::abs(x * y);
+      }
+      (*c)[size_t(m) * N + n] = s, (*mag)[size_t(m) * N + n] = g;
+    }
+}
+
+class MatmulBf16 : public ::testing::TestWithParam<CpuIsa> {
+ protected:
+  void SetUp() override {
+    if (!cpu::cpu_isa_supported(GetParam())) GTEST_SKIP() << "this CPU cannot run " << cpu::cpu_isa_name(GetParam());
+    cpu::set_cpu_isa_for_tests(GetParam());
+  }
+  void TearDown() override { cpu::reset_cpu_isa_for_tests(); }
+
+  // got against the rounded-input product (kSumRel) and the fp32-input one (kBf16Rel, and apart).
+  static void expect_bf16_product(const std::vector<float>& got, const std::vector<double>& base, int M, int N, int K,
+                                  auto a, auto b, const char* what) {
+    std::vector<double> exact, mag, plain, plain_mag;
+    reference(M, N, K, a, b, true, &exact, &mag);
+    reference(M, N, K, a, b, false, &plain, &plain_mag);
+    double worst_rounded = 0, worst_plain = 0, apart = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double g = got[i] - base[i];
+      worst_rounded = std::max(worst_rounded, std::abs(g - exact[i]) / (mag[i] + std::abs(base[i]) + 1e-30));
+      worst_plain = std::max(worst_plain, std::abs(g - plain[i]) / (plain_mag[i] + std::abs(base[i]) + 1e-30));
+      apart = std::max(apart, std::abs(g - plain[i]));
+    }
+    EXPECT_LE(worst_rounded, kSumRel) << what;
+    EXPECT_LE(worst_plain, kBf16Rel) << what;
+    EXPECT_GT(apart, 1e-4) << what << ": no further from fp32 than fp32 rounding: the inputs were not rounded";
+  }
+};
+
+// out = inp w^T, dinp = dout w (then += again), dw += dout^T inp, at a tile-unfriendly shape.
+TEST_P(MatmulBf16, TheLinearLayersThreeProductsRoundTheirInputs) {
+  const int N = 77, IC = 129, OC = 45;
+  const std::vector<float> inp = random_floats(size_t(N) * IC, 1), w = random_floats(size_t(OC) * IC, 2);
+  const std::vector<float> dout = random_floats(size_t(N) * OC, 3), dw0 = random_floats(size_t(OC) * IC, 4);
+  std::vector<float> out(size_t(N) * OC, 5.0f);
+  cpu::matmul_forward_bf16(out.data(), inp.data(), w.data(), N, IC, OC, false);
+  expect_bf16_product(
+      out, std::vector<double>(out.size(), 0.0), N, OC, IC, [&](int n, int k) { return inp[size_t(n) * IC + k]; },
+      [&](int k, int o) { return w[size_t(o) * IC + k]; }, "forward");
+
+  std::vector<float> dinp(size_t(N) * IC, 0.0f), dw = dw0;
+  cpu::matmul_backward_bf16(dinp.data(), dw.data(), dout.data(), inp.data(), w.data(), N, IC, OC, false);
+  const auto d = [&](int n, int o) { return dout[size_t(n) * OC + o]; };
+  expect_bf16_product(
+      dinp, std::vector<double>(dinp.size(), 0.0), N, IC, OC, d, [&](int o, int i) { return w[size_t(o) * IC + i]; },
+      "dinp");
+  expect_bf16_product(
+      dw, std::vector<double>(dw0.begin(), dw0.end()), OC, IC, N, [&](int o, int n) { return d(n, o); },
+      [&](int n, int i) { return inp[size_t(n) * IC + i]; }, "dw (accumulated)");
+
+  const std::vector<float> once = dinp;  // accumulate_dinp: += a second time
+  cpu::matmul_backward_bf16(dinp.data(), nullptr, dout.data(), inp.data(), w.data(), N, IC, OC, true);
+  for (size_t i = 0; i < dinp.size(); ++i) ASSERT_NEAR(dinp[i], 2.0f * once[i], 1e-5f * (1 + std::abs(once[i])));
+}
+
+// The CPU backend at bf16 sends fp32 weights through the rounded products; at fp32 it does not.
+TEST_P(MatmulBf16, TheCpuBackendAtBf16RoundsTheGemmInputs) {
+  const int N = 40, IC = 96, OC = 33;
+  const std::vector<float> inp = random_floats(size_t(N) * IC, 7), w = random_floats(size_t(OC) * IC, 8);
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  std::vector<float> fp32(size_t(N) * OC), at_bf16(size_t(N) * OC), direct(size_t(N) * OC);
+  be->matmul_forward(fp32.data(), inp.data(), f32_weight(w.data()), N, IC, OC, false);
+  ASSERT_TRUE(be->set_matmul_precision(MatmulPrecision::Bf16).ok());
+  be->matmul_forward(at_bf16.data(), inp.data(), f32_weight(w.data()), N, IC, OC, false);
+  cpu::matmul_forward_bf16(direct.data(), inp.data(), w.data(), N, IC, OC, false);
+  EXPECT_EQ(at_bf16, direct);
+  EXPECT_NE(at_bf16, fp32);
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, MatmulBf16, ::testing::Values(CpuIsa::Generic, CpuIsa::Amx),
+                         [](const auto& info) { return std::string(cpu::cpu_isa_name(info.param)); });
+
+}  // namespace
