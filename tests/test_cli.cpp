@@ -30,6 +30,8 @@
 #include "core/store/run_store.h"
 #include "core/text/char_tokenizer.h"
 #include "datasets/synthetic.h"
+#include "kernels/cpu/blas_core.h"
+#include "kernels/cpu/isa.h"
 #include "tests/test_util.h"
 
 namespace ftx {
@@ -601,6 +603,24 @@ TEST_F(CliBench, TrainOnTheSyntheticTaskReportsThroughputAndModelFlops) {
   EXPECT_TRUE(j["flops_convention"].is_string());
   const double want = j["model_flops_per_token"].get<double>() * j["tokens_per_s"].get<double>() / 1e12;
   EXPECT_NEAR(j["model_tflops"].get<double>(), want, kTflopsRelTol * want);
+}
+
+// The report names the kernels: the CPU path and OpenBLAS's core. ftx restarts itself with the
+// core its CPU can run when OpenBLAS picked a weaker one (kernels/cpu/blas_core.h: Prescott's on
+// an Emerald Rapids), and keeps the user's OPENBLAS_CORETYPE. At bf16 the precision is reported.
+TEST_F(CliBench, TrainReportsItsKernelsAndKeepsTheUsersBlasCore) {
+  const std::vector<std::string> tiny = {"train", "--preset", "tiny", "--batch", "2", "--warmup", "0", "--steps", "1"};
+  const json j = bench_json(tiny);
+  ASSERT_TRUE(j.is_object()) << j;
+  EXPECT_EQ(j["cpu_isa"], cpu::cpu_isa_name(cpu::cpu_isa()));
+  if (const char* forced = cpu::blas_core_to_force()) EXPECT_EQ(j["blas_core"], forced) << "not restarted";
+  ::setenv("OPENBLAS_CORETYPE", "Prescott", 1);  // the user's choice, even a slow one
+  const json user = bench_json(tiny);
+  ::unsetenv("OPENBLAS_CORETYPE");
+  EXPECT_EQ(user["blas_core"], "Prescott");
+  std::vector<std::string> bf16 = tiny;
+  bf16.insert(bf16.end(), {"--precision", "bf16"});
+  EXPECT_EQ(bench_json(bf16)["precision"], "bf16");
 }
 
 // A reshaped model trains on random tokens of its own vocabulary and length. Hand count of the
