@@ -171,7 +171,7 @@ TEST_F(CpuBackendTest, Bf16WeightMatmulMatchesDoubleOnTheWidenedWeights) {
     for (size_t i = 0; i < w16.size(); ++i) w16[i] = fp32_to_bf16(float(w32[i])), w[i] = bf16_to_fp32(w16[i]);
     const auto inpf = to_float(inp), doutf = to_float(dout);
     Vec inp_fwd = inp;  // what the forward multiplies
-    if (cpu::cpu_isa() == cpu::CpuIsa::Avx512Bf16)
+    if (cpu::cpu_isa() >= cpu::CpuIsa::Avx512Bf16)
       for (double& v : inp_fwd) v = bf16_to_fp32(fp32_to_bf16(float(v)));
     for (bool accumulate : {false, true}) {
       Vec out = base;

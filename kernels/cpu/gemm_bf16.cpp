@@ -32,6 +32,7 @@ namespace {
 constexpr int kGenericSgemmMinN = 8;
 constexpr int kAvx2SgemmMinN = 32;
 constexpr int kAvx512Bf16SgemmMinN = 48;
+constexpr int kAmxTilesMinN = 48;  // Amx: the avx512bf16 kernel below, the tiles from here on
 
 // Below this many multiply-adds a call runs on the calling thread (waking the second thread costs
 // a few microseconds; a 192 x 576 decode GEMV, 110 K multiply-adds, still gains from two).
@@ -84,8 +85,9 @@ int sgemm_min_n(CpuIsa isa) {
     case CpuIsa::Avx2:
       return kAvx2SgemmMinN;
     case CpuIsa::Avx512Bf16:
-    case CpuIsa::Amx:
       return kAvx512Bf16SgemmMinN;
+    case CpuIsa::Amx:
+      return kAmxTilesMinN;
   }
   return kGenericSgemmMinN;
 }
@@ -103,6 +105,8 @@ void gemm_bf16w_engine(CpuIsa isa, Bf16Engine engine, float* out, const float* i
 #endif
   if (engine == Bf16Engine::Sgemm) {
     if (!bf16_inputs) return matmul_forward_bf16w(out, inp, w, N, IC, OC, accumulate);
+    // The tiles round the activations themselves.
+    if (isa == CpuIsa::Amx) return matmul_forward_bf16w(out, inp, w, N, IC, OC, accumulate, WideGemm::Tiles);
     // The products of the rounded activations, as the kernel forms them, summed by sgemm.
     float* xr = thread_scratch<float, 1>(size_t(N) * IC);  // (N, IC)
 #pragma omp parallel for schedule(static) if (parallel)
