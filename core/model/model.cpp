@@ -13,8 +13,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 
+#include "core/model/decode_threads.h"
 #include "kernels/base/philox.h"
 
 namespace ftx {
@@ -1301,6 +1303,8 @@ void Model::decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* c
 
 void Model::decode_step(DecodeState& d, const int32_t* tokens, const uint32_t* codes, const int* pos,
                         float* logits_host) {
+  std::optional<DecodeThreadScope> threads;  // on the CPU: the faster of the thread counts, measured
+  if (be_.kind() == DeviceKind::Cpu) threads.emplace(&d);
   const int B = d.B, C = cfg_.dim, V = cfg_.vocab_size;
   for (int b = 0; b < B; ++b)
     FT_ASSERT(pos[b] >= 0 && pos[b] < d.max_len, "decode position %d outside 0..%d", pos[b], d.max_len - 1);

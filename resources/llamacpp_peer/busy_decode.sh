@@ -33,18 +33,21 @@ start_busy() {
   busy_pid=$!
 }
 stop_busy() {
-  [[ -n $busy_pid ]] && kill "$busy_pid" 2>/dev/null && wait "$busy_pid" 2>/dev/null
+  if [[ -n $busy_pid ]]; then
+    kill "$busy_pid" 2>/dev/null || true
+    wait "$busy_pid" 2>/dev/null || true  # 143: the loop ended by the signal
+  fi
   busy_pid=
 }
 trap stop_busy EXIT
 
 ftx_decode() {
   OMP_NUM_THREADS=$threads "$ftx" bench generate --checkpoint "$model" --steps 3 --warmup 1 |
-    python3 -c 'import json, sys; print(f"{json.load(sys.stdin)[\"decode_tokens_per_s\"]:.1f}")'
+    python3 -c 'import json, sys; print("%.1f" % json.load(sys.stdin)["decode_tokens_per_s"])'
 }
 llama_decode() {
   "$here/bench_llamacpp.sh" --threads "$threads" |
-    python3 -c 'import json, sys; print(f"{json.loads(sys.stdin.readline())[\"tg128_tokens_per_s\"]:.1f}")'
+    python3 -c 'import json, sys; print("%.1f" % json.loads(sys.stdin.readline())["tg128_tokens_per_s"])'
 }
 
 echo "| round | machine | ftx decode tok/s | llama.cpp tg128 tok/s | ratio |"
