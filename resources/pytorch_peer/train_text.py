@@ -3,7 +3,9 @@
 49152, tied embeddings, RoPE theta 100000), plain (--latent-bits 0, the baseline) or as a Free
 Transformer (H = 16 by default: encoder block on the middle block's output, readout, dense
 one-hot Z with the pass-through gradient of the dense binary mapper as in ft_reference.py), the same
-batch and sequence length, AdamW with gradient clipping, eager fp32 on the CPU. Reports the median
+batch and sequence length, AdamW with gradient clipping, eager fp32 on the CPU (--precision bf16:
+the step under torch.autocast("cpu", bfloat16), fp32 weights and AdamW state, as ftx's --precision
+bf16). Reports the median
 step time and tokens/s (batch * (seq_len - 1) predicted tokens per step) as one JSON line.
 
 Weights are random (throughput does not depend on them). Batches are uniform random tokens, or
@@ -133,6 +135,7 @@ def main():
                     help="torch threads (default: every CPU, as ftx's OpenMP; PyTorch alone takes physical cores)")
     ap.add_argument("--text", help="a UTF-8 text file to draw windows from (else random tokens)")
     ap.add_argument("--tokenizer", help="tokenizer.json for --text")
+    ap.add_argument("--precision", choices=["fp32", "bf16"], default="fp32")
     a = ap.parse_args()
     if a.threads:
         torch.set_num_threads(a.threads)
@@ -147,7 +150,8 @@ def main():
     for i in range(a.warmup + a.steps):
         x = next(data)
         t0 = time.perf_counter()
-        ce, kl, loss = m.loss(x[:, :-1], x[:, 1:], kappa)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.precision == "bf16"):
+            ce, kl, loss = m.loss(x[:, :-1], x[:, 1:], kappa)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -159,7 +163,7 @@ def main():
         print(f"step {i + 1}: ce {last[0]:.4f} kl {last[1]:.4f} {dt:.2f} s", file=sys.stderr, flush=True)
     med = statistics.median(times)
     print(json.dumps({"peer": "pytorch", "torch": torch.__version__, "threads": torch.get_num_threads(),
-                      "latent_bits": a.latent_bits, "params": sum(p.numel() for p in params),
+                      "latent_bits": a.latent_bits, "precision": a.precision, "params": sum(p.numel() for p in params),
                       "batch": a.batch, "seq_len": a.seq_len, "data": "text" if a.text else "random",
                       "step_s": med, "tokens_per_s": a.batch * (a.seq_len - 1) / med, "last_ce": last[0]}))
 
