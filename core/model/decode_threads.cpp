@@ -20,14 +20,13 @@ int DecodeThreads::next(const void* key, int full) {
     key_ = key, full_ = full, chosen_ = full, step_ = 0;
     on_full_.clear(), on_one_.clear();
   }
-  if (full_ <= 1) return current_ = 1;
-  const int at = step_ < kWarmup ? -1 : (step_ - kWarmup) % kPeriod;
-  current_ = at < 0 || at < kProbe ? full_ : at < 2 * kProbe ? 1 : chosen_;
-  return current_;
+  if (full_ <= 1) return 1;
+  const int at = phase();
+  return at < kProbe ? full_ : at < 2 * kProbe ? 1 : chosen_;  // warm-up (at < 0) on full_ too
 }
 
 void DecodeThreads::record(double seconds) {
-  const int at = step_ < kWarmup ? -1 : (step_ - kWarmup) % kPeriod;
+  const int at = phase();
   ++step_;
   if (full_ <= 1 || at < 0 || at >= 2 * kProbe) return;
   (at < kProbe ? on_full_ : on_one_).push_back(seconds);

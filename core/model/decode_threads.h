@@ -31,8 +31,11 @@ class DecodeThreads {
   int chosen() const { return chosen_; }
 
  private:
+  // Where step_ falls: -1 in the warm-up, else its place in the period (0 .. kPeriod - 1).
+  int phase() const { return step_ < kWarmup ? -1 : (step_ - kWarmup) % kPeriod; }
+
   const void* key_ = nullptr;
-  int full_ = 1, chosen_ = 1, step_ = 0, current_ = 1;
+  int full_ = 1, chosen_ = 1, step_ = 0;
   std::vector<double> on_full_, on_one_;
 };
 

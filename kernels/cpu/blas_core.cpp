@@ -5,7 +5,6 @@
 
 #include <strings.h>
 #include <cstdlib>
-#include <cstring>
 #include <initializer_list>
 
 extern "C" char* openblas_get_corename(void);
