@@ -3,7 +3,8 @@
 // and without accumulate, odd and empty shapes, padded leading dimensions (and that nothing outside
 // the M x N block of C is written), the three products of a Linear layer in training, shapes that
 // make the call cut its operands into chunks of M, N and K; exact results on small integers; round
-// to nearest even on ties; the same bits for 1 and 2 threads and from inside a parallel region.
+// to nearest even on ties; the same bits for 1 and 2 threads and from inside a parallel region;
+// gemm_bf16w_amx (bf16 weights) the same bits as gemm_bf16_amx on the weights widened.
 // Skipped where amx_usable() is false (no AMX, or Linux refused the tile state).
 //
 // Not here: speed (tests/bench_gemm_amx.cpp).
@@ -24,6 +25,7 @@ namespace {
 
 using ftx::cpu::amx_usable;
 using ftx::cpu::gemm_bf16_amx;
+using ftx::cpu::gemm_bf16w_amx;
 
 // fp32 summation of at most a few thousand terms: far below 1e-5 of sum |a_k b_k| (+ |C| when
 // accumulating), which the tolerance scales with.
@@ -291,6 +293,36 @@ TEST_F(GemmAmx, NanAndInfinityPropagate) {
       else
         EXPECT_TRUE(std::isfinite(v)) << m << " " << n;
     }
+}
+
+// Prefill on bf16 weights: the weight tiles copied from bf16 give the bits of the fp32 path on
+// the widened weight (whose packing rounds them back exactly), across tile edges (OC not a multiple
+// of 16, IC of 32), with and without accumulate, and with the weight cut into chunks (over 64 MiB).
+TEST_F(GemmAmx, Bf16WeightsGiveTheBitsOfTheWidenedWeights) {
+  struct Layer {
+    int N, IC, OC;
+  };
+  uint32_t seed = 300;
+  for (const Layer l :
+       {Layer{1, 1, 1}, Layer{48, 576, 1536}, Layer{77, 33, 19}, Layer{130, 1000, 70}, Layer{17, 1000, 40000}}) {
+    SCOPED_TRACE("N " + std::to_string(l.N) + " IC " + std::to_string(l.IC) + " OC " + std::to_string(l.OC));
+    const Problem p = make(false, true, l.N, l.OC, l.IC, seed++, 0);  // a: inp (N, IC), b: w (OC, IC)
+    std::vector<uint16_t> w(p.b.size());
+    std::vector<float> wide(p.b.size());
+    for (size_t i = 0; i < w.size(); ++i) {
+      const float r = bf16(p.b[i]);
+      uint32_t u;
+      std::memcpy(&u, &r, sizeof u);
+      w[i] = uint16_t(u >> 16);
+      wide[i] = r;
+    }
+    for (const bool accumulate : {false, true}) {
+      std::vector<float> want = p.c, got = p.c;
+      gemm_bf16_amx(false, true, l.N, l.OC, l.IC, p.a.data(), l.IC, wide.data(), l.IC, want.data(), l.OC, accumulate);
+      gemm_bf16w_amx(got.data(), p.a.data(), w.data(), l.N, l.IC, l.OC, accumulate);
+      ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "accumulate " << accumulate;
+    }
+  }
 }
 
 }  // namespace

@@ -431,6 +431,26 @@ TEST(OpsForward, AttentionMatchesNaiveFormula) {
   }
 }
 
+// Long causal prompts run in blocks of query rows (kAttnRowBlock) that multiply only the keys
+// their last row sees: a prompt of 3 blocks and a bit, and a chunk of 2 blocks behind a cache, give
+// the naive formula, and every masked probability is exactly 0 though att held garbage before.
+TEST(OpsForward, AttentionInBlocksOfQueryRowsMatchesNaiveFormula) {
+  for (const auto& [Tq, q_pos0] : {std::pair{3 * cpu::kAttnRowBlock + 5, 0}, std::pair{2 * cpu::kAttnRowBlock, 37}}) {
+    SCOPED_TRACE("Tq " + std::to_string(Tq) + " q_pos0 " + std::to_string(q_pos0));
+    AttnShape s = attn_shape(1, 3, 3, 4, Tq, q_pos0 + Tq, q_pos0, true);
+    s.Tk_cap = s.Tk + 2;
+    const AttnData d = random_attn(s, 96);
+    Vec out(d.q.size()), att(size_t(s.B) * s.NH * s.Tq * s.Tk, kGarbage);
+    cpu::attention_forward(out.data(), att.data(), d.q.data(), d.k.data(), d.v.data(), s);
+    const Vec expect = naive_attention(d.q, d.k, d.v, s);
+    for (size_t i = 0; i < out.size(); ++i) ASSERT_NEAR(out[i], expect[i], kForwardTol) << i;
+    for (int h = 0; h < s.NH; ++h)
+      for (int i = 0; i < s.Tq; ++i)
+        for (int j = q_pos0 + i + 1; j < s.Tk; ++j)
+          ASSERT_EQ(att[(size_t(h) * s.Tq + i) * s.Tk + j], 0.0) << h << i << j;
+  }
+}
+
 // ---- cross-entropy -----------------------------------------------------------------------------
 
 TEST(OpsGrad, CrossentropyAndInPlaceBackward) {

@@ -22,7 +22,7 @@
 // on operands in L1 and about 1.9 from L2; products of K = 256 are bound by memory (reading A,
 // writing C), larger ones by the tiles.
 //
-// Deliberately not here: the choice between AMX and other paths (the caller's), bf16 inputs.
+// Deliberately not here: the choice between AMX and other paths (the caller's), bf16 A.
 #include "kernels/cpu/gemm_amx.h"
 
 #include <omp.h>
@@ -194,6 +194,18 @@ FTX_AVX512BF16 void pack_b_tile(uint16_t* dst, const float* B, size_t ldb, bool 
   store_tile(dst, r);
 }
 
+// The same tile from bf16 B stored (N x K) with ldb (a weight in nn.Linear layout): each row of n
+// is 32 bf16 of k, already 16 k pairs, so the rows are copied and transposed without rounding.
+FTX_AVX512BF16 void pack_b_tile_bf16(uint16_t* dst, const uint16_t* B, size_t ldb, int N, int K, int n0, int k0) {
+  __m512i r[16];
+  const int cols = std::min(kTileRows, N - n0), ks = std::min(kTileK, K - k0);
+  const __mmask32 m = ks >= 32 ? __mmask32(0xFFFFFFFFu) : __mmask32((1u << ks) - 1u);
+  for (int i = 0; i < 16; ++i)
+    r[i] = i < cols ? _mm512_maskz_loadu_epi16(m, B + size_t(n0 + i) * ldb + k0) : _mm512_setzero_si512();
+  transpose16(r);
+  store_tile(dst, r);
+}
+
 // ---------------------------------------------------------------- micro kernel (AMX)
 
 // The TM x TN (1 or 2) C tiles at c (rows, cols: what is valid from c on, possibly more than the
@@ -278,6 +290,7 @@ struct Args {
   const float* A;
   size_t lda;
   const float* B;
+  const uint16_t* Bh;  // instead of B: bf16, stored (N x K) (transB)
   size_t ldb;
   float* C;
   size_t ldc;
@@ -305,8 +318,11 @@ void pack_b(uint16_t* bp, const Args& g, const Chunk& ch) {
 #pragma omp for schedule(static)
   for (int t = 0; t < count; ++t) {
     const int i = g.transB ? t / ch.kt : t % ch.nt, j = g.transB ? t % ch.kt : t / ch.nt;
-    pack_b_tile(bp + (size_t(i) * ch.kt + j) * kTileElems, g.B, g.ldb, g.transB, Nc, Kc, ch.n0 + kTileRows * i,
-                ch.k0 + kTileK * j);
+    uint16_t* dst = bp + (size_t(i) * ch.kt + j) * kTileElems;
+    if (g.Bh != nullptr)
+      pack_b_tile_bf16(dst, g.Bh, g.ldb, Nc, Kc, ch.n0 + kTileRows * i, ch.k0 + kTileK * j);
+    else
+      pack_b_tile(dst, g.B, g.ldb, g.transB, Nc, Kc, ch.n0 + kTileRows * i, ch.k0 + kTileK * j);
   }
 }
 
@@ -453,15 +469,16 @@ bool amx_usable() {
   return usable;
 }
 
-void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
-                   float* C, int ldc, bool accumulate) {
+namespace {
+
+void run(const Args& g) {
+  const int M = g.M, N = g.N, K = g.K;
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
-    if (!accumulate)
-      for (int i = 0; i < M; ++i) std::fill(C + size_t(i) * ldc, C + size_t(i) * ldc + N, 0.0f);
+    if (!g.accumulate)
+      for (int i = 0; i < M; ++i) std::fill(g.C + size_t(i) * g.ldc, g.C + size_t(i) * g.ldc + N, 0.0f);
     return;
   }
-  const Args g{transA, transB, M, N, K, A, size_t(lda), B, size_t(ldb), C, size_t(ldc), accumulate};
   const Plan pl = plan(M, N, K);
   const size_t a_elems = size_t(tiles(pl.mc, 16)) * tiles(pl.kc, 32) * kTileElems;
   const size_t b_elems = size_t(tiles(pl.nc, 16)) * tiles(pl.kc, 32) * kTileElems;
@@ -482,12 +499,23 @@ void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A
           if (a_m0 != m0 || a_k0 != k0) pack_a(ap, g, ch);
           if (b_n0 != n0 || b_k0 != k0) pack_b(bp, g, ch);
           a_m0 = m0, a_k0 = k0, b_n0 = n0, b_k0 = k0;
-          multiply(ap, bp, g, ch, accumulate || k0 > 0);
+          multiply(ap, bp, g, ch, g.accumulate || k0 > 0);
         }
       }
     }
     release_tiles();
   }
+}
+
+}  // namespace
+
+void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+                   float* C, int ldc, bool accumulate) {
+  run(Args{transA, transB, M, N, K, A, size_t(lda), B, nullptr, size_t(ldb), C, size_t(ldc), accumulate});
+}
+
+void gemm_bf16w_amx(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate) {
+  run(Args{false, true, N, OC, IC, inp, size_t(IC), nullptr, w, size_t(IC), out, size_t(OC), accumulate});
 }
 
 }  // namespace ftx::cpu
@@ -499,6 +527,10 @@ namespace ftx::cpu {
 bool amx_usable() { return false; }
 
 void gemm_bf16_amx(bool, bool, int, int, int, const float*, int, const float*, int, float*, int, bool) {
+  std::abort();  // precondition amx_usable() violated
+}
+
+void gemm_bf16w_amx(float*, const float*, const uint16_t*, int, int, int, bool) {
   std::abort();  // precondition amx_usable() violated
 }
 

@@ -17,9 +17,10 @@
 // code carries __attribute__((target(...))), so the file builds without -mamx / -march flags, and
 // must be called only after amx_usable() said yes.
 //
-// Deliberately not here: bf16 inputs (callers with bf16 data widen or use gemm_bf16w), alpha/beta
-// other than 1 and 0/1, non-x86 machines (amx_usable() is false there; calling the GEMM is a bug).
+// Deliberately not here: bf16 activations (callers widen them), alpha/beta other than 1 and 0/1,
+// non-x86 machines (amx_usable() is false there; calling a GEMM is a bug).
 #pragma once
+#include <cstdint>
 
 namespace ftx::cpu {
 
@@ -40,5 +41,10 @@ bool amx_usable();
 // largest call and is kept (at most about 64 MiB, more only when M + N exceeds 128 K).
 void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                    float* C, int ldc, bool accumulate);
+
+// Inference's prefill on bf16 weights: out (N, OC) (+)= inp (N, IC) @ w^T with w (OC, IC) bf16
+// row-major (nn.Linear layout), as gemm_bf16_amx(false, true, ...) on w widened, but the weight
+// tiles are copied from w as they are (no widening, no second rounding). Precondition: amx_usable().
+void gemm_bf16w_amx(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate);
 
 }  // namespace ftx::cpu

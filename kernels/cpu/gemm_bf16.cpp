@@ -10,6 +10,7 @@
 
 #include "kernels/base/assert.h"
 #include "kernels/cpu/cpu_common.h"
+#include "kernels/cpu/gemm_amx.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
 #include "kernels/cpu/ops_matmul.h"
 
@@ -106,7 +107,7 @@ void gemm_bf16w_engine(CpuIsa isa, Bf16Engine engine, float* out, const float* i
   if (engine == Bf16Engine::Sgemm) {
     if (!bf16_inputs) return matmul_forward_bf16w(out, inp, w, N, IC, OC, accumulate);
     // The tiles round the activations themselves.
-    if (isa == CpuIsa::Amx) return matmul_forward_bf16w(out, inp, w, N, IC, OC, accumulate, WideGemm::Tiles);
+    if (isa == CpuIsa::Amx) return gemm_bf16w_amx(out, inp, w, N, IC, OC, accumulate);
     // The products of the rounded activations, as the kernel forms them, summed by sgemm.
     float* xr = thread_scratch<float, 1>(size_t(N) * IC);  // (N, IC)
 #pragma omp parallel for schedule(static) if (parallel)

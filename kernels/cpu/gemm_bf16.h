@@ -15,9 +15,9 @@
 //               fp32_to_bf16), then VDPBF16PS dot products of bf16 pairs into fp32, 4 weight rows
 //               x 4 inputs a tile, as ggml's CPU backend does for bf16 weights; from 48 inputs on,
 //               sgemm on the same rounded activations (the same products).
-//   Amx         Avx512Bf16's kernel for few inputs; from 48 on, the AMX tiles (gemm_amx.h) on the
-//               widened weight slabs, rounding the activations as Avx512Bf16 does (the same
-//               products, summed by the tiles).
+//   Amx         Avx512Bf16's kernel for few inputs; from 48 on, the AMX tiles (gemm_bf16w_amx in
+//               gemm_amx.h): the weight's bf16 copied into tiles as it is, the activations rounded
+//               as Avx512Bf16 does (the same products, summed by the tiles).
 //
 // Numerics: every product of a bf16 weight and an fp32 activation is exact in fp32 on the Generic
 // and Avx2 paths, so they differ from a double-precision GEMM only by fp32 summation (relative

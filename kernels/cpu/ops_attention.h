@@ -5,9 +5,10 @@
 // Per (b, head) the products are small GEMMs (gemm() in ops_matmul.h, sequential inside our
 // parallel region) reading q, k, v in place through their row strides: S = scale * Q K^T is
 // written straight into att, the softmax runs over the visible keys only (causal masking by loop
-// bounds; masked entries are set to 0 and never exponentiated), then O = P V. The backward uses
-// one (Tq, Tk) scratch per thread for dS. Parallel over (b, kv head): the query heads of one GQA
-// group share a task, so dk/dv accumulate across the group without races.
+// bounds; masked entries are set to 0 and never exponentiated), then O = P V. The forward is
+// parallel over (b, head, block of query rows), a causal block multiplying only the keys its last
+// row sees. The backward uses one (Tq, Tk) scratch per thread for dS, parallel over (b, kv head):
+// the query heads of one GQA group share a task, so dk/dv accumulate across the group without races.
 // Numerics: softmax subtracts the row max; exp is exp_nonpos (cpu_common.h).
 // Deliberately not here: flash-style tiling (T is about 66 here), dropout, ALiBi or other biases.
 #pragma once
@@ -25,16 +26,16 @@ namespace ftx::cpu {
 // Keys visible to query row i: all Tk, or j <= q_pos0 + i when causal.
 inline int attn_visible(const AttnShape& s, int i) { return s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk; }
 
-// In place on the scores of one (b, head): row i becomes softmax over its visible keys, zeros
-// after them. a (Tq, Tk)
+// In place on the scores of one (b, head), rows [i0, i1): row i becomes softmax over its visible
+// keys, zeros after them (whatever was there). a (Tq, Tk)
 template <class T>
-void attn_softmax_rows(T* a, const AttnShape& s) {
-  for (int i = 0; i < s.Tq; ++i) {
+void attn_softmax_rows(T* a, const AttnShape& s, int i0, int i1) {
+  for (int i = i0; i < i1; ++i) {
     T* row = a + size_t(i) * s.Tk;
     const int jn = attn_visible(s, i);
     T mx = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : mx)
-    for (int j = 0; j < jn; ++j) mx = std::max(mx, row[j]);
+    for (int j = 0; j < jn; ++j) mx = mx > row[j] ? mx : row[j];  // std::max here stays scalar (GCC 12)
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < jn; ++j) {
@@ -71,22 +72,38 @@ inline void attn_for_each_kv_head(const AttnShape& s, Body&& body) {
   }
 }
 
+// Query rows per task of the forward, at most: a causal block of rows multiplies only the keys its
+// last row sees (half the products of a long prompt), and the blocks of all heads share the threads
+// (a prompt of one sequence has as few kv heads as 3).
+constexpr int kAttnRowBlock = 64;
+
 // out (B, Tq, NH, HS), att (B, NH, Tq, Tk); q (B, Tq, NH, HS); k, v (B, Tk_cap, NKV, HS)
 template <class T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const AttnShape& s) {
   FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk <= s.Tk_cap, "attention: NH %d NKV %d Tk %d Tk_cap %d",
             s.NH, s.NKV, s.Tk, s.Tk_cap);
-  const int group = s.NH / s.NKV;
   const T scale = T(1) / std::sqrt(T(s.HS));
-  attn_for_each_kv_head(s, [&](int b, int kh) {
-    for (int h = kh * group; h < (kh + 1) * group; ++h) {
-      const AttnHead x = attn_head(s, b, h, s.Tk_cap);
-      T* a = att + x.att_off;  // (Tq, Tk)
-      gemm(false, true, s.Tq, s.Tk, s.HS, scale, q + x.q_off, x.ldq, k + x.kv_off, x.ldkv, T(0), a, s.Tk);
-      attn_softmax_rows(a, s);
-      gemm(false, false, s.Tq, s.HS, s.Tk, T(1), a, s.Tk, v + x.kv_off, x.ldkv, T(0), out + x.q_off, x.ldq);
-    }
-  });
+  // Equal blocks of rows (65 rows: 33 and 32), one when not causal.
+  const int blocks = s.causal ? (s.Tq + kAttnRowBlock - 1) / kAttnRowBlock : 1;
+  const int rows = (s.Tq + blocks - 1) / blocks;
+  const int heads = s.B * s.NH, tasks = heads * blocks;
+  const size_t work = size_t(s.B) * s.NH * s.Tq * s.Tk * s.HS;
+  // The last blocks of rows (the most keys) first; each task writes its own rows of out and att.
+#pragma omp parallel for schedule(dynamic) if (go_parallel(work) && tasks > 1)
+  for (int t = 0; t < tasks; ++t) {
+    const int blk = blocks - 1 - t / heads, b = t % heads / s.NH, h = t % s.NH;
+    const int i0 = blk * rows, i1 = std::min(s.Tq, i0 + rows);
+    if (i0 >= i1) continue;
+    const int keys = attn_visible(s, i1 - 1);
+    const AttnHead x = attn_head(s, b, h, s.Tk_cap);
+    T* a = att + x.att_off;  // (Tq, Tk)
+    const size_t qi = x.q_off + size_t(i0) * x.ldq;
+    gemm(false, true, i1 - i0, keys, s.HS, scale, q + qi, x.ldq, k + x.kv_off, x.ldkv, T(0), a + size_t(i0) * s.Tk,
+         s.Tk);
+    attn_softmax_rows(a, s, i0, i1);
+    gemm(false, false, i1 - i0, s.HS, keys, T(1), a + size_t(i0) * s.Tk, s.Tk, v + x.kv_off, x.ldkv, T(0), out + qi,
+         x.ldq);
+  }
 }
 
 // In place: dp (Tq, Tk) becomes dS = P * (dP - rowsum(P * dP)), zero on masked keys.

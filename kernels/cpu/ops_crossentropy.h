@@ -20,7 +20,7 @@ template <class T>
 void softmax_stats(const T* l, int V, T& mx, T& sum) {
   mx = -std::numeric_limits<T>::infinity();
 #pragma omp simd reduction(max : mx)
-  for (int j = 0; j < V; ++j) mx = std::max(mx, l[j]);
+  for (int j = 0; j < V; ++j) mx = mx > l[j] ? mx : l[j];  // std::max here stays scalar (GCC 12)
   sum = T(0);
 #pragma omp simd reduction(+ : sum)
   for (int j = 0; j < V; ++j) sum += exp_nonpos<T>(l[j] - mx);

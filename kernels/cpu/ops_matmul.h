@@ -20,7 +20,6 @@
 
 #include "kernels/base/dtype.h"
 #include "kernels/cpu/cpu_common.h"
-#include "kernels/cpu/gemm_amx.h"
 
 namespace ftx::cpu {
 
@@ -94,14 +93,10 @@ inline void widen_bf16(float* dst, int ld, const uint16_t* w, size_t w_ld, int r
   }
 }
 
-// What multiplies the widened slabs: sgemm, or the AMX tiles (gemm_amx.h; they round the
-// activations to bf16, so the products are those of bf16 pairs).
-enum class WideGemm { Sgemm, Tiles };
-
 // out (N, OC) = inp (N, IC) @ w^T with w (OC, IC) bf16; accumulate: out +=. Slabs of output
 // columns: each output element is one dot product over all of IC.
 inline void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC,
-                                 bool accumulate, WideGemm by = WideGemm::Sgemm) {
+                                 bool accumulate) {
   if (N <= 0 || OC <= 0) return;
   const size_t fit = std::max<size_t>(kWidenFloats / size_t(std::max(IC, 1)), kWidenMinRows);
   const int rows = int(std::clamp<size_t>(fit, 1, size_t(OC)));
@@ -109,10 +104,7 @@ inline void matmul_forward_bf16w(float* out, const float* inp, const uint16_t* w
   for (int o0 = 0; o0 < OC; o0 += rows) {
     const int r = std::min(rows, OC - o0);
     widen_bf16(slab, IC, w + size_t(o0) * IC, size_t(IC), r, IC);
-    if (by == WideGemm::Tiles)
-      gemm_bf16_amx(false, true, N, r, IC, inp, IC, slab, IC, out + o0, OC, accumulate);
-    else
-      gemm(false, true, N, r, IC, 1.0f, inp, IC, slab, IC, accumulate ? 1.0f : 0.0f, out + o0, OC);
+    gemm(false, true, N, r, IC, 1.0f, inp, IC, slab, IC, accumulate ? 1.0f : 0.0f, out + o0, OC);
   }
 }
 
