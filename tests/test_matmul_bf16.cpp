@@ -2,7 +2,8 @@
 // CPU runs (the tiles where it has AMX, rounding + sgemm everywhere): the three products of a
 // Linear layer against a double-precision GEMM of the bf16-rounded inputs, and against fp32 within
 // the bf16 bound while differing from it (the inputs really are rounded); the CPU backend at bf16
-// routes fp32 weights through them.
+// routes fp32 weights through them; attention's products at bf16 (forward and backward) stay
+// within bf16 of double and apart from fp32, and the backend at bf16 uses them.
 //
 // Not here: the AMX kernel's own edge cases (test_gemm_amx), speed (docs/performance.md).
 #include <gtest/gtest.h>
@@ -14,6 +15,7 @@
 #include "kernels/backend.h"
 #include "kernels/base/dtype.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops_attention.h"
 #include "kernels/cpu/ops_matmul_bf16.h"
 
 namespace {
@@ -116,6 +118,71 @@ TEST_P(MatmulBf16, TheCpuBackendAtBf16RoundsTheGemmInputs) {
   cpu::matmul_forward_bf16(direct.data(), inp.data(), w.data(), N, IC, OC, false);
   EXPECT_EQ(at_bf16, direct);
   EXPECT_NE(at_bf16, fp32);
+}
+
+// ||got - want|| / ||want|| over a buffer, want in double.
+double relative_error(const std::vector<float>& got, const std::vector<double>& want) {
+  double d = 0, n = 0;
+  for (size_t i = 0; i < got.size(); ++i) d += (got[i] - want[i]) * (got[i] - want[i]), n += want[i] * want[i];
+  return std::sqrt(d / n);
+}
+
+// Attention at bf16 (AttnProducts::Bf16Inputs): causal GQA over three blocks of query rows, forward
+// and backward, within bf16's rounding of the double computation and further from it than fp32
+// (its inputs are rounded); the backend at bf16 gives the same bits.
+TEST_P(MatmulBf16, AttentionProductsAtBf16) {
+  AttnShape s;
+  s.B = 2, s.NH = 4, s.NKV = 2, s.HS = 32, s.Tq = s.Tk = s.Tk_cap = 130, s.q_pos0 = 0, s.causal = true;
+  const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk * s.NKV * s.HS;
+  const size_t na = size_t(s.B) * s.NH * s.Tq * s.Tk;
+  const std::vector<float> q = random_floats(nq, 11), k = random_floats(nk, 12), v = random_floats(nk, 13);
+  const std::vector<float> dout = random_floats(nq, 14);
+  auto widen = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+  const std::vector<double> qd = widen(q), kd = widen(k), vd = widen(v), dod = widen(dout);
+  std::vector<double> out_d(nq), att_d(na), dq_d(nq), dk_d(nk), dv_d(nk);
+  cpu::attention_forward(out_d.data(), att_d.data(), qd.data(), kd.data(), vd.data(), s);
+  cpu::attention_backward(dq_d.data(), dk_d.data(), dv_d.data(), dod.data(), att_d.data(), qd.data(), kd.data(),
+                          vd.data(), s);
+  struct Grads {
+    std::vector<float> out, att, dq, dk, dv;
+  };
+  auto run = [&](auto&& forward, auto&& backward) {
+    Grads g{std::vector<float>(nq), std::vector<float>(na), std::vector<float>(nq), std::vector<float>(nk),
+            std::vector<float>(nk)};
+    forward(g.out.data(), g.att.data());
+    backward(g.dq.data(), g.dk.data(), g.dv.data(), g.att.data());
+    return g;
+  };
+  auto direct = [&](cpu::AttnProducts by) {
+    return run([&](float* o, float* a) { cpu::attention_forward(o, a, q.data(), k.data(), v.data(), s, by); },
+               [&](float* dq, float* dk, float* dv, const float* a) {
+                 cpu::attention_backward(dq, dk, dv, dout.data(), a, q.data(), k.data(), v.data(), s, by);
+               });
+  };
+  const Grads fp32 = direct(cpu::AttnProducts::Fp32), bf = direct(cpu::AttnProducts::Bf16Inputs);
+  const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> checks[] = {
+      {"out", {&bf.out, &fp32.out}},
+      {"dq", {&bf.dq, &fp32.dq}},
+      {"dk", {&bf.dk, &fp32.dk}},
+      {"dv", {&bf.dv, &fp32.dv}}};
+  const std::vector<double>* want[] = {&out_d, &dq_d, &dk_d, &dv_d};
+  for (size_t i = 0; i < std::size(checks); ++i) {
+    const double e_bf16 = relative_error(*checks[i].second.first, *want[i]);
+    const double e_fp32 = relative_error(*checks[i].second.second, *want[i]);
+    EXPECT_LE(e_bf16, 1e-2) << checks[i].first;
+    EXPECT_LE(e_fp32, 1e-5) << checks[i].first;
+    EXPECT_GT(e_bf16, 10 * e_fp32) << checks[i].first << ": the products' inputs were not rounded";
+  }
+  std::unique_ptr<Backend> be = make_cpu_backend();
+  ASSERT_TRUE(be->set_matmul_precision(MatmulPrecision::Bf16).ok());
+  const Grads via = run([&](float* o, float* a) { be->attention_forward(o, a, q.data(), k.data(), v.data(), s); },
+                        [&](float* dq, float* dk, float* dv, const float* a) {
+                          be->attention_backward(dq, dk, dv, dout.data(), nullptr, a, q.data(), k.data(), v.data(), s);
+                        });
+  EXPECT_EQ(via.out, bf.out);
+  EXPECT_EQ(via.dq, bf.dq);
+  EXPECT_EQ(via.dk, bf.dk);
+  EXPECT_EQ(via.dv, bf.dv);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, MatmulBf16, ::testing::Values(CpuIsa::Generic, CpuIsa::Amx),

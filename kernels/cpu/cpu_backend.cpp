@@ -177,11 +177,11 @@ class CpuBackend final : public Backend {
   }
   void attention_forward(float* out, float* att, const float* q, const float* k, const float* v,
                          const AttnShape& s) override {
-    cpu::attention_forward(out, att, q, k, v, s);
+    cpu::attention_forward(out, att, q, k, v, s, attn_products());
   }
   void attention_backward(float* dq, float* dk, float* dv, const float* dout, const float* /*out*/, const float* att,
                           const float* q, const float* k, const float* v, const AttnShape& s) override {
-    cpu::attention_backward(dq, dk, dv, dout, att, q, k, v, s);
+    cpu::attention_backward(dq, dk, dv, dout, att, q, k, v, s, attn_products());
   }
 
   // ---- SwiGLU ----
@@ -241,6 +241,10 @@ class CpuBackend final : public Backend {
 
  private:
   MatmulPrecision precision_ = MatmulPrecision::Fp32;
+  // The attention products follow the Linear layers' precision (as on CUDA and in autocast).
+  cpu::AttnProducts attn_products() const {
+    return precision_ == MatmulPrecision::Bf16 ? cpu::AttnProducts::Bf16Inputs : cpu::AttnProducts::Fp32;
+  }
 };
 
 }  // namespace

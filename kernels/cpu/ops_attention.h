@@ -9,27 +9,52 @@
 // parallel over (b, head, block of query rows), a causal block multiplying only the keys its last
 // row sees. The backward uses one (Tq, Tk) scratch per thread for dS, parallel over (b, kv head):
 // the query heads of one GQA group share a task, so dk/dv accumulate across the group without races.
-// Numerics: softmax subtracts the row max; exp is exp_nonpos (cpu_common.h).
+// Numerics: softmax subtracts the row max; exp is exp_nonpos (cpu_common.h). With
+// AttnProducts::Bf16Inputs (training at --precision bf16, as PyTorch's CPU autocast and our CUDA
+// backend do) the four kinds of products round their inputs to bf16 and sum in fp32
+// (gemm_bf16_inputs, ops_matmul_bf16.h: AMX tiles where the CPU has them); the 1/sqrt(HS) scale
+// then moves out of the products, into the softmax and its backward. The fp32 path multiplies by
+// exactly 1 there, so its bits do not change.
 // Deliberately not here: flash-style tiling (T is about 66 here), dropout, ALiBi or other biases.
 #pragma once
 #include <cmath>
 #include <cstddef>
 #include <limits>
+#include <type_traits>
 
 #include "kernels/backend.h"
 #include "kernels/base/assert.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/ops_matmul.h"
+#include "kernels/cpu/ops_matmul_bf16.h"
 
 namespace ftx::cpu {
+
+// What multiplies: fp32 GEMMs, or bf16 inputs with fp32 sums (float only).
+enum class AttnProducts { Fp32, Bf16Inputs };
+
+// gemm() (ops_matmul.h), or with Bf16Inputs gemm_bf16_inputs, which needs alpha 1 and beta 0 or 1.
+template <class T>
+void attn_gemm(AttnProducts by, bool ta, bool tb, int M, int N, int K, T alpha, const T* A, int lda, const T* B,
+               int ldb, T beta, T* C, int ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (by == AttnProducts::Bf16Inputs) {
+      FT_ASSERT(alpha == 1.0f && (beta == 0.0f || beta == 1.0f), "attention at bf16: alpha %g beta %g", alpha, beta);
+      return gemm_bf16_inputs(ta, tb, M, N, K, A, lda, B, ldb, C, ldc, beta == 1.0f);
+    }
+  } else {
+    FT_ASSERT(by == AttnProducts::Fp32, "attention: bf16 products are for float");
+  }
+  gemm(ta, tb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+}
 
 // Keys visible to query row i: all Tk, or j <= q_pos0 + i when causal.
 inline int attn_visible(const AttnShape& s, int i) { return s.causal ? std::min(s.Tk, s.q_pos0 + i + 1) : s.Tk; }
 
 // In place on the scores of one (b, head), rows [i0, i1): row i becomes softmax over its visible
-// keys, zeros after them (whatever was there). a (Tq, Tk)
+// keys of in_scale times the scores, zeros after them (whatever was there). a (Tq, Tk)
 template <class T>
-void attn_softmax_rows(T* a, const AttnShape& s, int i0, int i1) {
+void attn_softmax_rows(T* a, const AttnShape& s, int i0, int i1, T in_scale) {
   for (int i = i0; i < i1; ++i) {
     T* row = a + size_t(i) * s.Tk;
     const int jn = attn_visible(s, i);
@@ -39,7 +64,7 @@ void attn_softmax_rows(T* a, const AttnShape& s, int i0, int i1) {
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < jn; ++j) {
-      row[j] = exp_nonpos<T>(row[j] - mx);
+      row[j] = exp_nonpos<T>((row[j] - mx) * in_scale);
       sum += row[j];
     }
     const T inv = T(1) / sum;
@@ -79,10 +104,12 @@ constexpr int kAttnRowBlock = 64;
 
 // out (B, Tq, NH, HS), att (B, NH, Tq, Tk); q (B, Tq, NH, HS); k, v (B, Tk_cap, NKV, HS)
 template <class T>
-void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const AttnShape& s) {
+void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const AttnShape& s,
+                       AttnProducts by = AttnProducts::Fp32) {
   FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk <= s.Tk_cap, "attention: NH %d NKV %d Tk %d Tk_cap %d",
             s.NH, s.NKV, s.Tk, s.Tk_cap);
   const T scale = T(1) / std::sqrt(T(s.HS));
+  const bool bf16 = by == AttnProducts::Bf16Inputs;
   // Equal blocks of rows (65 rows: 33 and 32), one when not causal.
   const int blocks = s.causal ? (s.Tq + kAttnRowBlock - 1) / kAttnRowBlock : 1;
   const int rows = (s.Tq + blocks - 1) / blocks;
@@ -98,17 +125,17 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
     const AttnHead x = attn_head(s, b, h, s.Tk_cap);
     T* a = att + x.att_off;  // (Tq, Tk)
     const size_t qi = x.q_off + size_t(i0) * x.ldq;
-    gemm(false, true, i1 - i0, keys, s.HS, scale, q + qi, x.ldq, k + x.kv_off, x.ldkv, T(0), a + size_t(i0) * s.Tk,
-         s.Tk);
-    attn_softmax_rows(a, s, i0, i1);
-    gemm(false, false, i1 - i0, s.HS, keys, T(1), a + size_t(i0) * s.Tk, s.Tk, v + x.kv_off, x.ldkv, T(0), out + qi,
-         x.ldq);
+    attn_gemm(by, false, true, i1 - i0, keys, s.HS, bf16 ? T(1) : scale, q + qi, x.ldq, k + x.kv_off, x.ldkv, T(0),
+              a + size_t(i0) * s.Tk, s.Tk);
+    attn_softmax_rows(a, s, i0, i1, bf16 ? scale : T(1));
+    attn_gemm(by, false, false, i1 - i0, s.HS, keys, T(1), a + size_t(i0) * s.Tk, s.Tk, v + x.kv_off, x.ldkv, T(0),
+              out + qi, x.ldq);
   }
 }
 
-// In place: dp (Tq, Tk) becomes dS = P * (dP - rowsum(P * dP)), zero on masked keys.
+// In place: dp (Tq, Tk) becomes dS = out_scale * P * (dP - rowsum(P * dP)), zero on masked keys.
 template <class T>
-void attn_softmax_backward_rows(T* dp, const T* a, const AttnShape& s) {
+void attn_softmax_backward_rows(T* dp, const T* a, const AttnShape& s, T out_scale) {
   for (int i = 0; i < s.Tq; ++i) {
     T* d = dp + size_t(i) * s.Tk;
     const T* p = a + size_t(i) * s.Tk;
@@ -117,7 +144,7 @@ void attn_softmax_backward_rows(T* dp, const T* a, const AttnShape& s) {
 #pragma omp simd reduction(+ : pdp)
     for (int j = 0; j < jn; ++j) pdp += p[j] * d[j];
 #pragma omp simd
-    for (int j = 0; j < jn; ++j) d[j] = p[j] * (d[j] - pdp);
+    for (int j = 0; j < jn; ++j) d[j] = p[j] * (d[j] - pdp) * out_scale;
     for (int j = jn; j < s.Tk; ++j) d[j] = T(0);
   }
 }
@@ -125,23 +152,26 @@ void attn_softmax_backward_rows(T* dp, const T* a, const AttnShape& s) {
 // dq (B, Tq, NH, HS), dk, dv (B, Tk, NKV, HS) overwritten; requires Tk_cap == Tk.
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v,
-                        const AttnShape& s) {
+                        const AttnShape& s, AttnProducts by = AttnProducts::Fp32) {
   FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk_cap == s.Tk,
             "attention backward: NH %d NKV %d Tk %d Tk_cap %d", s.NH, s.NKV, s.Tk, s.Tk_cap);
   const int group = s.NH / s.NKV;
   const T scale = T(1) / std::sqrt(T(s.HS));
+  const bool bf16 = by == AttnProducts::Bf16Inputs;
+  const T alpha = bf16 ? T(1) : scale;  // of dQ and dK; at bf16 dS carries the scale
   attn_for_each_kv_head(s, [&](int b, int kh) {
-    T* ds = thread_scratch<T, 0>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
+    // Slot 2: gemm_bf16_inputs rounds into slots 0 and 1.
+    T* ds = thread_scratch<T, 2>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
     for (int h = kh * group; h < (kh + 1) * group; ++h) {
       const AttnHead x = attn_head(s, b, h, s.Tk);
       const T* a = att + x.att_off;
       const T beta = h == kh * group ? T(0) : T(1);  // first head of the group overwrites dk, dv
       // dV += P^T dO;  dP = dO V^T;  dS = softmax backward;  dQ = scale dS K;  dK += scale dS^T Q
-      gemm(true, false, s.Tk, s.HS, s.Tq, T(1), a, s.Tk, dout + x.q_off, x.ldq, beta, dv + x.kv_off, x.ldkv);
-      gemm(false, true, s.Tq, s.Tk, s.HS, T(1), dout + x.q_off, x.ldq, v + x.kv_off, x.ldkv, T(0), ds, s.Tk);
-      attn_softmax_backward_rows(ds, a, s);
-      gemm(false, false, s.Tq, s.HS, s.Tk, scale, ds, s.Tk, k + x.kv_off, x.ldkv, T(0), dq + x.q_off, x.ldq);
-      gemm(true, false, s.Tk, s.HS, s.Tq, scale, ds, s.Tk, q + x.q_off, x.ldq, beta, dk + x.kv_off, x.ldkv);
+      attn_gemm(by, true, false, s.Tk, s.HS, s.Tq, T(1), a, s.Tk, dout + x.q_off, x.ldq, beta, dv + x.kv_off, x.ldkv);
+      attn_gemm(by, false, true, s.Tq, s.Tk, s.HS, T(1), dout + x.q_off, x.ldq, v + x.kv_off, x.ldkv, T(0), ds, s.Tk);
+      attn_softmax_backward_rows(ds, a, s, bf16 ? scale : T(1));
+      attn_gemm(by, false, false, s.Tq, s.HS, s.Tk, alpha, ds, s.Tk, k + x.kv_off, x.ldkv, T(0), dq + x.q_off, x.ldq);
+      attn_gemm(by, true, false, s.Tk, s.HS, s.Tq, alpha, ds, s.Tk, q + x.q_off, x.ldq, beta, dk + x.kv_off, x.ldkv);
     }
   });
 }

@@ -7,8 +7,9 @@
 // order of the slabs. The backend's forward goes through gemm_bf16w (kernels/cpu/gemm_bf16.h),
 // whose own kernels stream the weight for small N and which calls matmul_forward_bf16w for large N.
 //
-// Threads: called outside a parallel region, the OpenMP build of OpenBLAS uses the shared OpenMP
-// pool; called inside one (binary mapper tiles), it runs on the calling thread only.
+// Threads: gemm() cuts large products into one slab per OpenMP thread, each a single-threaded
+// OpenBLAS call; inside a parallel region (binary mapper tiles, attention heads) it runs on the
+// calling thread only.
 // Deliberately not here: bias (the Llama layers have none), our own GEMM kernels.
 #pragma once
 #include <cblas.h>
@@ -28,34 +29,52 @@ namespace ftx::cpu {
 // (the decode steps of generation are thousands of such small products).
 constexpr double kSmallGemmWork = double(1 << 21);
 
-// Runs f() with OpenBLAS on one thread when the product is small (and we are not already inside a
-// parallel region, where OpenBLAS is single-threaded anyway). The OpenMP build of OpenBLAS sets the
-// OpenMP thread count too, so the previous count is restored right after.
-template <class F>
-void blas_call(int M, int N, int K, F&& f) {
-  if (double(M) * N * K >= kSmallGemmWork || omp_in_parallel()) return f();
-  const int threads = omp_get_max_threads();
-  if (threads == 1) return f();
-  openblas_set_num_threads(1);
-  f();
-  openblas_set_num_threads(threads);
+inline void blas_gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda,
+                      const float* B, int ldb, float beta, float* Cm, int ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+              A, lda, B, ldb, beta, Cm, ldc);
+}
+
+inline void blas_gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
+                      const double* B, int ldb, double beta, double* Cm, int ldc) {
+  cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
+              A, lda, B, ldb, beta, Cm, ldc);
 }
 
 // C (M,N) = alpha * op(A) (M,K) @ op(B) (K,N) + beta * C; row-major, leading dimensions explicit.
-inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, float alpha, const float* A, int lda, const float* B,
-                 int ldb, float beta, float* Cm, int ldc) {
-  blas_call(M, N, K, [&] {
-    cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
-                A, lda, B, ldb, beta, Cm, ldc);
-  });
-}
-
-inline void gemm(bool trans_a, bool trans_b, int M, int N, int K, double alpha, const double* A, int lda,
-                 const double* B, int ldb, double beta, double* Cm, int ldc) {
-  blas_call(M, N, K, [&] {
-    cblas_dgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, M, N, K, alpha,
-                A, lda, B, ldb, beta, Cm, ldc);
-  });
+//
+// Threads. Inside a parallel region, or below kSmallGemmWork, one sequential BLAS call on the
+// calling thread (OpenBLAS's OpenMP build is single-threaded inside a region; outside one, its
+// count is set to 1 for the call and restored). Larger products are cut by us: C into one slab of
+// whole 16-row (or 16-column, when C is wider than tall) blocks per thread, each slab one
+// sequential call. OpenBLAS's own threads share packed panels and wait for each other in
+// sched_yield loops: on 2 cores that cost 10-30 % of a training step (docs/performance.md). Each
+// element of C is one call's dot product over all of K, whatever the slab.
+template <class T>
+void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
+          T* Cm, int ldc) {
+  const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
+  if (threads == 1 || double(M) * N * K < kSmallGemmWork) {
+    if (threads == 1) return blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
+    openblas_set_num_threads(1);
+    blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
+    openblas_set_num_threads(threads);
+    return;
+  }
+  const bool by_rows = M >= N;
+  const int total = by_rows ? M : N, blocks = (total + 15) / 16;
+#pragma omp parallel num_threads(std::min(threads, blocks))
+  {
+    const int nt = omp_get_num_threads(), t = omp_get_thread_num();
+    const int s0 = std::min(total, split_begin(blocks, nt, t) * 16);
+    const int s1 = std::min(total, split_begin(blocks, nt, t + 1) * 16);
+    if (s0 < s1 && by_rows)
+      blas_gemm(trans_a, trans_b, s1 - s0, N, K, alpha, trans_a ? A + s0 : A + size_t(s0) * lda, lda, B, ldb, beta,
+                Cm + size_t(s0) * ldc, ldc);
+    else if (s0 < s1)
+      blas_gemm(trans_a, trans_b, M, s1 - s0, K, alpha, A, lda, trans_b ? B + size_t(s0) * ldb : B + s0, ldb, beta,
+                Cm + s0, ldc);
+  }
 }
 
 // out (N, OC) = inp (N, IC) @ w^T, w (OC, IC); accumulate: out += instead of =.
