@@ -351,6 +351,13 @@ AttnShape attn_shape(int B, int NH, int NKV, int HS, int Tq, int Tk, int q_pos0,
   return s;
 }
 
+// A causal sequence of three blocks of query rows (kAttnRowBlock) and a bit, GQA 2:1: dk and dv sum
+// over the heads of the group and the blocks.
+TEST(OpsGrad, AttentionInBlocksOfQueryRows) {
+  check_attention_grad(attn_shape(1, 2, 1, 4, 3 * cpu::kAttnRowBlock + 3, 3 * cpu::kAttnRowBlock + 3, 0, true),
+                       "3 blocks causal");
+}
+
 TEST(OpsGrad, AttentionQueriesBehindCache) {
   check_attention_grad(attn_shape(1, 4, 2, 4, 2, 5, 3, true), "Tq<Tk causal");
   check_attention_grad(attn_shape(2, 2, 2, 4, 3, 5, 0, false), "Tq<Tk non-causal");

@@ -350,8 +350,10 @@ TEST(TrainerEndToEnd, SyntheticTaskValidationCeFallsFarBelowUniform) {
 // --precision bf16 on the CPU (the GEMMs' inputs rounded to bf16, fp32 sums, fp32 master weights
 // and AdamW moments) follows fp32 on the synthetic task: after 200 steps the validation CE, averaged
 // over two seeds, is within 0.01 nats of fp32's, on each path this CPU runs (the tiles where it has
-// AMX; rounding + sgemm). One seed alone moves by about 0.01 between runs whose GEMMs round
-// differently (measured: 0.006 and 0.009 at seed 11), which is the training's chaos, not a bias.
+// AMX; rounding + sgemm). At a learning rate of 1e-3 the runs stay close seed by seed (six seeds:
+// at most 0.005 apart; fp32 0.4811, bf16 0.4804 and 0.4799 on average). At 3e-3 one seed moved by
+// up to 0.03 between runs whose GEMMs only summed in another order: chaos, which two seeds could
+// not average below the tolerance.
 TEST(TrainerEndToEnd, Bf16TrainingFollowsFp32OnTheSyntheticTask) {
   const auto val_ce = [](MatmulPrecision p, cpu::CpuIsa isa) {
     double sum = 0;
@@ -362,7 +364,7 @@ TEST(TrainerEndToEnd, Bf16TrainingFollowsFp32OnTheSyntheticTask) {
       TempDir dir;
       TrainConfig tc;
       tc.preset = "tiny";
-      tc.steps = 200, tc.batch = 16, tc.lr = 3e-3f, tc.warmup = 10;
+      tc.steps = 200, tc.batch = 16, tc.lr = 1e-3f, tc.warmup = 10;
       tc.eval_every = 0, tc.checkpoint_every = 0, tc.seed = seed;
       tc.kappa_nats = static_cast<float>(bits_to_nats(0.5));
       auto t = must(

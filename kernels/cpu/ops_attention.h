@@ -7,16 +7,19 @@
 // written straight into att, the softmax runs over the visible keys only (causal masking by loop
 // bounds; masked entries are set to 0 and never exponentiated), then O = P V. The forward is
 // parallel over (b, head, block of query rows), a causal block multiplying only the keys its last
-// row sees. The backward uses one (Tq, Tk) scratch per thread for dS, parallel over (b, kv head):
-// the query heads of one GQA group share a task, so dk/dv accumulate across the group without races.
+// row sees. The backward runs the same blocks with one (Tq, Tk) scratch per thread for dS, parallel
+// over (b, kv head): the query heads of one GQA group share a task, so dk/dv accumulate across the
+// group (and the blocks) without races.
 // Numerics: softmax subtracts the row max; exp is exp_nonpos (cpu_common.h). With
 // AttnProducts::Bf16Inputs (training at --precision bf16, as PyTorch's CPU autocast and our CUDA
 // backend do) the four kinds of products round their inputs to bf16 and sum in fp32
 // (gemm_bf16_inputs, ops_matmul_bf16.h: AMX tiles where the CPU has them); the 1/sqrt(HS) scale
 // then moves out of the products, into the softmax and its backward. The fp32 path multiplies by
 // exactly 1 there, so its bits do not change.
-// Deliberately not here: flash-style tiling (T is about 66 here), dropout, ALiBi or other biases.
+// Deliberately not here: flash-style tiling (the backward reads the saved probabilities; T is at
+// most a few hundred on the CPU), dropout, ALiBi or other biases.
 #pragma once
+#include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <limits>
@@ -133,10 +136,11 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
   }
 }
 
-// In place: dp (Tq, Tk) becomes dS = out_scale * P * (dP - rowsum(P * dP)), zero on masked keys.
+// In place on rows [i0, i1): dp (Tq, Tk) becomes dS = out_scale * P * (dP - rowsum(P * dP)),
+// zero on masked keys.
 template <class T>
-void attn_softmax_backward_rows(T* dp, const T* a, const AttnShape& s, T out_scale) {
-  for (int i = 0; i < s.Tq; ++i) {
+void attn_softmax_backward_rows(T* dp, const T* a, const AttnShape& s, int i0, int i1, T out_scale) {
+  for (int i = i0; i < i1; ++i) {
     T* d = dp + size_t(i) * s.Tk;
     const T* p = a + size_t(i) * s.Tk;
     const int jn = attn_visible(s, i);
@@ -159,19 +163,32 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
   const T scale = T(1) / std::sqrt(T(s.HS));
   const bool bf16 = by == AttnProducts::Bf16Inputs;
   const T alpha = bf16 ? T(1) : scale;  // of dQ and dK; at bf16 dS carries the scale
+  // The forward's blocks of query rows: a causal block's products use only the keys its last row
+  // sees. dk and dv sum over the group's heads and the blocks: zeroed, then accumulated.
+  const int blocks = s.causal ? (s.Tq + kAttnRowBlock - 1) / kAttnRowBlock : 1;
+  const int rows = (s.Tq + blocks - 1) / blocks;
   attn_for_each_kv_head(s, [&](int b, int kh) {
     // Slot 2: gemm_bf16_inputs rounds into slots 0 and 1.
     T* ds = thread_scratch<T, 2>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
+    const AttnHead kv = attn_head(s, b, kh * group, s.Tk);
+    for (int j = 0; j < s.Tk; ++j) {
+      std::fill_n(dk + kv.kv_off + size_t(j) * kv.ldkv, s.HS, T(0));
+      std::fill_n(dv + kv.kv_off + size_t(j) * kv.ldkv, s.HS, T(0));
+    }
     for (int h = kh * group; h < (kh + 1) * group; ++h) {
       const AttnHead x = attn_head(s, b, h, s.Tk);
-      const T* a = att + x.att_off;
-      const T beta = h == kh * group ? T(0) : T(1);  // first head of the group overwrites dk, dv
-      // dV += P^T dO;  dP = dO V^T;  dS = softmax backward;  dQ = scale dS K;  dK += scale dS^T Q
-      attn_gemm(by, true, false, s.Tk, s.HS, s.Tq, T(1), a, s.Tk, dout + x.q_off, x.ldq, beta, dv + x.kv_off, x.ldkv);
-      attn_gemm(by, false, true, s.Tq, s.Tk, s.HS, T(1), dout + x.q_off, x.ldq, v + x.kv_off, x.ldkv, T(0), ds, s.Tk);
-      attn_softmax_backward_rows(ds, a, s, bf16 ? scale : T(1));
-      attn_gemm(by, false, false, s.Tq, s.HS, s.Tk, alpha, ds, s.Tk, k + x.kv_off, x.ldkv, T(0), dq + x.q_off, x.ldq);
-      attn_gemm(by, true, false, s.Tk, s.HS, s.Tq, alpha, ds, s.Tk, q + x.q_off, x.ldq, beta, dk + x.kv_off, x.ldkv);
+      for (int i0 = 0; i0 < s.Tq; i0 += rows) {
+        const int n = std::min(rows, s.Tq - i0), keys = attn_visible(s, i0 + n - 1);
+        const T* a = att + x.att_off + size_t(i0) * s.Tk;
+        T* d = ds + size_t(i0) * s.Tk;
+        const size_t qi = x.q_off + size_t(i0) * x.ldq;
+        // dV += P^T dO;  dP = dO V^T;  dS = softmax backward;  dQ = scale dS K;  dK += scale dS^T Q
+        attn_gemm(by, true, false, keys, s.HS, n, T(1), a, s.Tk, dout + qi, x.ldq, T(1), dv + x.kv_off, x.ldkv);
+        attn_gemm(by, false, true, n, keys, s.HS, T(1), dout + qi, x.ldq, v + x.kv_off, x.ldkv, T(0), d, s.Tk);
+        attn_softmax_backward_rows(ds, att + x.att_off, s, i0, i0 + n, bf16 ? scale : T(1));
+        attn_gemm(by, false, false, n, s.HS, keys, alpha, d, s.Tk, k + x.kv_off, x.ldkv, T(0), dq + qi, x.ldq);
+        attn_gemm(by, true, false, keys, s.HS, n, alpha, d, s.Tk, q + qi, x.ldq, T(1), dk + x.kv_off, x.ldkv);
+      }
     }
   });
 }

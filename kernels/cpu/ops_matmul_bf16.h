@@ -1,4 +1,5 @@
-// Training's Linear products at --precision bf16 on the CPU: the inputs of every GEMM are rounded to
+// Training's Linear products at --precision bf16 on the CPU (and attention's, through
+// ops_attention.h's AttnProducts::Bf16Inputs): the inputs of every GEMM are rounded to
 // bf16 (round to nearest even), the products are summed in fp32, and everything else stays fp32:
 // the weights the optimizer updates (the master copy), the gradients, AdamW's moments, the
 // activations between ops. This is the arithmetic of PyTorch's CPU autocast for nn.Linear, less
