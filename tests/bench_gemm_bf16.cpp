@@ -5,7 +5,8 @@
 //     "cold" (copies of the matrix cycling through 1 GiB, as the layers of a model do; a cache as
 //     large as 480 MiB still holds some of them) and "hot" (one matrix again and again),
 //   - one decode token of each model (every GEMM of every layer and the head, each its own memory),
-//   - prefill (N = 512): GFLOP/s per shape of both engines of a path (its kernel; widen + sgemm),
+//   - prefill (N = 512): GFLOP/s per shape of both engines of a path (its kernel; widen + sgemm,
+//     or on amx the tiles),
 //   - crossover: the time ratio of the two engines for N = 1..128 (where gemm_bf16w_on switches).
 // Figures are the best of several repetitions (the machine is shared). Usage:
 //   bench_gemm_bf16 [bw|decode|prefill|model|crossover|all] [seconds per figure, default 0.3] [path]
@@ -186,7 +187,7 @@ int main(int argc, char** argv) {
   const BandwidthMeasure m = measure_read_bandwidth(kColdBytes, threads, 0.5);
   std::printf("read bandwidth: %.2f GB/s (%d threads, %zu MiB, best pass %.1f ms); best path %s\n", m.bytes_per_s / 1e9,
               m.threads, m.buffer_bytes >> 20, m.seconds * 1e3, cpu::cpu_isa_name(cpu::best_cpu_isa()));
-  for (const CpuIsa isa : {CpuIsa::Avx512Bf16, CpuIsa::Avx2, CpuIsa::Generic}) {
+  for (const CpuIsa isa : {CpuIsa::Amx, CpuIsa::Avx512Bf16, CpuIsa::Avx2, CpuIsa::Generic}) {
     if (!cpu::cpu_isa_supported(isa) || (!only.empty() && only != cpu::cpu_isa_name(isa))) continue;
     if (what == "decode" || what == "all") {
       decode(isa, kSmol, 5, m.bytes_per_s);
