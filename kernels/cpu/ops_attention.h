@@ -100,10 +100,16 @@ inline void attn_for_each_kv_head(const AttnShape& s, Body&& body) {
   }
 }
 
-// Query rows per task of the forward, at most: a causal block of rows multiplies only the keys its
-// last row sees (half the products of a long prompt), and the blocks of all heads share the threads
-// (a prompt of one sequence has as few kv heads as 3).
+// Query rows per block, at most: a causal block of rows multiplies only the keys its last row sees
+// (half the products of a long prompt), and in the forward the blocks of all heads share the
+// threads (a prompt of one sequence has as few kv heads as 3).
 constexpr int kAttnRowBlock = 64;
+
+// Rows per block: equal blocks of at most kAttnRowBlock (65 rows: 33 and 32), one when not causal.
+inline int attn_block_rows(const AttnShape& s) {
+  const int blocks = s.causal ? (s.Tq + kAttnRowBlock - 1) / kAttnRowBlock : 1;
+  return (s.Tq + blocks - 1) / blocks;
+}
 
 // out (B, Tq, NH, HS), att (B, NH, Tq, Tk); q (B, Tq, NH, HS); k, v (B, Tk_cap, NKV, HS)
 template <class T>
@@ -113,9 +119,7 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
             s.NH, s.NKV, s.Tk, s.Tk_cap);
   const T scale = T(1) / std::sqrt(T(s.HS));
   const bool bf16 = by == AttnProducts::Bf16Inputs;
-  // Equal blocks of rows (65 rows: 33 and 32), one when not causal.
-  const int blocks = s.causal ? (s.Tq + kAttnRowBlock - 1) / kAttnRowBlock : 1;
-  const int rows = (s.Tq + blocks - 1) / blocks;
+  const int rows = attn_block_rows(s), blocks = (s.Tq + rows - 1) / rows;
   const int heads = s.B * s.NH, tasks = heads * blocks;
   const size_t work = size_t(s.B) * s.NH * s.Tq * s.Tk * s.HS;
   // The last blocks of rows (the most keys) first; each task writes its own rows of out and att.
@@ -123,7 +127,6 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
   for (int t = 0; t < tasks; ++t) {
     const int blk = blocks - 1 - t / heads, b = t % heads / s.NH, h = t % s.NH;
     const int i0 = blk * rows, i1 = std::min(s.Tq, i0 + rows);
-    if (i0 >= i1) continue;
     const int keys = attn_visible(s, i1 - 1);
     const AttnHead x = attn_head(s, b, h, s.Tk_cap);
     T* a = att + x.att_off;  // (Tq, Tk)
@@ -165,8 +168,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
   const T alpha = bf16 ? T(1) : scale;  // of dQ and dK; at bf16 dS carries the scale
   // The forward's blocks of query rows: a causal block's products use only the keys its last row
   // sees. dk and dv sum over the group's heads and the blocks: zeroed, then accumulated.
-  const int blocks = s.causal ? (s.Tq + kAttnRowBlock - 1) / kAttnRowBlock : 1;
-  const int rows = (s.Tq + blocks - 1) / blocks;
+  const int rows = attn_block_rows(s);
   attn_for_each_kv_head(s, [&](int b, int kh) {
     // Slot 2: gemm_bf16_inputs rounds into slots 0 and 1.
     T* ds = thread_scratch<T, 2>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)

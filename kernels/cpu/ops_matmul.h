@@ -55,8 +55,8 @@ template <class T>
 void gemm(bool trans_a, bool trans_b, int M, int N, int K, T alpha, const T* A, int lda, const T* B, int ldb, T beta,
           T* Cm, int ldc) {
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
-  if (threads == 1 || double(M) * N * K < kSmallGemmWork) {
-    if (threads == 1) return blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
+  if (threads == 1) return blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
+  if (double(M) * N * K < kSmallGemmWork) {
     openblas_set_num_threads(1);
     blas_gemm(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, Cm, ldc);
     openblas_set_num_threads(threads);
