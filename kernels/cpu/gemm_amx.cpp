@@ -337,7 +337,10 @@ FTX_AVX512BF16_INLINE void prefetch_c(const float* c, size_t ldc, int rows, int 
   }
 }
 
-// C block of the chunk (+)= Ap * Bp, blocks of kBlockM x kBlockN tiles shared among the threads.
+// C block of the chunk (+)= Ap * Bp, blocks of kBlockM x kBlockN tiles shared among the threads,
+// each taking the next block when it is free: the two cores of the machine this was measured on ran
+// the tiles at speeds that changed by up to 1.5x over seconds, and with equal shares the faster one
+// waited (a SmolLM2-shape fine-tune step at bf16 1.27-1.60x faster, docs/performance.md).
 // load_c: add to C (accumulate, or a later k chunk).
 FTX_AMX void multiply(const uint16_t* ap, const uint16_t* bp, const Args& g, const Chunk& ch, bool load_c) {
   // Smaller blocks when there are fewer than 2 per thread (a 256 x 256 dW would be one block).
@@ -353,9 +356,9 @@ FTX_AMX void multiply(const uint16_t* ap, const uint16_t* bp, const Args& g, con
   const int kblocks = tiles(ch.kt, kBlockK), kstep = tiles(ch.kt, kblocks);  // equal k blocks
   float* c0 = g.C + size_t(ch.m0) * g.ldc + ch.n0;
   auto c_at = [&](int tm, int tn) { return c0 + size_t(tm) * kTileRows * g.ldc + size_t(tn) * kTileRows; };
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic)
   for (int task = 0; task < bm * bn; ++task) {
-    // m blocks inner: consecutive tasks of a thread share the B tiles (in L2) when N is large.
+    // m blocks inner: consecutive tasks share the B tiles (in L2) when N is large.
     const int tm0 = (task % bm) * block_m, tn0 = (task / bm) * block_n;
     const int tm1 = std::min(ch.mt, tm0 + block_m), tn1 = std::min(ch.nt, tn0 + block_n);
     for (int kb = 0; kb < ch.kt; kb += kstep) {
