@@ -19,11 +19,16 @@
 # --poll is llama-bench's (default 50: worker threads spin between ops); on a machine other jobs are
 # loading, --poll 0 is the analogue of OMP_WAIT_POLICY=PASSIVE for the PyTorch peers.
 # Environment: FTX_MODEL_CACHE (default ~/.cache/ftx/models), FTX_LLAMACPP_DIR (default
-# ~/.cache/ftx/llama.cpp).
+# ~/.cache/ftx/llama.cpp), LLAMACPP_ISA (native, the default, or avx2: the build-avx2/ that
+# `LLAMACPP_ISA=avx2 build_llamacpp.sh` makes).
 set -euo pipefail
 
 cache=${FTX_MODEL_CACHE:-$HOME/.cache/ftx/models}
-bin=${FTX_LLAMACPP_DIR:-$HOME/.cache/ftx/llama.cpp}/build/bin
+case ${LLAMACPP_ISA:-native} in
+  native) bin=${FTX_LLAMACPP_DIR:-$HOME/.cache/ftx/llama.cpp}/build/bin ;;
+  avx2) bin=${FTX_LLAMACPP_DIR:-$HOME/.cache/ftx/llama.cpp}/build-avx2/bin ;;
+  *) echo "bench_llamacpp.sh: LLAMACPP_ISA=${LLAMACPP_ISA}: unknown (native, avx2)" >&2; exit 1 ;;
+esac
 q4=$cache/SmolLM2-135M-Instruct.Q4_1.gguf
 bf16=$cache/SmolLM2-135M-Instruct.BF16.gguf
 threads=2
@@ -36,7 +41,7 @@ while [[ $# -gt 0 ]]; do
     --threads) threads=$2; shift ;;
     --reps) reps=$2; shift ;;
     --poll) poll=(--poll "$2"); shift ;;
-    -h|--help) sed -n '2,22p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,23p' "$0"; exit 0 ;;
     *) echo "bench_llamacpp.sh: $1: unknown option (--q4_1, --threads N, --reps N, --poll N)" >&2; exit 1 ;;
   esac
   shift

@@ -7,6 +7,11 @@
 #
 #   resources/llamacpp_peer/build_llamacpp.sh            # newest llama-cpp-python sdist
 #   LLAMACPP_PY_VERSION=0.3.16 resources/llamacpp_peer/build_llamacpp.sh
+#   LLAMACPP_ISA=avx2 resources/llamacpp_peer/build_llamacpp.sh   # an AVX2-only build, beside
+#
+# LLAMACPP_ISA=avx2 builds into build-avx2/ with GGML_NATIVE off and only AVX, AVX2, FMA, F16C and
+# BMI2: the llama.cpp an AVX2 machine (a Zen 3, a laptop) runs, measured on any x86 machine against
+# `FTX_CPU_ISA=avx2 OPENBLAS_CORETYPE=Haswell ftx ...` (bench_llamacpp.sh takes the same variable).
 #
 # Environment: FTX_LLAMACPP_DIR (default ~/.cache/ftx/llama.cpp), LLAMACPP_PY_VERSION (pin the
 # sdist), LLAMACPP_JOBS (default 2), LLAMACPP_NICE (default 19: the build shares the machine).
@@ -21,7 +26,14 @@ set -euo pipefail
 
 root=${FTX_LLAMACPP_DIR:-$HOME/.cache/ftx/llama.cpp}
 src=$root/src
-build=$root/build
+isa=${LLAMACPP_ISA:-native}
+case $isa in
+  native) build=$root/build; isa_flags=(-DGGML_NATIVE=ON) ;;
+  avx2) build=$root/build-avx2
+    isa_flags=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_BMI2=ON
+      -DGGML_AVX512=OFF -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF -DGGML_AMX_TILE=OFF) ;;
+  *) echo "build_llamacpp.sh: LLAMACPP_ISA=$isa: unknown (native, avx2)" >&2; exit 1 ;;
+esac
 bin=$build/bin
 jobs=${LLAMACPP_JOBS:-2}
 niceness=${LLAMACPP_NICE:-19}
@@ -53,8 +65,8 @@ fi
 vendor=$tree/vendor/llama.cpp
 [[ -f $vendor/CMakeLists.txt ]] || { echo "$vendor: no CMakeLists.txt (not the expected sdist layout)" >&2; exit 1; }
 
-echo "configuring $vendor into $build (Release, CPU only, GGML_NATIVE=ON, no curl)"
-cmake -S "$vendor" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_NATIVE=ON -DGGML_CUDA=OFF \
+echo "configuring $vendor into $build (Release, CPU only, ${isa_flags[*]}, no curl)"
+cmake -S "$vendor" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release "${isa_flags[@]}" -DGGML_CUDA=OFF \
   -DGGML_METAL=OFF -DGGML_VULKAN=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF -DLLAMA_BUILD_TESTS=OFF \
   -DLLAMA_BUILD_SERVER=OFF -DCMAKE_RUNTIME_OUTPUT_DIRECTORY="$bin" >/dev/null
 
