@@ -298,12 +298,13 @@ struct Args {
 };
 
 // Ap (+ (i * kt + j) * 512: the A tile of m tile i, k tile j of the chunk) from op(A). Shares the
-// tiles among the threads of the enclosing parallel region (ends in its barrier).
+// tiles among the threads of the enclosing parallel region, 8 at a time to whichever thread is free
+// (as multiply's blocks), and ends in its barrier.
 void pack_a(uint16_t* ap, const Args& g, const Chunk& ch) {
   const int count = ch.mt * ch.kt;
   const int Mc = ch.m0 + ch.mc, Kc = ch.k0 + ch.kc;
   // Consecutive indices read neighbouring memory: along k for A (M x K), along m for A^T.
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 8)
   for (int t = 0; t < count; ++t) {
     const int i = g.transA ? t % ch.mt : t / ch.kt, j = g.transA ? t / ch.mt : t % ch.kt;
     pack_a_tile(ap + (size_t(i) * ch.kt + j) * kTileElems, g.A, g.lda, g.transA, Mc, Kc, ch.m0 + kTileRows * i,
@@ -315,7 +316,7 @@ void pack_a(uint16_t* ap, const Args& g, const Chunk& ch) {
 void pack_b(uint16_t* bp, const Args& g, const Chunk& ch) {
   const int count = ch.nt * ch.kt;
   const int Nc = ch.n0 + ch.nc, Kc = ch.k0 + ch.kc;
-#pragma omp for schedule(static)
+#pragma omp for schedule(dynamic, 8)
   for (int t = 0; t < count; ++t) {
     const int i = g.transB ? t / ch.kt : t % ch.nt, j = g.transB ? t % ch.kt : t / ch.nt;
     uint16_t* dst = bp + (size_t(i) * ch.kt + j) * kTileElems;
