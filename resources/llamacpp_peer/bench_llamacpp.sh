@@ -24,9 +24,10 @@
 set -euo pipefail
 
 cache=${FTX_MODEL_CACHE:-$HOME/.cache/ftx/models}
+llamacpp=${FTX_LLAMACPP_DIR:-$HOME/.cache/ftx/llama.cpp}
 case ${LLAMACPP_ISA:-native} in
-  native) bin=${FTX_LLAMACPP_DIR:-$HOME/.cache/ftx/llama.cpp}/build/bin ;;
-  avx2) bin=${FTX_LLAMACPP_DIR:-$HOME/.cache/ftx/llama.cpp}/build-avx2/bin ;;
+  native) bin=$llamacpp/build/bin ;;
+  avx2) bin=$llamacpp/build-avx2/bin ;;
   *) echo "bench_llamacpp.sh: LLAMACPP_ISA=${LLAMACPP_ISA}: unknown (native, avx2)" >&2; exit 1 ;;
 esac
 q4=$cache/SmolLM2-135M-Instruct.Q4_1.gguf

@@ -7,7 +7,7 @@
 #
 #   resources/llamacpp_peer/build_llamacpp.sh            # newest llama-cpp-python sdist
 #   LLAMACPP_PY_VERSION=0.3.16 resources/llamacpp_peer/build_llamacpp.sh
-#   LLAMACPP_ISA=avx2 resources/llamacpp_peer/build_llamacpp.sh   # an AVX2-only build, beside
+#   LLAMACPP_ISA=avx2 resources/llamacpp_peer/build_llamacpp.sh   # AVX2 only, beside the native
 #
 # LLAMACPP_ISA=avx2 builds into build-avx2/ with GGML_NATIVE off and only AVX, AVX2, FMA, F16C and
 # BMI2: the llama.cpp an AVX2 machine (a Zen 3, a laptop) runs, measured on any x86 machine against
