@@ -991,6 +991,11 @@ std::vector<OpRow> build_table() {
                                           attn(1, 4, 2, 64, 1024, 1024, 1024, 0, true)};
   std::vector<OpDims> attn_fwd_sizes = attn_sizes;
   attn_fwd_sizes.push_back(attn(2, 4, 1, 32, 1, 70, 80, 69, true));  // decode: 10 cache rows beyond Tk
+  // The fp32 register tiles (kernels/cpu/attn_tiles_fp32.h): a prompt continuing a cache, and the
+  // head widths of one and of eight vectors.
+  attn_fwd_sizes.push_back(attn(2, 6, 2, 64, 40, 70, 80, 30, true));
+  attn_fwd_sizes.push_back(attn(1, 2, 1, 128, 33, 33, 33, 0, true));
+  attn_fwd_sizes.push_back(attn(2, 2, 2, 16, 17, 17, 17, 0, false));
   std::vector<OpDims> gate_sizes;
   for (auto [B, T, C, W] : {std::array{2, 33, 40, 5}, {1, 1, 1, 1}, {3, 70, 16, 100}, {2, 300, 64, 100}}) {
     OpDims d;

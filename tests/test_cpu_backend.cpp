@@ -9,6 +9,7 @@
 // Not here: gradient correctness (test_ops_grad.cpp, test_binary_mapper.cpp check the double
 // templates by finite differences, so agreeing with them here means correct in float too).
 #include <gtest/gtest.h>
+#include <omp.h>
 #include <algorithm>
 
 #include <cmath>
@@ -451,6 +452,45 @@ TEST(CpuMath, ExpNonposRelativeError) {
 }
 
 // Static schedules and fixed reduction orders: the same inputs give the same bits.
+// The register tiles of attention's fp32 forward (kernels/cpu/attn_tiles_fp32.h): a prompt cut in
+// two, the second part continuing the cache at q_pos0, gives the bits of the whole prompt, and one
+// thread gives the bits of two. Each head width the tiles take, GQA, a cache longer than the keys.
+TEST_F(CpuBackendTest, AttentionTilesGiveTheSameBitsForAnySplitOfThePrompt) {
+  for (const int HS : {16, 32, 64, 128}) {
+    if (!cpu::attn_tiles_fit(HS)) continue;
+    SCOPED_TRACE("HS " + std::to_string(HS));
+    const int T = 3 * cpu::kAttnRowBlock + 9, cut = 2 * cpu::kAttnRowBlock - 7, cap = T + 5;
+    const AttnShape whole = attn_shape(2, 6, 2, HS, T, T, cap, 0, true);
+    const size_t qrow = size_t(whole.NH) * HS, krow = size_t(whole.NKV) * HS;
+    const auto q = to_float(random_vec(size_t(2) * T * qrow, 210)),
+               k = to_float(random_vec(size_t(2) * cap * krow, 211));
+    const auto v = to_float(random_vec(size_t(2) * cap * krow, 212));
+    ASSERT_GE(whole.Tq - cut, cpu::kAttnTileMinRows);
+    std::vector<float> out(q.size()), att(size_t(2) * whole.NH * T * T);
+    cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), whole);
+    // The rows from `cut` on, as a continuation: its own q and out (B, T - cut, NH, HS).
+    const AttnShape tail = attn_shape(2, 6, 2, HS, T - cut, T, cap, cut, true);
+    std::vector<float> tq(size_t(2) * tail.Tq * qrow), tout(tq.size(), kNaN), tatt(size_t(2) * tail.NH * tail.Tq * T);
+    for (int b = 0; b < 2; ++b)
+      std::copy_n(q.begin() + (size_t(b) * T + cut) * qrow, size_t(tail.Tq) * qrow,
+                  tq.begin() + size_t(b) * tail.Tq * qrow);
+    cpu::attention_forward(tout.data(), tatt.data(), tq.data(), k.data(), v.data(), tail);
+    for (int b = 0; b < 2; ++b) {
+      for (size_t i = 0; i < size_t(tail.Tq) * qrow; ++i) {
+        const float w = out[(size_t(b) * T + cut) * qrow + i], t = tout[size_t(b) * tail.Tq * qrow + i];
+        ASSERT_EQ(std::memcmp(&w, &t, sizeof w), 0) << "b " << b << " element " << i << ": " << w << " vs " << t;
+      }
+    }
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    std::vector<float> one(q.size()), att1(att.size());
+    cpu::attention_forward(one.data(), att1.data(), q.data(), k.data(), v.data(), whole);
+    omp_set_num_threads(threads);
+    EXPECT_EQ(std::memcmp(one.data(), out.data(), out.size() * sizeof(float)), 0);
+    EXPECT_EQ(std::memcmp(att1.data(), att.data(), att.size() * sizeof(float)), 0);
+  }
+}
+
 TEST_F(CpuBackendTest, RunsRepeatBitForBit) {
   const int N = 200, C = 64, H = 16;
   const auto p = to_float(random_vec(size_t(N) * H, 200, 0.05, 0.95));

@@ -2,10 +2,13 @@
 // cache (Tq new queries at absolute positions q_pos0.., keys 0..Tk-1). Geometry: AttnShape in
 // kernels/backend.h. The forward stores the probabilities att (B, NH, Tq, Tk) for the backward.
 //
-// Per (b, head) the products are small GEMMs (gemm() in ops_matmul.h, sequential inside our
-// parallel region) reading q, k, v in place through their row strides: S = scale * Q K^T is
-// written straight into att, the softmax runs over the visible keys only (causal masking by loop
-// bounds; masked entries are set to 0 and never exponentiated), then O = P V. The forward is
+// Per (b, head) the products read q, k, v in place through their row strides. In fp32 from
+// kAttnTileMinRows query rows on (prompts, training) they are our register tiles
+// (attn_tiles_fp32.h) on a transposed copy of K made once per call; otherwise (a decode step,
+// double, bf16 inputs) small GEMMs (gemm() in ops_matmul.h, sequential inside our parallel
+// region). S = scale * Q K^T is written straight into att, the softmax runs over the visible keys
+// only (causal masking by loop bounds; masked entries are set to 0 and never exponentiated), then
+// O = P V. The forward is
 // parallel over (b, head, block of query rows), a causal block multiplying only the keys its last
 // row sees. The backward runs the same blocks with one (Tq, Tk) scratch per thread for dS, parallel
 // over (b, kv head): the query heads of one GQA group share a task, so dk/dv accumulate across the
@@ -27,6 +30,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/base/assert.h"
+#include "kernels/cpu/attn_tiles_fp32.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/ops_matmul.h"
 #include "kernels/cpu/ops_matmul_bf16.h"
@@ -111,6 +115,36 @@ inline int attn_block_rows(const AttnShape& s) {
   return (s.Tq + blocks - 1) / blocks;
 }
 
+// Query rows from which the fp32 forward uses the register tiles (attn_tiles_fp32.h): a prompt or
+// a training step. Below, a decode step's single row reads each key once, and transposing K
+// first would cost as much as the product.
+constexpr int kAttnTileMinRows = 16;
+
+// The keys of every (b, kv head) transposed for the tiles, in the calling thread's scratch:
+// attn_kt_floats(Tk, HS) per (b, kv head). Null when the tiles do not apply (then the products
+// are gemm()s).
+template <class T>
+const float* attn_transposed_keys(const T* k, const AttnShape& s, AttnProducts by) {
+  if constexpr (!std::is_same_v<T, float>) {
+    return nullptr;
+  } else {
+    if (by != AttnProducts::Fp32 || s.Tq < kAttnTileMinRows || !attn_tiles_fit(s.HS)) return nullptr;
+    const size_t per_head = attn_kt_floats(s.Tk, s.HS);
+    const int tiles = int(per_head / (size_t(s.HS) * attn_tiles::kKeyTile));
+    float* kt = thread_scratch<float, 3>(size_t(s.B) * s.NKV * per_head);
+#pragma omp parallel for collapse(3) schedule(static) if (go_parallel(size_t(s.B) * s.NKV * s.Tk * s.HS))
+    for (int b = 0; b < s.B; ++b) {
+      for (int kh = 0; kh < s.NKV; ++kh) {
+        for (int t = 0; t < tiles; ++t) {
+          attn_transpose_key_tile(kt + (size_t(b) * s.NKV + kh) * per_head,
+                                  k + (size_t(b) * s.Tk_cap * s.NKV + kh) * s.HS, s.NKV * s.HS, s.Tk, s.HS, t);
+        }
+      }
+    }
+    return kt;
+  }
+}
+
 // out (B, Tq, NH, HS), att (B, NH, Tq, Tk); q (B, Tq, NH, HS); k, v (B, Tk_cap, NKV, HS)
 template <class T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const AttnShape& s,
@@ -122,6 +156,7 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
   const int rows = attn_block_rows(s), blocks = (s.Tq + rows - 1) / rows;
   const int heads = s.B * s.NH, tasks = heads * blocks;
   const size_t work = size_t(s.B) * s.NH * s.Tq * s.Tk * s.HS;
+  const float* kt = attn_transposed_keys(k, s, by);
   // The last blocks of rows (the most keys) first; each task writes its own rows of out and att.
 #pragma omp parallel for schedule(dynamic) if (go_parallel(work) && tasks > 1)
   for (int t = 0; t < tasks; ++t) {
@@ -131,6 +166,17 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
     const AttnHead x = attn_head(s, b, h, s.Tk_cap);
     T* a = att + x.att_off;  // (Tq, Tk)
     const size_t qi = x.q_off + size_t(i0) * x.ldq;
+    if constexpr (std::is_same_v<T, float>) {
+      if (kt != nullptr) {
+        const int kh = h / (s.NH / s.NKV);
+        const auto keys_of = [&](int r) { return attn_visible(s, i0 + r); };
+        attn_qk(a + size_t(i0) * s.Tk, s.Tk, q + qi, x.ldq, kt + (size_t(b) * s.NKV + kh) * attn_kt_floats(s.Tk, s.HS),
+                i1 - i0, s.HS, scale, keys_of);
+        attn_softmax_rows(a, s, i0, i1, 1.0f);
+        attn_pv(out + qi, x.ldq, a + size_t(i0) * s.Tk, s.Tk, v + x.kv_off, x.ldkv, i1 - i0, s.HS, keys_of);
+        continue;
+      }
+    }
     attn_gemm(by, false, true, i1 - i0, keys, s.HS, bf16 ? T(1) : scale, q + qi, x.ldq, k + x.kv_off, x.ldkv, T(0),
               a + size_t(i0) * s.Tk, s.Tk);
     attn_softmax_rows(a, s, i0, i1, bf16 ? scale : T(1));

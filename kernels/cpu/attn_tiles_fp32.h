@@ -1,0 +1,162 @@
+// The two fp32 products of attention's forward for a block of query rows, register-blocked:
+// S = scale * Q K^T (from a transposed copy of K: keys contiguous) and O = P V (V as it lies in the
+// cache). Used by attention_forward (ops_attention.h) for prompts and training (Tq >= kAttnTileMinRows);
+// OpenBLAS on such small products (M = 64 rows, K = 64) spent most of its time packing and scaling.
+//
+// Vectors are GCC vector extensions at the widest width the build targets (16 floats with AVX-512,
+// 8 with AVX, 4 otherwise), so each tile is a few dozen accumulators held in registers: an S tile
+// is 8 rows x 2 vectors of keys (one broadcast of q per row and two loads of K^T per step of the
+// head dimension), an O tile is R rows x the whole head (R x HS = 16 vectors); 6 rows and 12
+// vectors with AVX2's 16 registers.
+// Numerics: every S element is a sum over the head dimension in order d = 0..HS-1, every O element
+// a sum over the keys in order j = 0..keys-1, with fused multiply-adds; whatever the blocking, an
+// element's bits do not depend on the block, the thread or the thread count.
+// Deliberately not here: the softmax (ops_attention.h), a bf16 variant (attention at --precision
+// bf16 uses gemm_bf16_inputs), online-softmax fusion (the forward keeps the probabilities for the
+// backward).
+#pragma once
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
+
+namespace ftx::cpu {
+
+namespace attn_tiles {
+
+// Lanes of a vector; query rows of an S tile (2 accumulators each); accumulators of an O tile.
+// AVX-512 has 32 vector registers, AVX and SSE 16: the tiles leave room for the loads.
+#if defined(__AVX512F__)
+constexpr int kLanes = 16, kRowTile = 8, kPvAccs = 16;
+#elif defined(__AVX__)
+constexpr int kLanes = 8, kRowTile = 6, kPvAccs = 12;
+#else
+constexpr int kLanes = 4, kRowTile = 6, kPvAccs = 12;
+#endif
+typedef float vfloat __attribute__((vector_size(kLanes * sizeof(float))));
+
+inline vfloat load(const float* p) {
+  vfloat v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline void store(float* p, vfloat v) { std::memcpy(p, &v, sizeof v); }
+
+constexpr int kKeyTile = 2 * kLanes;  // keys per S tile
+
+// c[r][j] = scale * sum_d q[r][d] kt[d][j] for r < R and j < n (n <= kKeyTile); kt holds kKeyTile
+// readable columns.
+template <int R>
+inline void qk_tile(float* c, int ldc, const float* q, int ldq, const float* kt, int ldk, int HS, float scale, int n) {
+  vfloat acc[R][2] = {};
+  for (int d = 0; d < HS; ++d) {
+    const vfloat k0 = load(kt + size_t(d) * ldk), k1 = load(kt + size_t(d) * ldk + kLanes);
+    for (int r = 0; r < R; ++r) {
+      const float a = q[size_t(r) * ldq + d];
+      acc[r][0] += a * k0;
+      acc[r][1] += a * k1;
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    float* row = c + size_t(r) * ldc;
+    if (n == kKeyTile) {
+      store(row, acc[r][0] * scale);
+      store(row + kLanes, acc[r][1] * scale);
+    } else {
+      float tmp[kKeyTile];
+      store(tmp, acc[r][0] * scale);
+      store(tmp + kLanes, acc[r][1] * scale);
+      std::copy_n(tmp, n, row);
+    }
+  }
+}
+
+// o[r][:] = sum_{j < keys} p[r][j] v[j][:] for r < R; the head is NV vectors wide.
+template <int R, int NV>
+inline void pv_tile(float* o, int ldo, const float* p, int ldp, const float* v, int ldv, int keys) {
+  vfloat acc[R][NV] = {};
+  for (int j = 0; j < keys; ++j) {
+    vfloat vv[NV];
+    for (int n = 0; n < NV; ++n) vv[n] = load(v + size_t(j) * ldv + n * kLanes);
+    for (int r = 0; r < R; ++r) {
+      const float a = p[size_t(r) * ldp + j];
+      for (int n = 0; n < NV; ++n) acc[r][n] += a * vv[n];
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int n = 0; n < NV; ++n) store(o + size_t(r) * ldo + n * kLanes, acc[r][n]);
+  }
+}
+
+}  // namespace attn_tiles
+
+// Whether the tiles take a head of HS floats: a whole number of vectors, at most 8 of them.
+inline bool attn_tiles_fit(int HS) {
+  const int nv = HS / attn_tiles::kLanes;
+  return HS % attn_tiles::kLanes == 0 && (nv == 1 || nv == 2 || nv == 4 || nv == 8);
+}
+
+// Floats of the transposed K for Tk keys of a head of HS: whole S tiles.
+inline size_t attn_kt_floats(int Tk, int HS) {
+  constexpr int kt = attn_tiles::kKeyTile;
+  return size_t((Tk + kt - 1) / kt) * kt * HS;
+}
+
+// Key tile `tile` of k (keys, HS; row stride ldkv) transposed into kt: (HS, kKeyTile) from
+// kt + tile * HS * kKeyTile, so that an S tile reads its keys as one contiguous block. Keys past
+// `keys` are zeroed.
+inline void attn_transpose_key_tile(float* kt, const float* k, int ldkv, int keys, int HS, int tile) {
+  constexpr int n = attn_tiles::kKeyTile;
+  float* dst = kt + size_t(tile) * HS * n;
+  const int j0 = tile * n, cols = std::min(n, keys - j0);
+  for (int d = 0; d < HS; ++d) {
+    float* row = dst + size_t(d) * n;
+    for (int j = 0; j < cols; ++j) row[j] = k[size_t(j0 + j) * ldkv + d];
+    std::fill(row + cols, row + n, 0.0f);
+  }
+}
+
+// s (rows, lds) = scale * q (rows, HS) K^T on the keys row i sees: keys_of(i) for the last row of
+// each tile of rows (entries after a row's own keys are written too; the softmax overwrites
+// them). kt: the keys transposed by attn_transpose_key_tile.
+template <class KeysOf>
+void attn_qk(float* s, int lds, const float* q, int ldq, const float* kt, int rows, int HS, float scale,
+             KeysOf&& keys_of) {
+  using namespace attn_tiles;
+  const auto row_tile = [&]<int R>(int r0) {
+    const int keys = keys_of(r0 + R - 1);
+    for (int j = 0; j < keys; j += kKeyTile)
+      qk_tile<R>(s + size_t(r0) * lds + j, lds, q + size_t(r0) * ldq, ldq, kt + size_t(j) * HS, kKeyTile, HS, scale,
+                 std::min(kKeyTile, keys - j));
+  };
+  int r0 = 0;
+  for (; r0 + kRowTile <= rows; r0 += kRowTile) row_tile.template operator()<kRowTile>(r0);
+  for (; r0 < rows; ++r0) row_tile.template operator()<1>(r0);
+}
+
+// o (rows, HS) = p (rows, ldp) v (keys, HS; row stride ldv), row i summing over keys_of(i) keys
+// rounded up to its tile's last row (p is zero after a row's own keys).
+template <int NV, class KeysOf>
+void attn_pv_nv(float* o, int ldo, const float* p, int ldp, const float* v, int ldv, int rows, KeysOf&& keys_of) {
+  using namespace attn_tiles;
+  constexpr int R = kPvAccs / NV;
+  int r0 = 0;
+  for (; r0 + R <= rows; r0 += R)
+    pv_tile<R, NV>(o + size_t(r0) * ldo, ldo, p + size_t(r0) * ldp, ldp, v, ldv, keys_of(r0 + R - 1));
+  for (; r0 < rows; ++r0) pv_tile<1, NV>(o + size_t(r0) * ldo, ldo, p + size_t(r0) * ldp, ldp, v, ldv, keys_of(r0));
+}
+
+template <class KeysOf>
+void attn_pv(float* o, int ldo, const float* p, int ldp, const float* v, int ldv, int rows, int HS, KeysOf&& keys_of) {
+  switch (HS / attn_tiles::kLanes) {
+    case 1:
+      return attn_pv_nv<1>(o, ldo, p, ldp, v, ldv, rows, keys_of);
+    case 2:
+      return attn_pv_nv<2>(o, ldo, p, ldp, v, ldv, rows, keys_of);
+    case 4:
+      return attn_pv_nv<4>(o, ldo, p, ldp, v, ldv, rows, keys_of);
+    default:
+      return attn_pv_nv<8>(o, ldo, p, ldp, v, ldv, rows, keys_of);
+  }
+}
+
+}  // namespace ftx::cpu
