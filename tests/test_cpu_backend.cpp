@@ -456,7 +456,7 @@ TEST(CpuMath, ExpNonposRelativeError) {
 // two, the second part continuing the cache at q_pos0, gives the bits of the whole prompt, and one
 // thread gives the bits of two. Each head width the tiles take, GQA, a cache longer than the keys.
 TEST_F(CpuBackendTest, AttentionTilesGiveTheSameBitsForAnySplitOfThePrompt) {
-  for (const int HS : {16, 32, 64, 128}) {
+  for (const int HS : {16, 32, 48, 64, 128}) {
     if (!cpu::attn_tiles_fit(HS)) continue;
     SCOPED_TRACE("HS " + std::to_string(HS));
     const int T = 3 * cpu::kAttnRowBlock + 9, cut = 2 * cpu::kAttnRowBlock - 7, cap = T + 5;
