@@ -230,6 +230,34 @@ TEST_F(CpuBackendTest, RopeMatchesDoubleAtLargePositions) {
   }
 }
 
+// RoPE's per-thread table of angles (kernels/cpu/ops_rope.h) gives the bits of computing them:
+// forward and backward, after the frequencies change (no stale table), and past the table's end.
+TEST_F(CpuBackendTest, RopeTableGivesTheBitsOfTheAnglesComputed) {
+  const int nh = 3, HS = 16, half = HS / 2;
+  for (const double theta : {10000.0, 500000.0}) {
+    const std::vector<float> freq = cpu::rope_default_inv_freq(theta, HS);
+    for (const int pos0 : {0, 4000, cpu::kRopeTableMaxPositions - 1, cpu::kRopeTableMaxPositions + 7}) {
+      for (const double sign : {1.0, -1.0}) {
+        SCOPED_TRACE("theta " + std::to_string(theta) + " pos0 " + std::to_string(pos0) + " sign " +
+                     std::to_string(sign));
+        const int T = 2;
+        const auto x = to_float(random_vec(size_t(T) * nh * HS, 230));
+        std::vector<float> got = x, want = x;
+        if (sign > 0)
+          cpu::rope_forward(got.data(), 1, T, nh, HS, pos0, freq.data());
+        else
+          cpu::rope_backward(got.data(), 1, T, nh, HS, pos0, freq.data());
+        for (int t = 0; t < T; ++t) {
+          float cs[half], sn[half];
+          cpu::rope_angles(cs, sn, pos0 + t, freq.data(), half, sign);
+          cpu::rope_turn_heads(want.data() + size_t(t) * nh * HS, nh, HS, cs, sn, 1.0f);
+        }
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)), 0);
+      }
+    }
+  }
+}
+
 // A routed block's tokens keep their positions: RoPE at positions pos0 + t given one by one is
 // RoPE from pos0, bit for bit, forward and backward (what makes capacity 1 equal the dense model).
 TEST_F(CpuBackendTest, RopeAtConsecutivePositionsIsRopeFromPos0) {
