@@ -66,8 +66,12 @@ void attn_softmax_rows(T* a, const AttnShape& s, int i0, int i1, T in_scale) {
     T* row = a + size_t(i) * s.Tk;
     const int jn = attn_visible(s, i);
     T mx = -std::numeric_limits<T>::infinity();
+    if constexpr (std::is_same_v<T, float>) {
+      mx = attn_tiles::max_of(row, jn);
+    } else {
 #pragma omp simd reduction(max : mx)
-    for (int j = 0; j < jn; ++j) mx = mx > row[j] ? mx : row[j];  // std::max here stays scalar (GCC 12)
+      for (int j = 0; j < jn; ++j) mx = mx > row[j] ? mx : row[j];  // std::max here stays scalar (GCC 12)
+    }
     T sum = 0;
 #pragma omp simd reduction(+ : sum)
     for (int j = 0; j < jn; ++j) {
