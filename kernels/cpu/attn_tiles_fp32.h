@@ -1,7 +1,8 @@
 // The two fp32 products of attention's forward for a block of query rows, register-blocked:
 // S = scale * Q K^T (from a transposed copy of K: keys contiguous) and O = P V (V as it lies in the
-// cache). Used by attention_forward (ops_attention.h) for prompts and training (Tq >= kAttnTileMinRows);
-// OpenBLAS on such small products (M = 64 rows, K = 64) spent most of its time packing and scaling.
+// cache), and the softmax's row max (max_of). Used by attention_forward (ops_attention.h) for
+// prompts and training (Tq >= kAttnTileMinRows); OpenBLAS on such small products (M = 64 rows,
+// K = 64) spent most of its time packing and scaling.
 //
 // Vectors are GCC vector extensions at the widest width the build targets (16 floats with AVX-512,
 // 8 with AVX, 4 otherwise), so each tile is a few dozen accumulators held in registers: an S tile
@@ -11,7 +12,7 @@
 // Numerics: every S element is a sum over the head dimension in order d = 0..HS-1, every O element
 // a sum over the keys in order j = 0..keys-1, with fused multiply-adds; whatever the blocking, an
 // element's bits do not depend on the block, the thread or the thread count.
-// Deliberately not here: the softmax (ops_attention.h), a bf16 variant (attention at --precision
+// Deliberately not here: the rest of the softmax (ops_attention.h), a bf16 variant (attention at --precision
 // bf16 uses gemm_bf16_inputs), online-softmax fusion (the forward keeps the probabilities for the
 // backward).
 #pragma once

@@ -8,11 +8,10 @@
 // double, bf16 inputs) small GEMMs (gemm() in ops_matmul.h, sequential inside our parallel
 // region). S = scale * Q K^T is written straight into att, the softmax runs over the visible keys
 // only (causal masking by loop bounds; masked entries are set to 0 and never exponentiated), then
-// O = P V. The forward is
-// parallel over (b, head, block of query rows), a causal block multiplying only the keys its last
-// row sees. The backward runs the same blocks with one (Tq, Tk) scratch per thread for dS, parallel
-// over (b, kv head): the query heads of one GQA group share a task, so dk/dv accumulate across the
-// group (and the blocks) without races.
+// O = P V. The forward is parallel over (b, head, block of query rows), a causal block multiplying
+// only the keys its last row sees. The backward runs the same blocks with one (Tq, Tk) scratch per
+// thread for dS, parallel over (b, kv head): the query heads of one GQA group share a task, so
+// dk/dv accumulate across the group (and the blocks) without races.
 // Numerics: softmax subtracts the row max; exp is exp_nonpos (cpu_common.h). With
 // AttnProducts::Bf16Inputs (training at --precision bf16, as PyTorch's CPU autocast and our CUDA
 // backend do) the four kinds of products round their inputs to bf16 and sum in fp32

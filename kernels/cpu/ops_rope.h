@@ -92,12 +92,12 @@ void rope_rotate(T* x, int B, int Tn, int nh, int HS, int pos0, const int32_t* p
   const int half = HS / 2;
   const size_t token = size_t(nh) * HS;
   const int64_t rows = int64_t{B} * Tn;
+  if (rows <= 0) return;
   int lo = pos0, hi = pos0 + Tn - 1;
   if (pos) {
-    lo = rows > 0 ? pos[0] : 0, hi = lo;
+    lo = hi = pos[0];
     for (int64_t r = 1; r < rows; ++r) lo = std::min(lo, pos[r]), hi = std::max(hi, pos[r]);
   }
-  if (rows == 0 || Tn == 0) return;
   const bool tabled = lo >= 0 && hi < kRopeTableMaxPositions;
   const RopeTable<T>* table = tabled ? &RopeTable<T>::get(inv_freq, half, hi + 1) : nullptr;
   // Turns the nh heads of the token at xt by position p.
