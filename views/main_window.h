@@ -64,8 +64,9 @@ class MainWindow : public QMainWindow {
   bool raise_view(const QString& name);
   bool save_view_png(const QString& path);
   void start_training(const QString& run, int steps);  // the form's settings under this name
-  // Event-loop latency: the worst lateness of a 10 ms timer since the probe started.
+  // Event-loop latency: the worst lateness of a 10 ms timer between the probe's start and stop.
   void start_latency_probe();
+  void stop_latency_probe();
   double worst_latency_ms() const { return worst_latency_ms_; }
   int trained_steps() const { return session_->snapshot().step; }  // of the session's current run
   // Opens a model file (a checkpoint directory or a .gguf file) on the model worker; its id.
@@ -161,6 +162,7 @@ class MainWindow : public QMainWindow {
   quint64 latent_seed_ = 1;
   bool first_runs_ = true;
   QElapsedTimer latency_clock_;
+  QTimer* latency_probe_ = nullptr;
   double worst_latency_ms_ = 0;
   std::map<int64_t, std::vector<std::pair<int64_t, double>>> kappa_events_;  // run -> (step, kappa nats)
 };

@@ -323,14 +323,19 @@ void MainWindow::start_training(const QString& run, int steps) {
 }
 
 void MainWindow::start_latency_probe() {
-  auto* probe = new QTimer(this);
-  probe->setTimerType(Qt::PreciseTimer);
+  if (latency_probe_ != nullptr) return;
+  latency_probe_ = new QTimer(this);
+  latency_probe_->setTimerType(Qt::PreciseTimer);
   latency_clock_.start();
-  connect(probe, &QTimer::timeout, this, [this] {
+  connect(latency_probe_, &QTimer::timeout, this, [this] {
     const double late = static_cast<double>(latency_clock_.restart()) - 10.0;
     worst_latency_ms_ = std::max(worst_latency_ms_, late);
   });
-  probe->start(10);
+  latency_probe_->start(10);
+}
+
+void MainWindow::stop_latency_probe() {
+  if (latency_probe_ != nullptr) latency_probe_->stop();
 }
 
 }  // namespace ftx
