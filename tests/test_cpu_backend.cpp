@@ -479,7 +479,6 @@ TEST(CpuMath, ExpNonposRelativeError) {
   EXPECT_TRUE(std::isnan(cpu::exp_nonpos(kNaN)));
 }
 
-// Static schedules and fixed reduction orders: the same inputs give the same bits.
 // The register tiles of attention's fp32 forward (kernels/cpu/attn_tiles_fp32.h): a prompt cut in
 // two, the second part continuing the cache at q_pos0, gives the bits of the whole prompt, and one
 // thread gives the bits of two. Each head width the tiles take, GQA, a cache longer than the keys.
@@ -519,6 +518,7 @@ TEST_F(CpuBackendTest, AttentionTilesGiveTheSameBitsForAnySplitOfThePrompt) {
   }
 }
 
+// Static schedules and fixed reduction orders: the same inputs give the same bits.
 TEST_F(CpuBackendTest, RunsRepeatBitForBit) {
   const int N = 200, C = 64, H = 16;
   const auto p = to_float(random_vec(size_t(N) * H, 200, 0.05, 0.95));
