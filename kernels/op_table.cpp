@@ -985,11 +985,16 @@ std::vector<OpRow> build_table() {
   const std::vector<OpDims> rope_sizes = {rope(2, 65, 3, 32, 37, 0), rope(1, 1, 1, 2, 5, 0), rope(3, 5, 5, 66, 100, 1),
                                           rope(4, 66, 4, 16, 0, 0)};
   // Causal GQA, non-causal, T = 1 with an odd head size, a single query at an offset, T = 1024.
-  const std::vector<OpDims> attn_sizes = {attn(3, 4, 2, 32, 65, 65, 65, 0, true),
-                                          attn(3, 4, 2, 32, 65, 65, 65, 0, false), attn(5, 2, 2, 7, 1, 1, 1, 0, true),
-                                          attn(2, 4, 1, 32, 1, 70, 70, 69, true),
-                                          attn(1, 4, 2, 64, 1024, 1024, 1024, 0, true)};
+  std::vector<OpDims> attn_sizes = {attn(3, 4, 2, 32, 65, 65, 65, 0, true), attn(3, 4, 2, 32, 65, 65, 65, 0, false),
+                                    attn(5, 2, 2, 7, 1, 1, 1, 0, true), attn(2, 4, 1, 32, 1, 70, 70, 69, true),
+                                    attn(1, 4, 2, 64, 1024, 1024, 1024, 0, true)};
   std::vector<OpDims> attn_fwd_sizes = attn_sizes;
+  // The backward's register tiles: queries behind a cache (GQA 3:1), heads of one, three and eight
+  // vectors, non-causal.
+  attn_sizes.push_back(attn(2, 6, 2, 64, 40, 70, 70, 30, true));
+  attn_sizes.push_back(attn(1, 2, 1, 128, 33, 33, 33, 0, true));
+  attn_sizes.push_back(attn(1, 3, 1, 48, 50, 50, 50, 0, true));
+  attn_sizes.push_back(attn(2, 2, 2, 16, 17, 17, 17, 0, false));
   attn_fwd_sizes.push_back(attn(2, 4, 1, 32, 1, 70, 80, 69, true));  // decode: 10 cache rows beyond Tk
   // The fp32 register tiles (kernels/cpu/attn_tiles_fp32.h): a prompt continuing a cache, and the
   // head widths of one and of eight vectors.

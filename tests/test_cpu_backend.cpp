@@ -19,6 +19,9 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "kernels/backend.h"
@@ -515,6 +518,52 @@ TEST_F(CpuBackendTest, AttentionTilesGiveTheSameBitsForAnySplitOfThePrompt) {
     omp_set_num_threads(threads);
     EXPECT_EQ(std::memcmp(one.data(), out.data(), out.size() * sizeof(float)), 0);
     EXPECT_EQ(std::memcmp(att1.data(), att.data(), att.size() * sizeof(float)), 0);
+  }
+}
+
+// The register tiles of attention's fp32 backward (attn_backward_tiles in ops_attention.h): each
+// head width the tiles take, GQA 3:1, causal from the first key, queries behind a cache (q_pos0 >
+// 0) and non-causal. The gradients are those of the double backward (OpenBLAS's dgemm) within
+// 1e-5 relative to the largest, and one thread gives the bits of two.
+TEST_F(CpuBackendTest, AttentionBackwardTilesMatchDoubleAndDoNotDependOnThreads) {
+  for (const int HS : {16, 32, 48, 64, 128}) {
+    if (!cpu::attn_tiles_fit(HS)) continue;
+    for (const auto [Tq, Tk, q_pos0, causal] : {std::tuple{70, 70, 0, true}, {40, 70, 30, true}, {33, 50, 0, false}}) {
+      SCOPED_TRACE("HS " + std::to_string(HS) + " Tq " + std::to_string(Tq) + " q_pos0 " + std::to_string(q_pos0));
+      const AttnShape s = attn_shape(2, 6, 2, HS, Tq, Tk, Tk, q_pos0, causal);
+      const size_t nq = size_t(s.B) * Tq * s.NH * HS, nk = size_t(s.B) * Tk * s.NKV * HS;
+      const std::vector<double> qd = random_vec(nq, 220), kd = random_vec(nk, 221), vd = random_vec(nk, 222),
+                                od = random_vec(nq, 223);
+      const auto q = to_float(qd), k = to_float(kd), v = to_float(vd), dout = to_float(od);
+      const auto run = [&](auto& dq, auto& dk, auto& dv, const auto& q_, const auto& k_, const auto& v_,
+                           const auto& d_) {
+        using T = std::decay_t<decltype(dq[0])>;
+        std::vector<T> out(nq), att(size_t(s.B) * s.NH * Tq * Tk);
+        cpu::attention_forward(out.data(), att.data(), q_.data(), k_.data(), v_.data(), s);
+        cpu::attention_backward(dq.data(), dk.data(), dv.data(), d_.data(), att.data(), q_.data(), k_.data(), v_.data(),
+                                s);
+      };
+      // The double run from the float inputs, widened.
+      const std::vector<double> qw(q.begin(), q.end()), kw(k.begin(), k.end()), vw(v.begin(), v.end()),
+          dw(dout.begin(), dout.end());
+      std::vector<double> rq(nq), rk(nk), rv(nk);
+      run(rq, rk, rv, qw, kw, vw, dw);
+      std::vector<float> dq(nq, kNaN), dk(nk, kNaN), dv(nk, kNaN);
+      run(dq, dk, dv, q, k, v, dout);
+      for (const auto& [got, want] : {std::pair{&dq, &rq}, {&dk, &rk}, {&dv, &rv}}) {
+        double scale = 0;
+        for (double x : *want) scale = std::max(scale, std::abs(x));
+        for (size_t i = 0; i < got->size(); ++i) ASSERT_NEAR((*got)[i], (*want)[i], 1e-5 * scale) << "element " << i;
+      }
+      const int threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      std::vector<float> dq1(nq, kNaN), dk1(nk, kNaN), dv1(nk, kNaN);
+      run(dq1, dk1, dv1, q, k, v, dout);
+      omp_set_num_threads(threads);
+      EXPECT_EQ(std::memcmp(dq1.data(), dq.data(), nq * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(dk1.data(), dk.data(), nk * sizeof(float)), 0);
+      EXPECT_EQ(std::memcmp(dv1.data(), dv.data(), nk * sizeof(float)), 0);
+    }
   }
 }
 

@@ -1,7 +1,9 @@
-// The two fp32 products of attention's forward for a block of query rows, register-blocked:
-// S = scale * Q K^T (from a transposed copy of K: keys contiguous) and O = P V (V as it lies in the
-// cache), and the softmax's row max (max_of). Used by attention_forward (ops_attention.h) for
-// prompts and training (Tq >= kAttnTileMinRows); OpenBLAS on such small products (M = 64 rows,
+// Attention's fp32 products for blocks of query rows, register-blocked: S = scale * Q K^T (attn_qk,
+// from a transposed copy of K: keys contiguous) and O = P V (attn_pv, V as it lies in the cache),
+// and the softmax's row max (max_of). Used by attention_forward and attention_backward
+// (ops_attention.h) for prompts and training (Tq >= kAttnTileMinRows): the backward's dP = dO V^T
+// is attn_qk on a transposed V, dQ = dS K is attn_pv, and dV = P^T dO and dK = dS^T Q are attn_pv
+// reading P and dS transposed in place (TransP). OpenBLAS on such small products (M = 64 rows,
 // K = 64) spent most of its time packing and scaling.
 //
 // Vectors are GCC vector extensions at the widest width the build targets (16 floats with AVX-512,
@@ -10,8 +12,8 @@
 // head dimension), an O tile is R rows x up to 4 vectors of the head (16 accumulators); 6 rows
 // and 12 accumulators with AVX2's 16 registers.
 // Numerics: every S element is a sum over the head dimension in order d = 0..HS-1, every O element
-// a sum over the keys in order j = 0..keys-1, with fused multiply-adds; whatever the blocking, an
-// element's bits do not depend on the block, the thread or the thread count.
+// a sum over the keys in order with fused multiply-adds; whatever the blocking, an element's bits
+// do not depend on the block, the thread or the thread count.
 // Deliberately not here: the rest of the softmax (ops_attention.h), a bf16 variant (attention at --precision
 // bf16 uses gemm_bf16_inputs), online-softmax fusion (the forward keeps the probabilities for the
 // backward).
@@ -78,24 +80,30 @@ inline void qk_tile(float* c, int ldc, const float* q, int ldq, const float* kt,
   }
 }
 
-// o[r][:] = sum_{j < keys} p[r][j] v[j][:] for r < R and keys >= 1; NV vectors of the head.
-template <int R, int NV>
+// o[r][:] = sum_{j < keys} p(r, j) v[j][:] (Acc: o[r][:] += that sum) for r < R and keys >= 1; NV
+// vectors of the head. p(r, j) is p[r * ldp + j], or with TransP p[j * ldp + r] (P^T: the
+// backward's dV = P^T dO and dK = dS^T Q read P and dS as they lie).
+template <int R, int NV, bool Acc = false, bool TransP = false>
 inline void pv_tile(float* o, int ldo, const float* p, int ldp, const float* v, int ldv, int keys) {
+  const auto at = [&](int r, int j) { return TransP ? p[size_t(j) * ldp + r] : p[size_t(r) * ldp + j]; };
   vfloat acc[R][NV];
   for (int r = 0; r < R; ++r) {
-    const float a = p[size_t(r) * ldp];
+    const float a = at(r, 0);
     for (int n = 0; n < NV; ++n) acc[r][n] = a * load(v + n * kLanes);
   }
   for (int j = 1; j < keys; ++j) {
     vfloat vv[NV];
     for (int n = 0; n < NV; ++n) vv[n] = load(v + size_t(j) * ldv + n * kLanes);
     for (int r = 0; r < R; ++r) {
-      const float a = p[size_t(r) * ldp + j];
+      const float a = at(r, j);
       for (int n = 0; n < NV; ++n) acc[r][n] += a * vv[n];
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int n = 0; n < NV; ++n) store(o + size_t(r) * ldo + n * kLanes, acc[r][n]);
+    for (int n = 0; n < NV; ++n) {
+      float* dst = o + size_t(r) * ldo + n * kLanes;
+      store(dst, Acc ? load(dst) + acc[r][n] : acc[r][n]);
+    }
   }
 }
 
@@ -165,33 +173,44 @@ void attn_qk(float* s, int lds, const float* q, int ldq, const float* kt, int ro
   for (; r0 < rows; ++r0) row_tile.template operator()<1>(r0);
 }
 
-// o (rows, HS) = p (rows, ldp) v (keys, HS; row stride ldv), row i summing over keys_of(i) keys
-// rounded up to its tile's last row (p is zero after a row's own keys).
-template <int NV, class KeysOf>
-void attn_pv_nv(float* o, int ldo, const float* p, int ldp, const float* v, int ldv, int rows, KeysOf&& keys_of) {
+// o (rows, HS) = p (rows, keys) v (keys, HS; row stride ldv) (Acc: o +=), p as pv_tile reads it
+// (TransP: p^T, p stored (keys, ldp)). A tile of rows r0..r1 sums over the keys span_of(r0, r1) =
+// {j0, j1} (the keys its rows see, or a range outside which p is zero for all of them), in order
+// j = j0..j1-1; an empty span writes zeros (adds nothing).
+template <int NV, bool Acc, bool TransP, class SpanOf>
+void attn_pv_nv(float* o, int ldo, const float* p, int ldp, const float* v, int ldv, int rows, SpanOf&& span_of) {
   using namespace attn_tiles;
+  const auto row_tile = [&]<int R>(int r0) {
+    const auto [j0, j1] = span_of(r0, r0 + R - 1);
+    float* dst = o + size_t(r0) * ldo;
+    if (j1 > j0) {
+      const float* pr = TransP ? p + size_t(j0) * ldp + r0 : p + size_t(r0) * ldp + j0;
+      pv_tile<R, NV, Acc, TransP>(dst, ldo, pr, ldp, v + size_t(j0) * ldv, ldv, j1 - j0);
+    } else if (!Acc) {
+      for (int r = 0; r < R; ++r) std::fill_n(dst + size_t(r) * ldo, NV * kLanes, 0.0f);
+    }
+  };
   constexpr int R = kPvAccs / NV;
   int r0 = 0;
-  for (; r0 + R <= rows; r0 += R)
-    pv_tile<R, NV>(o + size_t(r0) * ldo, ldo, p + size_t(r0) * ldp, ldp, v, ldv, keys_of(r0 + R - 1));
-  for (; r0 < rows; ++r0) pv_tile<1, NV>(o + size_t(r0) * ldo, ldo, p + size_t(r0) * ldp, ldp, v, ldv, keys_of(r0));
+  for (; r0 + R <= rows; r0 += R) row_tile.template operator()<R>(r0);
+  for (; r0 < rows; ++r0) row_tile.template operator()<1>(r0);
 }
 
 // A head of more than 4 vectors in column slices of 4 (each output element is still one sum over
 // the keys in order).
-template <class KeysOf>
-void attn_pv(float* o, int ldo, const float* p, int ldp, const float* v, int ldv, int rows, int HS, KeysOf&& keys_of) {
+template <bool Acc = false, bool TransP = false, class SpanOf>
+void attn_pv(float* o, int ldo, const float* p, int ldp, const float* v, int ldv, int rows, int HS, SpanOf&& span_of) {
   switch (const int nv = HS / attn_tiles::kLanes) {
     case 1:
-      return attn_pv_nv<1>(o, ldo, p, ldp, v, ldv, rows, keys_of);
+      return attn_pv_nv<1, Acc, TransP>(o, ldo, p, ldp, v, ldv, rows, span_of);
     case 2:
-      return attn_pv_nv<2>(o, ldo, p, ldp, v, ldv, rows, keys_of);
+      return attn_pv_nv<2, Acc, TransP>(o, ldo, p, ldp, v, ldv, rows, span_of);
     case 3:
-      return attn_pv_nv<3>(o, ldo, p, ldp, v, ldv, rows, keys_of);
+      return attn_pv_nv<3, Acc, TransP>(o, ldo, p, ldp, v, ldv, rows, span_of);
     default:
       for (int c = 0; c < nv; c += 4) {
         const int col = c * attn_tiles::kLanes;
-        attn_pv_nv<4>(o + col, ldo, p, ldp, v + col, ldv, rows, keys_of);
+        attn_pv_nv<4, Acc, TransP>(o + col, ldo, p, ldp, v + col, ldv, rows, span_of);
       }
   }
 }

@@ -9,9 +9,11 @@
 // region). S = scale * Q K^T is written straight into att, the softmax runs over the visible keys
 // only (causal masking by loop bounds; masked entries are set to 0 and never exponentiated), then
 // O = P V. The forward is parallel over (b, head, block of query rows), a causal block multiplying
-// only the keys its last row sees. The backward runs the same blocks with one (Tq, Tk) scratch per
-// thread for dS, parallel over (b, kv head): the query heads of one GQA group share a task, so
-// dk/dv accumulate across the group (and the blocks) without races.
+// only the keys its last row sees. The backward is parallel over (b, kv head), with one (Tq, Tk)
+// scratch per thread for dS: the query heads of one GQA group share a task, so dk/dv accumulate
+// across the group without races. In fp32 from kAttnTileMinRows rows on its four products are the
+// same register tiles (attn_backward_tiles; dV and dK read P and dS transposed in place), otherwise
+// gemm()s over the forward's blocks of rows.
 // Numerics: softmax subtracts the row max; exp is exp_nonpos (cpu_common.h). With
 // AttnProducts::Bf16Inputs (training at --precision bf16, as PyTorch's CPU autocast and our CUDA
 // backend do) the four kinds of products round their inputs to bf16 and sum in fp32
@@ -26,6 +28,7 @@
 #include <cstddef>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #include "kernels/backend.h"
 #include "kernels/base/assert.h"
@@ -176,7 +179,9 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
         attn_qk(a + size_t(i0) * s.Tk, s.Tk, q + qi, x.ldq, kt + (size_t(b) * s.NKV + kh) * attn_kt_floats(s.Tk, s.HS),
                 i1 - i0, s.HS, scale, keys_of);
         attn_softmax_rows(a, s, i0, i1, 1.0f);
-        attn_pv(out + qi, x.ldq, a + size_t(i0) * s.Tk, s.Tk, v + x.kv_off, x.ldkv, i1 - i0, s.HS, keys_of);
+        attn_pv(out + qi, x.ldq, a + size_t(i0) * s.Tk, s.Tk, v + x.kv_off, x.ldkv, i1 - i0, s.HS, [&](int, int last) {
+          return std::pair{0, keys_of(last)};
+        });
         continue;
       }
     }
@@ -205,6 +210,44 @@ void attn_softmax_backward_rows(T* dp, const T* a, const AttnShape& s, int i0, i
   }
 }
 
+// The fp32 backward of one (b, kv head) on the register tiles (attn_tiles_fp32.h), from
+// kAttnTileMinRows query rows on: dP = dO V^T from a transposed V, dS with the 1/sqrt(HS) scale
+// folded in (softmax backward), dQ = dS K, then dV += P^T dO and dK += dS^T Q reading P and dS
+// transposed in place, each key row summing only over the query rows that see it. The first head
+// of the GQA group writes dk and dv, the others add to them. Scratch: per-thread slots 2 and 4.
+inline void attn_backward_tiles(float* dq, float* dk, float* dv, const float* dout, const float* att, const float* q,
+                                const float* k, const float* v, const AttnShape& s, int b, int kh) {
+  const int group = s.NH / s.NKV;
+  const float scale = 1.0f / std::sqrt(float(s.HS));
+  const AttnHead kv = attn_head(s, b, kh * group, s.Tk);
+  float* vt = thread_scratch<float, 4>(attn_kt_floats(s.Tk, s.HS));
+  float* ds = thread_scratch<float, 2>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
+  for (int t = 0; t * attn_tiles::kKeyTile < s.Tk; ++t)
+    attn_transpose_key_tile(vt, v + kv.kv_off, kv.ldkv, s.Tk, s.HS, t);
+  const auto keys_of = [&](int i) { return attn_visible(s, i); };
+  const auto keys_seen = [&](int, int last) { return std::pair{0, keys_of(last)}; };
+  // Key rows from j0 on are seen by query rows from j0 - q_pos0 on (all rows when not causal).
+  const auto rows_seeing = [&](int j0, int) {
+    return std::pair{s.causal ? std::clamp(j0 - s.q_pos0, 0, s.Tq) : 0, s.Tq};
+  };
+  for (int h = kh * group; h < (kh + 1) * group; ++h) {
+    const AttnHead x = attn_head(s, b, h, s.Tk);
+    const float* p = att + x.att_off;
+    attn_qk(ds, s.Tk, dout + x.q_off, x.ldq, vt, s.Tq, s.HS, 1.0f, keys_of);
+    attn_softmax_backward_rows(ds, p, s, 0, s.Tq, scale);
+    attn_pv(dq + x.q_off, x.ldq, ds, s.Tk, k + kv.kv_off, kv.ldkv, s.Tq, s.HS, keys_seen);
+    // dV (+)= P^T dO, dK (+)= dS^T Q: P and dS read transposed in place.
+    const auto add_transposed = [&](float* out, const float* a, const float* by_rows) {
+      if (h == kh * group)
+        attn_pv<false, true>(out + kv.kv_off, kv.ldkv, a, s.Tk, by_rows + x.q_off, x.ldq, s.Tk, s.HS, rows_seeing);
+      else
+        attn_pv<true, true>(out + kv.kv_off, kv.ldkv, a, s.Tk, by_rows + x.q_off, x.ldq, s.Tk, s.HS, rows_seeing);
+    };
+    add_transposed(dv, p, dout);
+    add_transposed(dk, ds, q);
+  }
+}
+
 // dq (B, Tq, NH, HS), dk, dv (B, Tk, NKV, HS) overwritten; requires Tk_cap == Tk.
 template <class T>
 void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const T* q, const T* k, const T* v,
@@ -218,7 +261,12 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
   // The forward's blocks of query rows: a causal block's products use only the keys its last row
   // sees. dk and dv sum over the group's heads and the blocks: zeroed, then accumulated.
   const int rows = attn_block_rows(s);
+  const bool tiles =
+      std::is_same_v<T, float> && by == AttnProducts::Fp32 && s.Tq >= kAttnTileMinRows && attn_tiles_fit(s.HS);
   attn_for_each_kv_head(s, [&](int b, int kh) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (tiles) return attn_backward_tiles(dq, dk, dv, dout, att, q, k, v, s, b, kh);
+    }
     // Slot 2: gemm_bf16_inputs rounds into slots 0 and 1.
     T* ds = thread_scratch<T, 2>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
     const AttnHead kv = attn_head(s, b, kh * group, s.Tk);
