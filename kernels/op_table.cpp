@@ -996,6 +996,10 @@ std::vector<OpRow> build_table() {
   attn_sizes.push_back(attn(1, 3, 1, 48, 50, 50, 50, 0, true));
   attn_sizes.push_back(attn(2, 2, 2, 16, 17, 17, 17, 0, false));
   attn_fwd_sizes.push_back(attn(2, 4, 1, 32, 1, 70, 80, 69, true));  // decode: 10 cache rows beyond Tk
+  // One task per (b, kv head) from kAttnKvTasksPerThread of them per thread (on 2 threads): a batch
+  // of short sequences, and prompts continuing a cache.
+  attn_fwd_sizes.push_back(attn(8, 4, 2, 32, 65, 65, 65, 0, true));
+  attn_fwd_sizes.push_back(attn(4, 6, 2, 64, 40, 70, 80, 30, true));
   // The fp32 register tiles (kernels/cpu/attn_tiles_fp32.h): a prompt continuing a cache, and the
   // head widths of one and of eight vectors.
   attn_fwd_sizes.push_back(attn(2, 6, 2, 64, 40, 70, 80, 30, true));

@@ -528,7 +528,7 @@ TEST_F(CpuBackendTest, AttentionTilesGiveTheSameBitsForAnySplitOfThePrompt) {
 TEST_F(CpuBackendTest, AttentionBackwardTilesMatchDoubleAndDoNotDependOnThreads) {
   for (const int HS : {16, 32, 48, 64, 128}) {
     if (!cpu::attn_tiles_fit(HS)) continue;
-    for (const auto [Tq, Tk, q_pos0, causal] : {std::tuple{70, 70, 0, true}, {40, 70, 30, true}, {33, 50, 0, false}}) {
+    for (const auto& [Tq, Tk, q_pos0, causal] : {std::tuple{70, 70, 0, true}, {40, 70, 30, true}, {33, 50, 0, false}}) {
       SCOPED_TRACE("HS " + std::to_string(HS) + " Tq " + std::to_string(Tq) + " q_pos0 " + std::to_string(q_pos0));
       const AttnShape s = attn_shape(2, 6, 2, HS, Tq, Tk, Tk, q_pos0, causal);
       const size_t nq = size_t(s.B) * Tq * s.NH * HS, nk = size_t(s.B) * Tk * s.NKV * HS;

@@ -9,7 +9,8 @@
 // region). S = scale * Q K^T is written straight into att, the softmax runs over the visible keys
 // only (causal masking by loop bounds; masked entries are set to 0 and never exponentiated), then
 // O = P V. The forward is parallel over (b, head, block of query rows), a causal block multiplying
-// only the keys its last row sees. The backward is parallel over (b, kv head), with one (Tq, Tk)
+// only the keys its last row sees; in fp32 on a training batch (kAttnKvTasksPerThread) over
+// (b, kv head) instead, each task transposing its own K. The backward is parallel over (b, kv head), with one (Tq, Tk)
 // scratch per thread for dS: the query heads of one GQA group share a task, so dk/dv accumulate
 // across the group without races. In fp32 from kAttnTileMinRows rows on its four products are the
 // same register tiles (attn_backward_tiles; dV and dK read P and dS transposed in place), otherwise
@@ -126,6 +127,18 @@ inline int attn_block_rows(const AttnShape& s) {
 // first would cost as much as the product.
 constexpr int kAttnTileMinRows = 16;
 
+// Whether the fp32 register tiles take these products (else gemm()).
+inline bool attn_tiles_apply(const AttnShape& s, AttnProducts by) {
+  return by == AttnProducts::Fp32 && s.Tq >= kAttnTileMinRows && attn_tiles_fit(s.HS);
+}
+
+// From this many (b, kv head) pairs per thread (training on a batch of short sequences) the fp32
+// forward's tasks are (b, kv head), each transposing its own K into the thread's scratch, where
+// its tiles then find it. A pre-pass over the small preset's batch wrote 3 MB of K^T that the
+// tasks read back from memory: the tiles' load of K^T held a quarter of their samples. Below it
+// (a prompt: one sequence, 3 kv heads) the tasks are (b, head, block of rows) on a pre-pass.
+constexpr int kAttnKvTasksPerThread = 4;
+
 // The keys of every (b, kv head) transposed for the tiles, in the calling thread's scratch:
 // attn_kt_floats(Tk, HS) per (b, kv head). Null when the tiles do not apply (then the products
 // are gemm()s).
@@ -134,7 +147,7 @@ const float* attn_transposed_keys(const T* k, const AttnShape& s, AttnProducts b
   if constexpr (!std::is_same_v<T, float>) {
     return nullptr;
   } else {
-    if (by != AttnProducts::Fp32 || s.Tq < kAttnTileMinRows || !attn_tiles_fit(s.HS)) return nullptr;
+    if (!attn_tiles_apply(s, by)) return nullptr;
     const size_t per_head = attn_kt_floats(s.Tk, s.HS);
     const int tiles = int(per_head / (size_t(s.HS) * attn_tiles::kKeyTile));
     float* kt = thread_scratch<float, 3>(size_t(s.B) * s.NKV * per_head);
@@ -151,12 +164,45 @@ const float* attn_transposed_keys(const T* k, const AttnShape& s, AttnProducts b
   }
 }
 
+// Rows [i0, i1) of one (b, head h) on the tiles: S into att, the softmax, O into out; kt: the
+// head's keys transposed (attn_transpose_key_tile).
+inline void attn_forward_tiles_rows(float* out, float* att, const float* q, const float* kt, const float* v,
+                                    const AttnShape& s, int b, int h, int i0, int i1) {
+  const AttnHead x = attn_head(s, b, h, s.Tk_cap);
+  float* a = att + x.att_off;  // (Tq, Tk)
+  const size_t qi = x.q_off + size_t(i0) * x.ldq;
+  const auto keys_of = [&](int r) { return attn_visible(s, i0 + r); };
+  attn_qk(a + size_t(i0) * s.Tk, s.Tk, q + qi, x.ldq, kt, i1 - i0, s.HS, 1.0f / std::sqrt(float(s.HS)), keys_of);
+  attn_softmax_rows(a, s, i0, i1, 1.0f);
+  attn_pv(out + qi, x.ldq, a + size_t(i0) * s.Tk, s.Tk, v + x.kv_off, x.ldkv, i1 - i0, s.HS, [&](int, int last) {
+    return std::pair{0, keys_of(last)};
+  });
+}
+
+// The fp32 forward with one task per (b, kv head) (kAttnKvTasksPerThread): K transposed into the
+// thread's scratch (slot 4), then every head of the group, all rows at once.
+inline void attn_forward_per_kv_head(float* out, float* att, const float* q, const float* k, const float* v,
+                                     const AttnShape& s) {
+  const int group = s.NH / s.NKV;
+  attn_for_each_kv_head(s, [&](int b, int kh) {
+    float* kt = thread_scratch<float, 4>(attn_kt_floats(s.Tk, s.HS));
+    const AttnHead kv = attn_head(s, b, kh * group, s.Tk_cap);
+    for (int t = 0; t * attn_tiles::kKeyTile < s.Tk; ++t)
+      attn_transpose_key_tile(kt, k + kv.kv_off, kv.ldkv, s.Tk, s.HS, t);
+    for (int h = kh * group; h < (kh + 1) * group; ++h) attn_forward_tiles_rows(out, att, q, kt, v, s, b, h, 0, s.Tq);
+  });
+}
+
 // out (B, Tq, NH, HS), att (B, NH, Tq, Tk); q (B, Tq, NH, HS); k, v (B, Tk_cap, NKV, HS)
 template <class T>
 void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const AttnShape& s,
                        AttnProducts by = AttnProducts::Fp32) {
   FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk <= s.Tk_cap, "attention: NH %d NKV %d Tk %d Tk_cap %d",
             s.NH, s.NKV, s.Tk, s.Tk_cap);
+  if constexpr (std::is_same_v<T, float>) {
+    if (attn_tiles_apply(s, by) && s.B * s.NKV >= kAttnKvTasksPerThread * omp_get_max_threads())
+      return attn_forward_per_kv_head(out, att, q, k, v, s);
+  }
   const T scale = T(1) / std::sqrt(T(s.HS));
   const bool bf16 = by == AttnProducts::Bf16Inputs;
   const int rows = attn_block_rows(s), blocks = (s.Tq + rows - 1) / rows;
@@ -175,13 +221,8 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
     if constexpr (std::is_same_v<T, float>) {
       if (kt != nullptr) {
         const int kh = h / (s.NH / s.NKV);
-        const auto keys_of = [&](int r) { return attn_visible(s, i0 + r); };
-        attn_qk(a + size_t(i0) * s.Tk, s.Tk, q + qi, x.ldq, kt + (size_t(b) * s.NKV + kh) * attn_kt_floats(s.Tk, s.HS),
-                i1 - i0, s.HS, scale, keys_of);
-        attn_softmax_rows(a, s, i0, i1, 1.0f);
-        attn_pv(out + qi, x.ldq, a + size_t(i0) * s.Tk, s.Tk, v + x.kv_off, x.ldkv, i1 - i0, s.HS, [&](int, int last) {
-          return std::pair{0, keys_of(last)};
-        });
+        attn_forward_tiles_rows(out, att, q, kt + (size_t(b) * s.NKV + kh) * attn_kt_floats(s.Tk, s.HS), v, s, b, h, i0,
+                                i1);
         continue;
       }
     }
@@ -261,8 +302,7 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
   // The forward's blocks of query rows: a causal block's products use only the keys its last row
   // sees. dk and dv sum over the group's heads and the blocks: zeroed, then accumulated.
   const int rows = attn_block_rows(s);
-  const bool tiles =
-      std::is_same_v<T, float> && by == AttnProducts::Fp32 && s.Tq >= kAttnTileMinRows && attn_tiles_fit(s.HS);
+  const bool tiles = std::is_same_v<T, float> && attn_tiles_apply(s, by);
   attn_for_each_kv_head(s, [&](int b, int kh) {
     if constexpr (std::is_same_v<T, float>) {
       if (tiles) return attn_backward_tiles(dq, dk, dv, dout, att, q, k, v, s, b, kh);
