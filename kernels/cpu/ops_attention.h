@@ -10,11 +10,11 @@
 // only (causal masking by loop bounds; masked entries are set to 0 and never exponentiated), then
 // O = P V. The forward is parallel over (b, head, block of query rows), a causal block multiplying
 // only the keys its last row sees; in fp32 on a training batch (kAttnKvTasksPerThread) over
-// (b, kv head) instead, each task transposing its own K. The backward is parallel over (b, kv head), with one (Tq, Tk)
-// scratch per thread for dS: the query heads of one GQA group share a task, so dk/dv accumulate
-// across the group without races. In fp32 from kAttnTileMinRows rows on its four products are the
-// same register tiles (attn_backward_tiles; dV and dK read P and dS transposed in place), otherwise
-// gemm()s over the forward's blocks of rows.
+// (b, kv head) instead, each task transposing its own K. The backward is parallel over
+// (b, kv head), with one (Tq, Tk) scratch per thread for dS: the query heads of one GQA group
+// share a task, so dk/dv accumulate across the group without races. In fp32 from
+// kAttnTileMinRows rows on its four products are the same register tiles (attn_backward_tiles; dV
+// and dK read P and dS transposed in place), otherwise gemm()s over the forward's blocks of rows.
 // Numerics: softmax subtracts the row max; exp is exp_nonpos (cpu_common.h). With
 // AttnProducts::Bf16Inputs (training at --precision bf16, as PyTorch's CPU autocast and our CUDA
 // backend do) the four kinds of products round their inputs to bf16 and sum in fp32
