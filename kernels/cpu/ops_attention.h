@@ -164,6 +164,16 @@ const float* attn_transposed_keys(const T* k, const AttnShape& s, AttnProducts b
   }
 }
 
+// The keys of one (b, kv head), or in the backward its values, transposed for the tiles
+// (attn_transpose_key_tile) into the calling thread's scratch, slot 4; src: the head's first row,
+// row stride ldkv, s.Tk rows.
+inline const float* attn_transposed_head(const float* src, int ldkv, const AttnShape& s) {
+  float* t = thread_scratch<float, 4>(attn_kt_floats(s.Tk, s.HS));
+  for (int tile = 0; tile * attn_tiles::kKeyTile < s.Tk; ++tile)
+    attn_transpose_key_tile(t, src, ldkv, s.Tk, s.HS, tile);
+  return t;
+}
+
 // Rows [i0, i1) of one (b, head h) on the tiles: S into att, the softmax, O into out; kt: the
 // head's keys transposed (attn_transpose_key_tile).
 inline void attn_forward_tiles_rows(float* out, float* att, const float* q, const float* kt, const float* v,
@@ -180,15 +190,13 @@ inline void attn_forward_tiles_rows(float* out, float* att, const float* q, cons
 }
 
 // The fp32 forward with one task per (b, kv head) (kAttnKvTasksPerThread): K transposed into the
-// thread's scratch (slot 4), then every head of the group, all rows at once.
+// thread's scratch (attn_transposed_head), then every head of the group, all rows at once.
 inline void attn_forward_per_kv_head(float* out, float* att, const float* q, const float* k, const float* v,
                                      const AttnShape& s) {
   const int group = s.NH / s.NKV;
   attn_for_each_kv_head(s, [&](int b, int kh) {
-    float* kt = thread_scratch<float, 4>(attn_kt_floats(s.Tk, s.HS));
     const AttnHead kv = attn_head(s, b, kh * group, s.Tk_cap);
-    for (int t = 0; t * attn_tiles::kKeyTile < s.Tk; ++t)
-      attn_transpose_key_tile(kt, k + kv.kv_off, kv.ldkv, s.Tk, s.HS, t);
+    const float* kt = attn_transposed_head(k + kv.kv_off, kv.ldkv, s);
     for (int h = kh * group; h < (kh + 1) * group; ++h) attn_forward_tiles_rows(out, att, q, kt, v, s, b, h, 0, s.Tq);
   });
 }
@@ -261,10 +269,8 @@ inline void attn_backward_tiles(float* dq, float* dk, float* dv, const float* do
   const int group = s.NH / s.NKV;
   const float scale = 1.0f / std::sqrt(float(s.HS));
   const AttnHead kv = attn_head(s, b, kh * group, s.Tk);
-  float* vt = thread_scratch<float, 4>(attn_kt_floats(s.Tk, s.HS));
+  const float* vt = attn_transposed_head(v + kv.kv_off, kv.ldkv, s);
   float* ds = thread_scratch<float, 2>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
-  for (int t = 0; t * attn_tiles::kKeyTile < s.Tk; ++t)
-    attn_transpose_key_tile(vt, v + kv.kv_off, kv.ldkv, s.Tk, s.HS, t);
   const auto keys_of = [&](int i) { return attn_visible(s, i); };
   const auto keys_seen = [&](int, int last) { return std::pair{0, keys_of(last)}; };
   // Key rows from j0 on are seen by query rows from j0 - q_pos0 on (all rows when not causal).
