@@ -34,6 +34,11 @@ void add_bench_options(CLI::App& app, BenchArgs& a) {
        "With --processes, on the CPU or with NCCL: gradient buckets overlapped with the backward (0: after it)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  c->add_option("--gemm-peak-seconds", a.gemm_peak_seconds,
+                "On the CPU: after the steps, the machine's GEMM peak at the step's precision measured this long "
+                "(0: not measured)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
 
   auto* ops = bench->add_subcommand("ops", "Each op of a training step timed alone: time per call, share of the step");
   ops->callback([&a] { a.command = "ops"; });

@@ -1,6 +1,7 @@
 // ftx bench train: training throughput of one configuration (a preset, optionally reshaped) as
 // JSON: median step time over timed steps after warm-up, peak memory, and model FLOP/s with the
-// model FLOPs utilization when the GPU's peak is known (core/model/flops.h).
+// model FLOPs utilization when the GPU's peak is known, or on the CPU as a fraction of the GEMM
+// peak measured after the steps (core/model/flops.h).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -17,10 +18,11 @@ namespace {
 using nlohmann::json;
 
 // In a job of P processes, besides: tokens/s per process, and the share of the step spent in the
-// collectives (waits for a slower rank included), with how the gradients travel.
+// collectives (waits for a slower rank included), with how the gradients travel. gemm_peak: the
+// CPU's, measured (none on a GPU, in a job, or with --gemm-peak-seconds 0).
 json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const BatchSource& data,
-                  const std::vector<double>& secs, const Comm& comm, double collective_s,
-                  const std::string& gradients) {
+                  const std::vector<double>& secs, const Comm& comm, double collective_s, const std::string& gradients,
+                  const std::optional<GemmPeak>& gemm_peak) {
   const ModelConfig& m = trainer.model_config();
   const int T = data.seq_len() - 1;
   const double med = median(secs), tokens_per_s = double(a.batch) * T / med;
@@ -42,6 +44,10 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
             {"model_tflops", tflops},
             {"peak_tflops", peak ? json(*peak) : json(nullptr)},
             {"mfu", peak ? json(tflops / *peak) : json(nullptr)},
+            // The CPU: the model TFLOP/s against the GEMM peak this machine reached at this precision
+            {"gemm_peak_tflops", gemm_peak ? json(gemm_peak->tflops) : json(nullptr)},
+            {"gemm_peak_shape", gemm_peak ? json({gemm_peak->N, gemm_peak->IC, gemm_peak->OC}) : json(nullptr)},
+            {"fraction_of_gemm_peak", gemm_peak ? json(tflops / gemm_peak->tflops) : json(nullptr)},
             {"flops_convention", kFlopsConvention},
             // Step graphs recorded and replayed (CUDA; 0 and 0 on the CPU, or with FTX_CUDA_GRAPHS=0)
             {"graph_captures", be.graph_stats().captures},
@@ -77,9 +83,13 @@ int bench_as_rank(const BenchArgs& a, Comm& comm) {
   const double before = (*trainer)->collective_seconds();
   const auto secs = time_train_steps(*backend, **trainer, *setup->data, 0, a.steps);
   const double collective_s = (*trainer)->collective_seconds() - before;
-  std::printf(
-      "%s\n",
-      train_report(a, *backend, **trainer, *setup->data, secs, comm, collective_s, gradients->text).dump(2).c_str());
+  std::optional<GemmPeak> gemm_peak;
+  if (backend->kind() == DeviceKind::Cpu && comm.size() == 1 && a.gemm_peak_seconds > 0)
+    gemm_peak = measure_gemm_peak(*backend, a.gemm_peak_seconds);
+  std::printf("%s\n",
+              train_report(a, *backend, **trainer, *setup->data, secs, comm, collective_s, gradients->text, gemm_peak)
+                  .dump(2)
+                  .c_str());
   return 0;
 }
 

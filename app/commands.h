@@ -125,10 +125,11 @@ struct BenchArgs {
   std::string device = "cpu";
   std::string precision;  // fp32 | tf32 | bf16; empty: the backend's default
   int batch = 64, warmup = 5, steps = 20;
-  int processes = 1;      // bench train --processes: a data-parallel job of this many (app/job.h)
-  double bucket_mb = 25;  // bench train --bucket-mb (core/train/trainer.h, DataParallelOptions)
-  int ops_reps = 20;      // bench ops: timed calls per op
-  struct Mapper {         // binary_mapper_backward against the GEMM of the same shape
+  int processes = 1;               // bench train --processes: a data-parallel job of this many (app/job.h)
+  double bucket_mb = 25;           // bench train --bucket-mb (core/train/trainer.h, DataParallelOptions)
+  double gemm_peak_seconds = 0.5;  // bench train on the CPU: the GEMM peak measured this long (0: not)
+  int ops_reps = 20;               // bench ops: timed calls per op
+  struct Mapper {                  // binary_mapper_backward against the GEMM of the same shape
     std::string device = "cpu", precision;
     int tokens = 8192, dim = 768, latent_bits = 16, warmup = 3, steps = 10;
   } mapper;

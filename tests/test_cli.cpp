@@ -603,6 +603,22 @@ TEST_F(CliBench, TrainOnTheSyntheticTaskReportsThroughputAndModelFlops) {
   EXPECT_TRUE(j["flops_convention"].is_string());
   const double want = j["model_flops_per_token"].get<double>() * j["tokens_per_s"].get<double>() / 1e12;
   EXPECT_NEAR(j["model_tflops"].get<double>(), want, kTflopsRelTol * want);
+  // The CPU's GEMM peak, measured after the steps: the product it timed, and the step's model
+  // TFLOP/s as a fraction of it (the tiny preset's step, at batch 2, is far below its products' best).
+  EXPECT_EQ(j["gemm_peak_shape"], json({2048, 1024, 1024}));
+  const double peak = j["gemm_peak_tflops"].get<double>();
+  EXPECT_GT(peak, j["model_tflops"].get<double>());
+  EXPECT_NEAR(j["fraction_of_gemm_peak"].get<double>(), j["model_tflops"].get<double>() / peak, 1e-12);
+}
+
+// --gemm-peak-seconds 0 leaves the GEMM peak out (null, not zero); a negative time is refused.
+TEST_F(CliBench, TrainWithoutTheGemmPeakReportsNone) {
+  const json j = bench_json(
+      {"train", "--preset", "tiny", "--batch", "2", "--warmup", "0", "--steps", "1", "--gemm-peak-seconds", "0"});
+  ASSERT_TRUE(j.is_object()) << j;
+  for (const char* k : {"gemm_peak_tflops", "gemm_peak_shape", "fraction_of_gemm_peak"})
+    EXPECT_TRUE(j[k].is_null()) << k;
+  expect_refused({"train", "--preset", "tiny", "--gemm-peak-seconds", "-1"}, {"--gemm-peak-seconds"});
 }
 
 // The report names the kernels: the CPU path and OpenBLAS's core. ftx restarts itself with the

@@ -1,6 +1,11 @@
 #include "core/model/flops.h"
 
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
 #include <string>
+#include <vector>
 
 namespace ftx {
 
@@ -74,6 +79,39 @@ std::optional<double> peak_tflops(const Backend& be, MatmulPrecision p) {
     if (name.find(r.name_part) != std::string::npos)
       return p == MatmulPrecision::Fp32 ? r.fp32 : p == MatmulPrecision::Tf32 ? r.tf32 : r.bf16;
   return std::nullopt;
+}
+
+GemmPeak measure_gemm_peak(Backend& be, double min_seconds) {
+  // 2048 x 1024 x 1024 (4.3 GFLOP, 40-80 ms by sgemm on 2 cores): sgemm's best on 2 cores of an
+  // Ice Lake Xeon within the noise of larger products (docs/performance.md, "CPU speed, sixth pass").
+  GemmPeak g;
+  g.N = 2048, g.IC = 1024, g.OC = 1024;
+  const size_t in_n = size_t(g.N) * g.IC, w_n = size_t(g.OC) * g.IC, out_n = size_t(g.N) * g.OC;
+  std::vector<float> host(std::max(in_n, w_n));
+  for (size_t i = 0; i < host.size(); ++i) host[i] = float(int(i % 61) - 30) / 64.0f;  // exact in bf16
+  float* inp = static_cast<float*>(be.alloc(in_n * sizeof(float)));
+  float* w = static_cast<float*>(be.alloc(w_n * sizeof(float)));
+  float* out = static_cast<float*>(be.alloc(out_n * sizeof(float)));
+  be.upload(inp, host.data(), in_n * sizeof(float));
+  be.upload(w, host.data(), w_n * sizeof(float));
+  const WeightRef wr{w, DType::F32};
+  be.matmul_forward(out, inp, wr, g.N, g.IC, g.OC, false);  // untimed: scratch, pages, caches
+  be.synchronize();
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  double fastest = std::numeric_limits<double>::infinity();
+  do {
+    const auto t0 = Clock::now();
+    be.matmul_forward(out, inp, wr, g.N, g.IC, g.OC, false);
+    be.synchronize();
+    fastest = std::min(fastest, std::chrono::duration<double>(Clock::now() - t0).count());
+    ++g.calls;
+  } while (g.calls < 3 || std::chrono::duration<double>(Clock::now() - start).count() < min_seconds);
+  be.release(out);
+  be.release(w);
+  be.release(inp);
+  g.tflops = 2.0 * g.N * g.IC * g.OC / fastest / 1e12;
+  return g;
 }
 
 }  // namespace ftx

@@ -1,6 +1,7 @@
 // What a training step costs and what the hardware can do: the model FLOPs of one predicted token
-// (the numerator of model FLOPs utilization) and the dense peak of the GPUs we know. `ftx bench`
-// reports both; a GPU not in the table has no peak (no utilization is claimed).
+// (the numerator of model FLOPs utilization), the dense peak of the GPUs we know, and the GEMM
+// peak a machine reaches, measured. `ftx bench` reports them; a GPU not in the table has no peak
+// (no utilization is claimed).
 #pragma once
 #include <optional>
 
@@ -33,6 +34,19 @@ double decode_flops_per_token(const ModelConfig& c, int len, double routed_share
 inline constexpr const char* kFlopsConvention =
     "PaLM: 6 x GEMM weights + 12 x L_att x T x D_att (+ mapper backward 2 x 2^H x (D + H)) per token; a routed "
     "block computing a share f of the tokens: f x its GEMMs + f^2 x its attention + its router";
+
+// The GEMM peak this machine reaches, measured: one Linear product (the backend's matmul_forward
+// at its current precision: sgemm at fp32; on the CPU at bf16 the tiles or the rounding path that
+// FTX_CPU_ISA picks) of a shape large enough for its best speed, timed call after call for about
+// min_seconds (at least 3 calls after one untimed), the fastest counting. `ftx bench train` on the
+// CPU divides its model TFLOP/s by it: no datasheet says what two cores of a VM reach, and the
+// headroom of a step is measured against what its own products could do.
+struct GemmPeak {
+  double tflops = 0;          // 2 N IC OC / the fastest call, in TFLOP/s
+  int N = 0, IC = 0, OC = 0;  // out (N, OC) = inp (N, IC) @ w (OC, IC)^T
+  int calls = 0;              // timed calls
+};
+GemmPeak measure_gemm_peak(Backend& be, double min_seconds);
 
 // Dense peak TFLOP/s of the backend's device at precision p (no sparsity: half the datasheets'
 // starred figures), by the CUDA device name (NVIDIA H100, H200 and A100 datasheets). None for the
