@@ -115,10 +115,10 @@ void rope_rotate(T* x, int B, int Tn, int nh, int HS, int pos0, const int32_t* p
     for (int64_t r = 0; r < rows; ++r) turn(x + size_t(r) * token, pos[r]);
     return;
   }
+  // Tokens in memory order, each thread a contiguous range (was: positions outer, which walked
+  // the batch rows T tokens apart).
 #pragma omp parallel for schedule(static) if (go_parallel(size_t(rows) * token))
-  for (int t = 0; t < Tn; ++t) {
-    for (int b = 0; b < B; ++b) turn(x + (size_t(b) * Tn + t) * token, pos0 + t);
-  }
+  for (int64_t r = 0; r < rows; ++r) turn(x + size_t(r) * token, pos0 + int(r % Tn));
 }
 
 template <class T>
