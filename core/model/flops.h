@@ -44,7 +44,6 @@ inline constexpr const char* kFlopsConvention =
 struct GemmPeak {
   double tflops = 0;          // 2 N IC OC / the fastest call, in TFLOP/s
   int N = 0, IC = 0, OC = 0;  // out (N, OC) = inp (N, IC) @ w (OC, IC)^T
-  int calls = 0;              // timed calls
 };
 GemmPeak measure_gemm_peak(Backend& be, double min_seconds);
 
