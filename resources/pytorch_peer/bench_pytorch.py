@@ -1,7 +1,9 @@
 """The PyTorch peer of `ftx bench train`: a straightforward eager implementation of the same model
 (ft_reference.py: dense one-hot Z and dense G for the binary mapper, as docs/performance.md describes),
 timed the same way (median step time over timed steps after warm-up, AdamW, gradient clipping)
-and reported with the same JSON fields (tokens_per_s, model_flops_per_token, model_tflops, mfu).
+and reported with the same JSON fields (tokens_per_s, model_flops_per_token, model_tflops, mfu;
+on the CPU the GEMM peak this PyTorch reaches at the step's precision and the step's fraction of
+it, gemm_peak_tflops and fraction_of_gemm_peak, measured as `ftx bench train` measures its own).
 
 With --generate, the peer of `ftx bench generate`: greedy generation of --batch sequences over
 --len positions (the first token 0) the way a script without a KV cache does it, one full forward
@@ -37,6 +39,7 @@ PEAKS = [("H100 PCIe", dict(fp32=51.2, tf32=378.0, bf16=756.0)),
          ("H100 SXM", dict(fp32=66.9, tf32=494.7, bf16=989.4)),
          ("H200", dict(fp32=66.9, tf32=494.7, bf16=989.4)),
          ("A100", dict(fp32=19.5, tf32=156.0, bf16=312.0))]
+GEMM_PEAK_SHAPE = (2048, 1024, 1024)  # N, IC, OC: the product ftx bench train times
 FLOPS_CONVENTION = "PaLM: 6 x GEMM weights + 12 x L_att x T x D_att (+ mapper backward 2 x 2^H x (D + H)) per token"
 
 
@@ -64,6 +67,26 @@ def peak_tflops(device, precision):
     return None
 
 
+def gemm_peak_tflops(autocast, seconds):
+    """On the CPU, the GEMM peak this PyTorch reaches at the step's precision, measured as `ftx bench
+    train` measures its own (core/model/flops.h): one Linear product out (2048, 1024) = inp (2048,
+    1024) @ w (1024, 1024)^T under the step's autocast, the fastest call of about `seconds` (at
+    least 3, after one untimed). None with seconds 0."""
+    if seconds <= 0:
+        return None
+    n, ic, oc = GEMM_PEAK_SHAPE
+    inp, w = torch.randn(n, ic), torch.randn(oc, ic)
+    best, spent, calls = float("inf"), 0.0, 0
+    with torch.no_grad(), autocast:
+        F.linear(inp, w)
+        while calls < 3 or spent < seconds:
+            t0 = time.perf_counter()
+            F.linear(inp, w)
+            dt = time.perf_counter() - t0
+            best, spent, calls = min(best, dt), spent + dt, calls + 1
+    return 2.0 * n * ic * oc / best / 1e12
+
+
 def parse_args():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
@@ -81,6 +104,9 @@ def parse_args():
     ap.add_argument("--warmup", type=int, default=None, help="untimed steps or runs (default 5, --generate 1)")
     ap.add_argument("--steps", type=int, default=None, help="timed steps or runs (default 20, --generate 3)")
     ap.add_argument("--threads", type=int, default=2, help="CPU threads")
+    ap.add_argument("--gemm-peak-seconds", type=float, default=0.5,
+                    help="on the CPU: after the steps, the GEMM peak at the step's precision measured this long "
+                         "(0: not measured)")
     ap.add_argument("--generate", action="store_true",
                     help="time greedy generation without a KV cache instead of training")
     ap.add_argument("--len", type=int, default=SYNTHETIC_T + 1,
@@ -97,6 +123,8 @@ def parse_args():
         ap.error(f"--dim {a.dim} must be a multiple of --heads {a.heads} with an even head size")
     if not 0 <= a.latent_bits <= 20 or (a.latent_bits > 0 and a.layers < 2):
         ap.error("--latent-bits must be in 0..20, and a Free Transformer needs --layers >= 2")
+    if a.gemm_peak_seconds < 0:
+        ap.error("--gemm-peak-seconds must be >= 0")
     if min(a.layers, a.ffn, a.vocab, a.seq_len, a.batch, a.steps, a.len) <= 0 or a.warmup < 0:
         ap.error("shapes, --batch, --len and --steps must be positive")
     return a
@@ -205,6 +233,7 @@ def main():
     flops = flops_per_token(a.layers, a.dim, a.heads, a.ffn, a.vocab, a.latent_bits, T)
     tflops = flops * tokens_per_s / 1e12
     peak = peak_tflops(a.device, a.precision)
+    gemm_peak = None if cuda else gemm_peak_tflops(autocast, a.gemm_peak_seconds)
     print(json.dumps({"impl": "pytorch-eager", "torch": torch.__version__,
                       "device": torch.cuda.get_device_name() if cuda else "cpu",
                       "threads": a.threads, "precision": a.precision,
@@ -214,7 +243,10 @@ def main():
                       "batch": a.batch, "seq_len": T, "tokens_per_step": a.batch * T, "timed_steps": a.steps,
                       "step_ms_median": med * 1e3, "step_ms_min": min(times) * 1e3, "tokens_per_s": tokens_per_s,
                       "model_flops_per_token": flops, "model_tflops": tflops, "peak_tflops": peak,
-                      "mfu": tflops / peak if peak else None, "flops_convention": FLOPS_CONVENTION,
+                      "mfu": tflops / peak if peak else None,
+                      "gemm_peak_tflops": gemm_peak, "gemm_peak_shape": list(GEMM_PEAK_SHAPE) if gemm_peak else None,
+                      "fraction_of_gemm_peak": tflops / gemm_peak if gemm_peak else None,
+                      "flops_convention": FLOPS_CONVENTION,
                       "peak_gpu_mem_mb": torch.cuda.max_memory_allocated() / 2**20 if cuda else None}, indent=2))
 
 
