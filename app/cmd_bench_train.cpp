@@ -11,6 +11,7 @@
 #include "app/job.h"
 #include "core/model/flops.h"
 #include "core/train/trainer.h"
+#include "kernels/cpu/ops_matmul_bf16.h"
 
 namespace ftx::app {
 namespace {
@@ -48,6 +49,10 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
             {"gemm_peak_tflops", gemm_peak ? json(gemm_peak->tflops) : json(nullptr)},
             {"gemm_peak_shape", gemm_peak ? json({gemm_peak->N, gemm_peak->IC, gemm_peak->OC}) : json(nullptr)},
             {"fraction_of_gemm_peak", gemm_peak ? json(tflops / gemm_peak->tflops) : json(nullptr)},
+            // The CPU at bf16: the tiles, or the inputs rounded in software (no faster than fp32)
+            {"bf16_gemms", be.kind() == DeviceKind::Cpu && be.matmul_precision() == MatmulPrecision::Bf16
+                               ? json(cpu::bf16_inputs_engine())
+                               : json(nullptr)},
             {"flops_convention", kFlopsConvention},
             // Step graphs recorded and replayed (CUDA; 0 and 0 on the CPU, or with FTX_CUDA_GRAPHS=0)
             {"graph_captures", be.graph_stats().captures},

@@ -639,6 +639,32 @@ TEST_F(CliBench, TrainReportsItsKernelsAndKeepsTheUsersBlasCore) {
   EXPECT_EQ(bench_json(bf16)["precision"], "bf16");
 }
 
+// At bf16 on the CPU, what multiplies is said: in bench train's report (null at fp32) and in ftx
+// train's start lines. FTX_CPU_ISA=generic forces the rounding path on any CPU; the report of the
+// machine's own path names the tiles exactly when it has AMX.
+TEST_F(CliBench, TrainAtBf16SaysWhatMultiplies) {
+  const std::vector<std::string> tiny = {
+      "train", "--preset", "tiny", "--batch", "2", "--warmup", "0", "--steps", "1", "--gemm-peak-seconds", "0"};
+  std::vector<std::string> bf16 = tiny;
+  bf16.insert(bf16.end(), {"--precision", "bf16"});
+  EXPECT_TRUE(bench_json(tiny)["bf16_gemms"].is_null());
+  const std::string own = bench_json(bf16)["bf16_gemms"].get<std::string>();
+  EXPECT_EQ(own == "the AMX tiles", cpu::cpu_isa() == cpu::CpuIsa::Amx) << own;
+  ::setenv("FTX_CPU_ISA", "generic", 1);
+  const std::string rounded = bench_json(bf16)["bf16_gemms"].get<std::string>();
+  const Outcome r = ftx({"train", "--db", dir_ + "/b.db", "--run", "r", "--preset", "tiny", "--steps", "1",
+                         "--precision", "bf16", "--quiet"},
+                        dir_);
+  ::unsetenv("FTX_CPU_ISA");
+  EXPECT_NE(rounded.find("rounded to bf16 in software"), std::string::npos) << rounded;
+  EXPECT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.out.find("precision bf16, GEMMs: " + rounded + "\n"), std::string::npos) << r.out;
+  const Outcome fp32 =
+      ftx({"train", "--db", dir_ + "/f.db", "--run", "r", "--preset", "tiny", "--steps", "1", "--quiet"}, dir_);
+  EXPECT_EQ(fp32.code, 0) << describe(fp32);
+  EXPECT_EQ(fp32.out.find("precision bf16"), std::string::npos) << fp32.out;
+}
+
 // A reshaped model trains on random tokens of its own vocabulary and length. Hand count of the
 // training FLOPs per token for L = 2, D = 16, 2 query heads of 8 (D_att = 16), 1 kv head (8),
 // F = 24, V = 10, T = 8:

@@ -23,6 +23,12 @@ const float* rounded(const float* src, int rows, int cols, int ld) {
 
 }  // namespace
 
+const char* bf16_inputs_engine() {
+  return cpu_isa() == CpuIsa::Amx
+             ? "the AMX tiles"
+             : "inputs rounded to bf16 in software, then sgemm (bf16's numerics, no faster than fp32)";
+}
+
 void gemm_bf16_inputs(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                       float* C, int ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
