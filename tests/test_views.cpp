@@ -56,6 +56,8 @@
 #include "core/train/train_config.h"
 #include "datasets/registry.h"
 #include "datasets/synthetic.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops_matmul_bf16.h"
 #include "test_util.h"
 #include "views/benchmarks_view.h"
 #include "views/compute_view.h"
@@ -728,7 +730,8 @@ TEST(TrainView, TextFromAModelFileRequestsAFineTune) {
   EXPECT_TRUE(preset->isEnabled() && bits->isEnabled());
 }
 
-// The Device combo: CPU, CUDA, CUDA with bf16 GEMMs (the last two only when the build has CUDA).
+// The Device combo: CPU, CPU with bf16 GEMMs (saying whether they are faster here), CUDA, CUDA with
+// bf16 GEMMs (the last two only when the build has CUDA).
 TEST(TrainView, DeviceChoiceSetsDeviceAndPrecision) {
   TrainHarness h;
   QComboBox* device = nullptr;
@@ -736,17 +739,23 @@ TEST(TrainView, DeviceChoiceSetsDeviceAndPrecision) {
     if (c->count() > 0 && c->itemData(0).toString() == "cpu") device = c;
   QPushButton* start = button(&h.view, "Start");
   ASSERT_TRUE(device && start);
-  ASSERT_EQ(device->count(), 3);
+  ASSERT_EQ(device->count(), 4);
+  const bool tiles = ftx::cpu::cpu_isa() == ftx::cpu::CpuIsa::Amx;
+  EXPECT_EQ(device->itemText(1).contains("AMX tiles"), tiles) << device->itemText(1).toStdString();
+  EXPECT_EQ(device->itemText(1).contains("no faster than fp32"), !tiles) << device->itemText(1).toStdString();
+  EXPECT_EQ(device->itemData(1, Qt::ToolTipRole).toString(), QString("GEMMs: ") + ftx::cpu::bf16_inputs_engine());
   h.view.set_cuda_available(false);
   auto* items = qobject_cast<QStandardItemModel*>(device->model());
   ASSERT_TRUE(items);
-  EXPECT_FALSE(items->item(2)->isEnabled());
-  EXPECT_TRUE(device->itemText(2).contains("not in this build"));
+  EXPECT_TRUE(items->item(1)->isEnabled());
+  EXPECT_FALSE(items->item(3)->isEnabled());
+  EXPECT_TRUE(device->itemText(3).contains("not in this build"));
+  EXPECT_FALSE(device->itemText(1).contains("not in this build"));
   h.view.set_cuda_available(true);
-  EXPECT_TRUE(items->item(2)->isEnabled());
+  EXPECT_TRUE(items->item(3)->isEnabled());
   h.view.set_db_path("/tmp/runs.db");
-  const std::pair<const char*, const char*> expect[] = {{"cpu", ""}, {"cuda", ""}, {"cuda", "bf16"}};
-  for (int i = 0; i < 3; ++i) {
+  const std::pair<const char*, const char*> expect[] = {{"cpu", ""}, {"cpu", "bf16"}, {"cuda", ""}, {"cuda", "bf16"}};
+  for (int i = 0; i < 4; ++i) {
     device->setCurrentIndex(i);
     start->click();
     ASSERT_EQ(h.started.size(), size_t(i + 1));

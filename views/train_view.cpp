@@ -22,6 +22,8 @@
 #include "core/io/model_params.h"
 #include "core/model/kappa.h"
 #include "core/train/train_config.h"
+#include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops_matmul_bf16.h"
 
 namespace ftx {
 
@@ -174,9 +176,15 @@ QWidget* TrainView::build_form() {
   lr_ = new QLineEdit(QString::number(d.lr));
   device_ = new QComboBox;
   device_->addItem("CPU", "cpu");
+  // bf16 on the CPU: the AMX tiles where the CPU has them, else its numerics only (the item says
+  // which; the tooltip has the whole line `ftx train` prints).
+  const bool tiles = ftx::cpu::cpu_isa() == ftx::cpu::CpuIsa::Amx;
+  device_->addItem(tiles ? "CPU, bf16 GEMMs (AMX tiles)" : "CPU, bf16 GEMMs (no faster than fp32 on this CPU)", "cpu");
+  device_->setItemData(1, "bf16", kPrecisionRole);
+  device_->setItemData(1, QString("GEMMs: ") + ftx::cpu::bf16_inputs_engine(), Qt::ToolTipRole);
   device_->addItem("CUDA (not in this build)", "cuda");
   device_->addItem("CUDA, bf16 GEMMs (not in this build)", "cuda");
-  device_->setItemData(2, "bf16", kPrecisionRole);
+  device_->setItemData(3, "bf16", kPrecisionRole);
   set_cuda_available(ftx::cuda_in_build());
   name_ = new QLineEdit;
   name_->setPlaceholderText("run name (default: dataset-H-kappa-time)");
@@ -248,10 +256,10 @@ QWidget* TrainView::build_controls() {
 
 void TrainView::set_cuda_available(bool on) {
   const char* suffix = on ? "" : " (not in this build)";
-  device_->setItemText(1, QString("CUDA") + suffix);
-  device_->setItemText(2, QString("CUDA, bf16 GEMMs") + suffix);
+  device_->setItemText(2, QString("CUDA") + suffix);
+  device_->setItemText(3, QString("CUDA, bf16 GEMMs") + suffix);
   if (auto* items = qobject_cast<QStandardItemModel*>(device_->model()))
-    for (int i : {1, 2}) items->item(i)->setEnabled(on);
+    for (int i : {2, 3}) items->item(i)->setEnabled(on);
 }
 
 void TrainView::set_run_name(const QString& name) { name_->setText(name); }
