@@ -11,7 +11,6 @@
 #include "app/job.h"
 #include "core/model/flops.h"
 #include "core/train/trainer.h"
-#include "kernels/cpu/ops_matmul_bf16.h"
 
 namespace ftx::app {
 namespace {
@@ -32,6 +31,7 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
   const std::optional<double> share = m.routing.mode == RouteMode::Threshold ? measured : std::nullopt;
   const double flops = train_flops_per_token(m, T, share), tflops = flops * tokens_per_s / 1e12;
   const std::optional<double> peak = peak_tflops(be, be.matmul_precision());
+  const char* bf16_engine = cpu_bf16_engine(be);  // the CPU at bf16: the tiles or software rounding
   json j = common_report(a, be, m, trainer.model().num_params());
   j.update({{"data", data.name()},
             {"seq_len", T},
@@ -49,10 +49,7 @@ json train_report(const BenchArgs& a, Backend& be, Trainer& trainer, const Batch
             {"gemm_peak_tflops", gemm_peak ? json(gemm_peak->tflops) : json(nullptr)},
             {"gemm_peak_shape", gemm_peak ? json({gemm_peak->N, gemm_peak->IC, gemm_peak->OC}) : json(nullptr)},
             {"fraction_of_gemm_peak", gemm_peak ? json(tflops / gemm_peak->tflops) : json(nullptr)},
-            // The CPU at bf16: the tiles, or the inputs rounded in software (no faster than fp32)
-            {"bf16_gemms", be.kind() == DeviceKind::Cpu && be.matmul_precision() == MatmulPrecision::Bf16
-                               ? json(cpu::bf16_inputs_engine())
-                               : json(nullptr)},
+            {"bf16_gemms", bf16_engine ? json(bf16_engine) : json(nullptr)},
             {"flops_convention", kFlopsConvention},
             // Step graphs recorded and replayed (CUDA; 0 and 0 on the CPU, or with FTX_CUDA_GRAPHS=0)
             {"graph_captures", be.graph_stats().captures},

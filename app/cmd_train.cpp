@@ -16,7 +16,6 @@
 #include "core/train/run_start.h"
 #include "core/train/trainer.h"
 #include "datasets/registry.h"
-#include "kernels/cpu/ops_matmul_bf16.h"
 
 namespace ftx::app {
 namespace {
@@ -174,8 +173,7 @@ int train_as_rank(TrainArgs& a, Comm& comm) {
   if (comm.size() > 1)
     std::printf("data-parallel: %d processes (%s), %d of the %d sequences of each batch per process; gradients: %s\n",
                 comm.size(), comm.engine().c_str(), tc.batch / comm.size(), tc.batch, gradients->text.c_str());
-  if (backend->kind() == DeviceKind::Cpu && backend->matmul_precision() == MatmulPrecision::Bf16)
-    std::printf("precision bf16, GEMMs: %s\n", cpu::bf16_inputs_engine());
+  if (const char* engine = cpu_bf16_engine(*backend)) std::printf("precision bf16, GEMMs: %s\n", engine);
   std::fflush(stdout);
 
   std::signal(SIGINT, on_sigint);

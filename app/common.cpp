@@ -14,6 +14,7 @@
 #include "core/train/trainer.h"
 #include "datasets/coinflip.h"
 #include "datasets/synthetic.h"
+#include "kernels/cpu/ops_matmul_bf16.h"
 
 namespace ftx::app {
 
@@ -61,6 +62,11 @@ Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const s
   Status set = prec ? (*be)->set_matmul_precision(*prec) : Status(prec.error());
   if (!set) return make_error("--precision " + precision + ": " + set.error().message);
   return be;
+}
+
+const char* cpu_bf16_engine(const Backend& be) {
+  const bool cpu_bf16 = be.kind() == DeviceKind::Cpu && be.matmul_precision() == MatmulPrecision::Bf16;
+  return cpu_bf16 ? cpu::bf16_inputs_engine() : nullptr;
 }
 
 namespace {

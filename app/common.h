@@ -40,6 +40,9 @@ CLI::Option* add_kappa_bits_option(CLI::App* c, const std::string& flag, std::op
 // The backend named by --device with its GEMMs at --precision ("": the backend's default), or a
 // one-line error naming the option.
 Result<std::unique_ptr<Backend>> make_backend(const std::string& device, const std::string& precision);
+// What multiplies on a CPU backend at bf16 (kernels/cpu/ops_matmul_bf16.h, bf16_inputs_engine);
+// null on another device or precision.
+const char* cpu_bf16_engine(const Backend& be);
 
 // A loaded model with its tokenizer, checkpoint directory and step. `file` holds the weights a
 // model loaded from a file uses in place: it is declared first so that it outlives the model.

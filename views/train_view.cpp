@@ -22,7 +22,6 @@
 #include "core/io/model_params.h"
 #include "core/model/kappa.h"
 #include "core/train/train_config.h"
-#include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops_matmul_bf16.h"
 
 namespace ftx {
@@ -178,8 +177,9 @@ QWidget* TrainView::build_form() {
   device_->addItem("CPU", "cpu");
   // bf16 on the CPU: the AMX tiles where the CPU has them, else its numerics only (the item says
   // which; the tooltip has the whole line `ftx train` prints).
-  const bool tiles = ftx::cpu::cpu_isa() == ftx::cpu::CpuIsa::Amx;
-  device_->addItem(tiles ? "CPU, bf16 GEMMs (AMX tiles)" : "CPU, bf16 GEMMs (no faster than fp32 on this CPU)", "cpu");
+  device_->addItem(ftx::cpu::bf16_inputs_on_tiles() ? "CPU, bf16 GEMMs (AMX tiles)"
+                                                    : "CPU, bf16 GEMMs (no faster than fp32 on this CPU)",
+                   "cpu");
   device_->setItemData(1, "bf16", kPrecisionRole);
   device_->setItemData(1, QString("GEMMs: ") + ftx::cpu::bf16_inputs_engine(), Qt::ToolTipRole);
   device_->addItem("CUDA (not in this build)", "cuda");

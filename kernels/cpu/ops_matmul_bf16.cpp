@@ -23,8 +23,10 @@ const float* rounded(const float* src, int rows, int cols, int ld) {
 
 }  // namespace
 
+bool bf16_inputs_on_tiles() { return cpu_isa() == CpuIsa::Amx; }
+
 const char* bf16_inputs_engine() {
-  return cpu_isa() == CpuIsa::Amx
+  return bf16_inputs_on_tiles()
              ? "the AMX tiles"
              : "inputs rounded to bf16 in software, then sgemm (bf16's numerics, no faster than fp32)";
 }
@@ -32,7 +34,7 @@ const char* bf16_inputs_engine() {
 void gemm_bf16_inputs(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                       float* C, int ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
-  if (cpu_isa() == CpuIsa::Amx) return gemm_bf16_amx(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  if (bf16_inputs_on_tiles()) return gemm_bf16_amx(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
   if (K <= 0) {  // sgemm with beta 0 clears C
     if (!accumulate)
       for (int m = 0; m < M; ++m)

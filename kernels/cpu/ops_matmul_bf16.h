@@ -33,8 +33,10 @@ void matmul_forward_bf16(float* out, const float* inp, const float* w, int N, in
 void matmul_backward_bf16(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
                           int OC, bool accumulate_dinp);
 
-// Which of the two paths above this process runs, in words for `ftx train`'s start and `ftx bench
-// train`'s report: the AMX tiles, or the rounding path (bf16's numerics without its speed).
+// Whether this process takes the Amx path above (else the rounding path).
+bool bf16_inputs_on_tiles();
+// The same in words, for `ftx train`'s start, `ftx bench train`'s report and the studio: the AMX
+// tiles, or the rounding path (bf16's numerics without its speed).
 const char* bf16_inputs_engine();
 
 }  // namespace ftx::cpu
