@@ -3,17 +3,22 @@
 // Linear layer against a double-precision GEMM of the bf16-rounded inputs, and against fp32 within
 // the bf16 bound while differing from it (the inputs really are rounded); the CPU backend at bf16
 // routes fp32 weights through them; attention's products at bf16 (forward and backward) stay
-// within bf16 of double and apart from fp32, and the backend at bf16 uses them.
+// within bf16 of double and apart from fp32, and the backend at bf16 uses them; on AMX the tile
+// forward (attn_amx.h) gives the bits of the products it replaces.
 //
 // Not here: the AMX kernel's own edge cases (test_gemm_amx), speed (docs/performance.md).
 #include <gtest/gtest.h>
 
+#include <omp.h>
+
 #include <cmath>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/backend.h"
 #include "kernels/base/dtype.h"
+#include "kernels/cpu/attn_amx.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops_attention.h"
 #include "kernels/cpu/ops_matmul_bf16.h"
@@ -183,6 +188,53 @@ TEST_P(MatmulBf16, AttentionProductsAtBf16) {
   EXPECT_EQ(via.dq, bf.dq);
   EXPECT_EQ(via.dk, bf.dk);
   EXPECT_EQ(via.dv, bf.dv);
+}
+
+// The tile forward (attn_amx.h), which the Amx path runs from 16 query rows on, against the
+// products it replaces, gemm_bf16_inputs per (b, head) with the softmax between: the same bits,
+// on head sizes 16 to 128, GQA, a prompt behind a cache, rows not a multiple of 16, not causal,
+// and on one thread as on all.
+TEST(AttentionAmx, TilesGiveTheBitsOfTheGemmProducts) {
+  if (!cpu::cpu_isa_supported(CpuIsa::Amx)) GTEST_SKIP() << "this CPU has no AMX";
+  cpu::set_cpu_isa_for_tests(CpuIsa::Amx);
+  const auto shape = [](int B, int NH, int NKV, int HS, int Tq, int q_pos0, int Tk_cap, bool causal) {
+    AttnShape s;
+    s.B = B, s.NH = NH, s.NKV = NKV, s.HS = HS, s.Tq = Tq, s.q_pos0 = q_pos0, s.Tk = q_pos0 + Tq, s.Tk_cap = Tk_cap;
+    s.causal = causal;
+    return s;
+  };
+  const AttnShape shapes[] = {shape(1, 9, 3, 64, 100, 0, 100, true), shape(1, 4, 1, 128, 50, 37, 120, true),
+                              shape(3, 2, 2, 48, 65, 0, 65, false), shape(2, 2, 1, 16, 16, 0, 16, true),
+                              shape(2, 6, 2, 32, 200, 0, 200, true)};
+  for (const AttnShape& s : shapes) {
+    ASSERT_TRUE(cpu::attn_amx_fits(s));
+    const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk_cap * s.NKV * s.HS;
+    const size_t na = size_t(s.B) * s.NH * s.Tq * s.Tk;
+    const std::vector<float> q = random_floats(nq, 21), k = random_floats(nk, 22), v = random_floats(nk, 23);
+    std::vector<float> out(nq), att(na), out1(nq), att1(na), want_out(nq), want_att(na);
+    cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s, cpu::AttnProducts::Bf16Inputs);
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(1);
+    cpu::attention_forward(out1.data(), att1.data(), q.data(), k.data(), v.data(), s, cpu::AttnProducts::Bf16Inputs);
+    omp_set_num_threads(threads);
+    for (int b = 0; b < s.B; ++b) {
+      for (int h = 0; h < s.NH; ++h) {
+        const cpu::AttnHead x = cpu::attn_head(s, b, h, s.Tk_cap);
+        float* a = want_att.data() + x.att_off;
+        cpu::gemm_bf16_inputs(false, true, s.Tq, s.Tk, s.HS, q.data() + x.q_off, x.ldq, k.data() + x.kv_off, x.ldkv, a,
+                              s.Tk, false);
+        cpu::attn_softmax_rows(a, s, 0, s.Tq, 1.0f / std::sqrt(float(s.HS)));
+        cpu::gemm_bf16_inputs(false, false, s.Tq, s.HS, s.Tk, a, s.Tk, v.data() + x.kv_off, x.ldkv,
+                              want_out.data() + x.q_off, x.ldq, false);
+      }
+    }
+    const std::string what = "HS " + std::to_string(s.HS) + ", Tq " + std::to_string(s.Tq);
+    EXPECT_EQ(att, want_att) << what;
+    EXPECT_EQ(out, want_out) << what;
+    EXPECT_EQ(out1, out) << what << ": one thread";
+    EXPECT_EQ(att1, att) << what << ": one thread";
+  }
+  cpu::reset_cpu_isa_for_tests();
 }
 
 INSTANTIATE_TEST_SUITE_P(Isa, MatmulBf16, ::testing::Values(CpuIsa::Generic, CpuIsa::Amx),

@@ -18,9 +18,10 @@
 // Numerics: softmax subtracts the row max; exp is exp_nonpos (cpu_common.h). With
 // AttnProducts::Bf16Inputs (training at --precision bf16, as PyTorch's CPU autocast and our CUDA
 // backend do) the four kinds of products round their inputs to bf16 and sum in fp32
-// (gemm_bf16_inputs, ops_matmul_bf16.h: AMX tiles where the CPU has them); the 1/sqrt(HS) scale
-// then moves out of the products, into the softmax and its backward. The fp32 path multiplies by
-// exactly 1 there, so its bits do not change.
+// (gemm_bf16_inputs, ops_matmul_bf16.h: AMX tiles where the CPU has them; on the tiles the forward
+// of kAttnAmxMinRows rows or more is attn_amx.h's, which packs K and V once per call); the
+// 1/sqrt(HS) scale then moves out of the products, into the softmax and its backward. The fp32
+// path multiplies by exactly 1 there, so its bits do not change.
 // Deliberately not here: flash-style tiling (the backward reads the saved probabilities; T is at
 // most a few hundred on the CPU), dropout, ALiBi or other biases.
 #pragma once
@@ -33,6 +34,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/base/assert.h"
+#include "kernels/cpu/attn_amx.h"
 #include "kernels/cpu/attn_tiles_fp32.h"
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/ops_matmul.h"
@@ -210,6 +212,8 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
   if constexpr (std::is_same_v<T, float>) {
     if (attn_tiles_apply(s, by) && s.B * s.NKV >= kAttnKvTasksPerThread * omp_get_max_threads())
       return attn_forward_per_kv_head(out, att, q, k, v, s);
+    if (by == AttnProducts::Bf16Inputs && bf16_inputs_on_tiles() && attn_amx_fits(s))
+      return attn_forward_amx(out, att, q, k, v, s);
   }
   const T scale = T(1) / std::sqrt(T(s.HS));
   const bool bf16 = by == AttnProducts::Bf16Inputs;
