@@ -303,8 +303,8 @@ TEST_F(GemmAmx, Bf16WeightsGiveTheBitsOfTheWidenedWeights) {
     int N, IC, OC;
   };
   uint32_t seed = 300;
-  for (const Layer l :
-       {Layer{1, 1, 1}, Layer{48, 576, 1536}, Layer{77, 33, 19}, Layer{130, 1000, 70}, Layer{17, 1000, 40000}}) {
+  for (const Layer l : {Layer{1, 1, 1}, Layer{48, 576, 1536}, Layer{77, 33, 19}, Layer{130, 1000, 70},
+                        Layer{17, 1000, 40000}, Layer{520, 2100, 50}}) {
     SCOPED_TRACE("N " + std::to_string(l.N) + " IC " + std::to_string(l.IC) + " OC " + std::to_string(l.OC));
     const Problem p = make(false, true, l.N, l.OC, l.IC, seed++, 0);  // a: inp (N, IC), b: w (OC, IC)
     std::vector<uint16_t> w(p.b.size());
