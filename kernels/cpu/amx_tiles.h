@@ -40,6 +40,9 @@ constexpr int kTileRows = 16;    // rows of every tile; m and n per tile
 constexpr int kTileK = 32;       // bf16 of k per A tile row (64 bytes)
 constexpr int kTileElems = 512;  // bf16 per packed A or B tile (1 KiB)
 
+// Tiles of `per` needed for n (n rounded up to whole tiles).
+inline int tiles(int n, int per) { return (n + per - 1) / per; }
+
 // ---------------------------------------------------------------- tile configuration
 
 struct alignas(64) TileConfig {
@@ -239,6 +242,23 @@ FTX_AMX inline void micro(const uint16_t* a, size_t a_step, const uint16_t* b, s
       float* ct = c + size_t(kTileRows * i) * ldc + kTileRows * j;
       for (int y = 0; y < r; ++y) std::memcpy(ct + size_t(y) * ldc, buf[i][j] + y * kTileRows, q * sizeof(float));
     }
+  }
+}
+
+// micro<TM, TN> with TM = 2 when m2 and TN = 2 when n2: the 2 x 2 block where there are two row
+// and two column tiles left, smaller at the M and N edges.
+FTX_AMX inline void micro_block(bool m2, bool n2, const uint16_t* a, size_t a_step, const uint16_t* b, size_t b_step,
+                                int nk, float* c, size_t ldc, int rows, int cols, bool load_c) {
+  if (n2) {
+    if (m2)
+      micro<2, 2>(a, a_step, b, b_step, nk, c, ldc, rows, cols, load_c);
+    else
+      micro<1, 2>(a, a_step, b, b_step, nk, c, ldc, rows, cols, load_c);
+  } else {
+    if (m2)
+      micro<2, 1>(a, a_step, b, b_step, nk, c, ldc, rows, cols, load_c);
+    else
+      micro<1, 1>(a, a_step, b, b_step, nk, c, ldc, rows, cols, load_c);
   }
 }
 

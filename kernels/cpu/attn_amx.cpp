@@ -27,8 +27,6 @@ namespace {
 
 using namespace amx;  // NOLINT(google-build-using-namespace): the tile helpers of amx_tiles.h
 
-int tiles_of(int n, int per) { return (n + per - 1) / per; }
-
 // Tile counts of one call.
 struct Geometry {
   int hk;          // head tiles of 32 (k of S)
@@ -40,7 +38,7 @@ struct Geometry {
 };
 
 Geometry geometry(const AttnShape& s) {
-  Geometry g{tiles_of(s.HS, kTileK), tiles_of(s.Tk, kTileRows), tiles_of(s.Tk, kTileK), s.HS / kTileRows, 0, 0};
+  Geometry g{tiles(s.HS, kTileK), tiles(s.Tk, kTileRows), tiles(s.Tk, kTileK), s.HS / kTileRows, 0, 0};
   g.k_elems = size_t(g.kn) * g.hk * kTileElems;
   g.per = g.k_elems + size_t(g.hn) * g.kk * kTileElems;
   return g;
@@ -51,22 +49,9 @@ Geometry geometry(const AttnShape& s) {
 // [16 j, 16 j + 16) of C.
 FTX_AMX void multiply_tiles(const uint16_t* a, size_t a_step, bool m2, const uint16_t* b, size_t b_step, int nt, int nk,
                             float* c, size_t ldc, int rows, int cols) {
-  for (int j = 0; j < nt; j += 2) {
-    const uint16_t* bj = b + size_t(j) * b_step;
-    float* cj = c + size_t(j) * kTileRows;
-    const int cc = cols - j * kTileRows;
-    if (j + 1 < nt) {
-      if (m2)
-        micro<2, 2>(a, a_step, bj, b_step, nk, cj, ldc, rows, cc, false);
-      else
-        micro<1, 2>(a, a_step, bj, b_step, nk, cj, ldc, rows, cc, false);
-    } else {
-      if (m2)
-        micro<2, 1>(a, a_step, bj, b_step, nk, cj, ldc, rows, cc, false);
-      else
-        micro<1, 1>(a, a_step, bj, b_step, nk, cj, ldc, rows, cc, false);
-    }
-  }
+  for (int j = 0; j < nt; j += 2)
+    micro_block(m2, j + 1 < nt, a, a_step, b + size_t(j) * b_step, b_step, nk, c + size_t(j) * kTileRows, ldc, rows,
+                cols - j * kTileRows, false);
 }
 
 // The K and V tiles of pair p = b * NKV + kh, tile t (K's tiles first, then V's).
@@ -91,8 +76,8 @@ FTX_AMX void attend_rows(float* out, float* att, const float* q, const uint16_t*
   const AttnHead x = attn_head(s, b, h, s.Tk_cap);
   float* a = att + x.att_off;     // (Tq, Tk)
   const float* qh = q + x.q_off;  // the head's row 0, rows ldq apart
-  const int mt = tiles_of(i1 - i0, kTileRows);
-  const int keys = attn_visible(s, i1 - 1), pk = tiles_of(keys, kTileK);
+  const int mt = tiles(i1 - i0, kTileRows);
+  const int keys = attn_visible(s, i1 - 1), pk = tiles(keys, kTileK);
   const size_t q_step = size_t(g.hk) * kTileElems, p_step = size_t(pk) * kTileElems;
   uint16_t* qt = tile_scratch<2>(size_t(mt) * (q_step + p_step) * sizeof(uint16_t));
   uint16_t* pt = qt + size_t(mt) * q_step;
@@ -104,7 +89,7 @@ FTX_AMX void attend_rows(float* out, float* att, const float* q, const uint16_t*
   const auto seen = [&](int i) { return attn_visible(s, std::min(i1, i0 + kTileRows * (i + 2)) - 1); };
   for (int i = 0; i < mt; i += 2) {
     const int r0 = i0 + kTileRows * i;
-    multiply_tiles(qt + size_t(i) * q_step, q_step, i + 1 < mt, kv, q_step, tiles_of(seen(i), kTileRows), g.hk,
+    multiply_tiles(qt + size_t(i) * q_step, q_step, i + 1 < mt, kv, q_step, tiles(seen(i), kTileRows), g.hk,
                    a + size_t(r0) * s.Tk, size_t(s.Tk), i1 - r0, s.Tk);
   }
   attn_softmax_rows(a, s, i0, i1, 1.0f / std::sqrt(float(s.HS)));
@@ -116,7 +101,7 @@ FTX_AMX void attend_rows(float* out, float* att, const float* q, const uint16_t*
   const size_t v_step = size_t(g.kk) * kTileElems;
   for (int i = 0; i < mt; i += 2) {
     const int r0 = i0 + kTileRows * i;
-    multiply_tiles(pt + size_t(i) * p_step, p_step, i + 1 < mt, vt, v_step, g.hn, tiles_of(seen(i), kTileK),
+    multiply_tiles(pt + size_t(i) * p_step, p_step, i + 1 < mt, vt, v_step, g.hn, tiles(seen(i), kTileK),
                    out + x.q_off + size_t(r0) * x.ldq, size_t(x.ldq), i1 - r0, s.HS);
   }
 }
@@ -126,7 +111,7 @@ FTX_AMX void attend_rows(float* out, float* att, const float* q, const uint16_t*
 void attn_forward_amx(float* out, float* att, const float* q, const float* k, const float* v, const AttnShape& s) {
   FT_ASSERT(attn_amx_fits(s) && amx_usable(), "attn_forward_amx: shape Tq %d HS %d, or no AMX", s.Tq, s.HS);
   const Geometry g = geometry(s);
-  const int pairs = s.B * s.NKV, per_pair = g.kn * g.hk + g.hn * g.kk;
+  const int pairs = s.B * s.NKV, per_pair = int(g.per / kTileElems);
   uint16_t* kv = tile_scratch<1>(size_t(pairs) * g.per * sizeof(uint16_t));
   const int rows = attn_block_rows(s), blocks = (s.Tq + rows - 1) / rows;
   const int heads = s.B * s.NH, tasks = heads * blocks, group = s.NH / s.NKV;
@@ -135,9 +120,10 @@ void attn_forward_amx(float* out, float* att, const float* q, const float* k, co
   {
     configure_tiles();
 #pragma omp for collapse(2) schedule(dynamic, 8)
-    for (int p = 0; p < pairs; ++p)
+    for (int p = 0; p < pairs; ++p) {
       for (int t = 0; t < per_pair; ++t) pack_kv_tile(kv, k, v, s, g, p, t);
-        // The last blocks of rows (the most keys) first; each task writes its own rows of out and att.
+    }
+    // The last blocks of rows (the most keys) first; each task writes its own rows of out and att.
 #pragma omp for schedule(dynamic)
     for (int t = 0; t < tasks; ++t) {
       const int blk = blocks - 1 - t / heads, b = t % heads / s.NH, h = t % s.NH;

@@ -58,8 +58,6 @@ constexpr int kBlockK = 32;  // k tiles: 1024 k at most, cut into equal steps
 // Below this many multiply-adds a call runs on the calling thread.
 constexpr double kParallelMinMacs = double(1 << 22);
 
-int tiles(int n, int per) { return (n + per - 1) / per; }
-
 // ---------------------------------------------------------------- one chunk
 
 // The packed operands of one chunk: rows [m0, m0 + mc) of C, columns [n0, n0 + nc), k [k0, k0 + kc).
@@ -163,17 +161,7 @@ FTX_AMX void multiply(const uint16_t* ap, const uint16_t* bp, const Args& g, con
           const uint16_t* b = bp + size_t(tn) * step + size_t(kb) * kTileElems;
           float* c = c_at(tm, tn);
           const int cols = ch.nc - tn * kTileRows;
-          if (tn + 1 < tn1) {
-            if (m2)
-              micro<2, 2>(a, step, b, step, nk, c, g.ldc, rows, cols, lc);
-            else
-              micro<1, 2>(a, step, b, step, nk, c, g.ldc, rows, cols, lc);
-          } else {
-            if (m2)
-              micro<2, 1>(a, step, b, step, nk, c, g.ldc, rows, cols, lc);
-            else
-              micro<1, 1>(a, step, b, step, nk, c, g.ldc, rows, cols, lc);
-          }
+          micro_block(m2, tn + 1 < tn1, a, step, b, step, nk, c, g.ldc, rows, cols, lc);
         }
       }
     }
