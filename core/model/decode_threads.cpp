@@ -16,24 +16,50 @@ double median(std::vector<double> v) {
 }  // namespace
 
 int DecodeThreads::next(const void* key, int full) {
-  if (key != key_ || full != full_) {
-    key_ = key, full_ = full, chosen_ = full, step_ = 0;
-    on_full_.clear(), on_one_.clear();
+  if (full != full_) full_ = full, chosen_ = full, period_ = kPeriod, gap_ = 0, key_ = nullptr;
+  if (key != key_) {
+    key_ = key, warm_ = kWarmup, reference_ = 0;
+    recent_.clear(), probe_.clear();
   }
-  if (full_ <= 1) return 1;
-  const int at = phase();
-  return at < kProbe ? full_ : at < 2 * kProbe ? 1 : chosen_;  // warm-up (at < 0) on full_ too
+  probing_ = false;
+  if (full_ <= 1 || warm_ > 0) return chosen_;
+  probing_ = !probe_.empty() || (gap_ <= 0 && int(recent_.size()) >= kProbe);
+  return probing_ ? other() : chosen_;
 }
 
 void DecodeThreads::record(double seconds) {
-  const int at = phase();
-  ++step_;
-  if (full_ <= 1 || at < 0 || at >= 2 * kProbe) return;
-  (at < kProbe ? on_full_ : on_one_).push_back(seconds);
-  if (at == 2 * kProbe - 1) {  // both probed: decide for the rest of the period
-    chosen_ = median(on_one_) < median(on_full_) ? 1 : full_;
-    on_full_.clear(), on_one_.clear();
+  if (full_ <= 1) return;
+  if (warm_ > 0) {
+    --warm_;
+    return;
   }
+  if (!probing_) {
+    recent_.push_back(seconds);
+    if (int(recent_.size()) > kRecent) recent_.erase(recent_.begin());
+    --gap_;
+    if (int(recent_.size()) < kProbe) return;
+    if (reference_ == 0)
+      reference_ = median(recent_);
+    else if (median(recent_) > kLose * reference_)
+      gap_ = 0;  // the chosen count got slower: a load started, probe now
+    return;
+  }
+  probe_.push_back(seconds);
+  const double mine = median(recent_);
+  if (seconds > kLose * mine) {  // lost at its first slow step
+    period_ = std::min(2 * period_, kMaxPeriod);
+  } else if (int(probe_.size()) == kProbe) {
+    if (median(probe_) < mine) {
+      chosen_ = other(), period_ = kPeriod;
+      recent_ = probe_;
+    } else {
+      period_ = std::min(2 * period_, kMaxPeriod);
+    }
+  } else {
+    return;  // the probe goes on
+  }
+  probe_.clear();
+  gap_ = period_, reference_ = median(recent_);
 }
 
 DecodeThreadScope::DecodeThreadScope(const void* key) : restore_(omp_get_max_threads()) {

@@ -3,13 +3,19 @@
 // quiet machine two threads read the weights twice as fast as one; beside a CPU-bound process one
 // of them is descheduled for whole time slices and every barrier waits for it (measured on 2
 // cores with a busy loop on one: 21 tokens/s on 2 threads, 42 on 1). So Model::decode_step times
-// its steps and keeps the faster of the user's thread count and one thread, trying both again
-// every kPeriod steps in case the load changed.
+// its steps and keeps the faster of the user's thread count and one thread.
 //
-// Schedule, per decode state (a new state starts over): kWarmup steps at full count, untimed; then
-// periods of kPeriod steps, each opening with kProbe steps at full count and kProbe at one thread
-// (their medians decide), the rest of the period on the winner. At most 2 x kProbe / kPeriod of
-// the steps run on the worse count.
+// Schedule. The count in use is `chosen` (the user's count at first). Its last kRecent step times
+// are kept. A probe runs up to kProbe steps on the other count:
+// - it stops at its first step slower than kLose x the chosen count's median (a probe that loses
+//   costs one step: beside a busy core a two-thread step can take 6 one-thread steps);
+// - otherwise the other count wins when its median is the lower, and becomes the chosen one.
+// Probes come kPeriod steps apart after a switch; each probe lost doubles the gap, up to
+// kMaxPeriod. A probe comes at once when the chosen count's median grows past kLose x its median at
+// the last probe (a load that starts), so a long gap never hides a busy core for long.
+// A new decode state keeps the chosen count and the gap (the load is the machine's, not the
+// state's): its first kWarmup steps are not timed and its times start over. A new user's count
+// starts everything over.
 //
 // Deliberately not here: the threads inside an op (OpenMP's, kernels/cpu), prefill and training
 // (large ops, where every thread pays), GPUs (Model::decode_step asks only on the CPU).
@@ -21,22 +27,26 @@ namespace ftx {
 
 class DecodeThreads {
  public:
-  static constexpr int kWarmup = 2, kProbe = 4, kPeriod = 64;
+  static constexpr int kWarmup = 2, kRecent = 8, kProbe = 4, kPeriod = 64, kMaxPeriod = 256;
+  static constexpr double kLose = 1.5;
 
   // The thread count of the next step of `key` (the decode state), `full` being the user's count.
   int next(const void* key, int full);
   // The seconds the step that next() announced took.
   void record(double seconds);
-  // The count the last decision chose (full until one was made).
+  // The count in use outside probes (full until a probe won).
   int chosen() const { return chosen_; }
 
  private:
-  // Where step_ falls: -1 in the warm-up, else its place in the period (0 .. kPeriod - 1).
-  int phase() const { return step_ < kWarmup ? -1 : (step_ - kWarmup) % kPeriod; }
+  int other() const { return chosen_ == 1 ? full_ : 1; }
 
   const void* key_ = nullptr;
-  int full_ = 1, chosen_ = 1, step_ = 0;
-  std::vector<double> on_full_, on_one_;
+  int full_ = 0, chosen_ = 1;
+  int warm_ = 0;                        // untimed steps left of the current state
+  int gap_ = 0, period_ = kPeriod;      // steps on `chosen` before the next probe; the gap to set next
+  bool probing_ = false;                // the step announced is a probe step
+  double reference_ = 0;                // the chosen count's median at the last decision (0: none yet)
+  std::vector<double> recent_, probe_;  // the chosen count's last steps; this probe's steps
 };
 
 // Around one decode step on the calling thread: sets OpenMP's thread count for the step from
