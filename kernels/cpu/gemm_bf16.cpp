@@ -33,9 +33,12 @@ namespace {
 constexpr int kGenericSgemmMinN = 8;
 constexpr int kAvx2SgemmMinN = 32;
 constexpr int kAvx512Bf16SgemmMinN = 48;
-// Amx: the avx512bf16 kernel below, the tiles from here on (2026-11-29, Emerald Rapids: kernel /
-// tiles time 0.26-0.61 at N = 4, 0.88-1.49 at 8, 1.30-2.08 at 12, 2.6-4.5 at 48).
-constexpr int kAmxTilesMinN = 8;
+// Amx: the avx512bf16 kernel below, the tiles from here on. Set from whole decode steps, not from
+// the GEMMs alone: in a model the weights stream from memory, and the tiles read them twice (to
+// pack, then to multiply). 2026-12-06, Sapphire Rapids, SmolLM2-135M decoding N sequences, tiles
+// against the kernel: 0.5x at N = 8 and 10, 0.65x at 12, 0.78x at 16, 1.0x at 17, 1.06x at 18,
+// 1.15x at 20, 1.2x at 24 (the GEMMs alone crossed at N = 12 there, at 8 on Emerald Rapids).
+constexpr int kAmxTilesMinN = 17;
 
 // Below this many multiply-adds a call runs on the calling thread (waking the second thread costs
 // a few microseconds; a 192 x 576 decode GEMV, 110 K multiply-adds, still gains from two).

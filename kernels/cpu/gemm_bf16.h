@@ -15,7 +15,7 @@
 //               fp32_to_bf16), then VDPBF16PS dot products of bf16 pairs into fp32, 4 weight rows
 //               x 4 inputs a tile, as ggml's CPU backend does for bf16 weights; from 48 inputs on,
 //               sgemm on the same rounded activations (the same products).
-//   Amx         Avx512Bf16's kernel for few inputs; from 8 on, the AMX tiles (gemm_bf16w_amx in
+//   Amx         Avx512Bf16's kernel for few inputs; from 17 on, the AMX tiles (gemm_bf16w_amx in
 //               gemm_amx.h): the weight's bf16 copied into tiles as it is, the activations rounded
 //               as Avx512Bf16 does (the same products, summed by the tiles).
 //
