@@ -29,15 +29,16 @@ void round_row_bf16_fp32(float* dst, const float* src, int n) {
 namespace {
 
 // From this many inputs on, a path widens w into slabs and calls sgemm: where its kernel and sgemm
-// took the same time on 2 threads of the development machine (docs/performance.md, "crossover").
+// took the same time on 2 threads of the development machine (docs/performance.md, "crossover");
+// avx2's and avx512bf16's confirmed on whole decode steps on Sapphire Rapids (eighth pass).
 constexpr int kGenericSgemmMinN = 8;
 constexpr int kAvx2SgemmMinN = 32;
 constexpr int kAvx512Bf16SgemmMinN = 48;
 // Amx: the avx512bf16 kernel below, the tiles from here on. Set from whole decode steps, not from
 // the GEMMs alone: in a model the weights stream from memory, and the tiles read them twice (to
 // pack, then to multiply). 2026-12-06, Sapphire Rapids, SmolLM2-135M decoding N sequences, tiles
-// against the kernel: 0.5x at N = 8 and 10, 0.65x at 12, 0.78x at 16, 1.0x at 17, 1.06x at 18,
-// 1.15x at 20, 1.2x at 24 (the GEMMs alone crossed at N = 12 there, at 8 on Emerald Rapids).
+// against the kernel: 0.49x at N = 8, 0.59x at 10, 0.65x at 12, 0.78x at 16, 1.0x at 17, 1.06x at
+// 18, 1.15x at 20, 1.2x at 24 (the GEMMs alone crossed at N = 12 there, at 8 on Emerald Rapids).
 constexpr int kAmxTilesMinN = 17;
 
 // Below this many multiply-adds a call runs on the calling thread (waking the second thread costs
