@@ -28,18 +28,20 @@ void round_row_bf16_fp32(float* dst, const float* src, int n) {
 
 namespace {
 
-// From this many inputs on, a path widens w into slabs and calls sgemm: where its kernel and sgemm
-// took the same time on 2 threads of the development machine (docs/performance.md, "crossover");
-// avx2's and avx512bf16's confirmed on whole decode steps on Sapphire Rapids (eighth pass).
+// From this many inputs on, a path leaves its register kernel: widens w into slabs and calls sgemm,
+// or on Amx multiplies on the tiles. Set from whole decode steps (SmolLM2-135M decoding N sequences,
+// the two choices alternated; docs/performance.md, eighth pass), not from the GEMMs alone: in a
+// model the weights stream from memory, and the slabs and tiles read them twice (to widen or pack,
+// then to multiply). 2026-12-06, Sapphire Rapids, with the kernels prefetching up to 64 inputs:
+// - avx2: the kernel 1.08x at N = 32, 1.03x at 40; sgemm 1.05x at 48, 1.11x at 64;
+// - avx512bf16: the kernel 1.11x at 48, 1.04x at 64; sgemm 1.13x at 72, 1.11x at 80;
+// - amx: the kernel 1.19x at 17, 1.08x at 20, 1.03x at 22; the tiles 1.05x at 24, 1.27x at 32 (the
+//   GEMMs alone crossed at 12 there, at 8 on Emerald Rapids);
+// - generic: from the GEMMs alone (crossover at 8 on both families), not measured on whole steps.
 constexpr int kGenericSgemmMinN = 8;
-constexpr int kAvx2SgemmMinN = 32;
-constexpr int kAvx512Bf16SgemmMinN = 48;
-// Amx: the avx512bf16 kernel below, the tiles from here on. Set from whole decode steps, not from
-// the GEMMs alone: in a model the weights stream from memory, and the tiles read them twice (to
-// pack, then to multiply). 2026-12-06, Sapphire Rapids, SmolLM2-135M decoding N sequences, tiles
-// against the kernel: 0.49x at N = 8, 0.59x at 10, 0.65x at 12, 0.78x at 16, 1.0x at 17, 1.06x at
-// 18, 1.15x at 20, 1.2x at 24 (the GEMMs alone crossed at N = 12 there, at 8 on Emerald Rapids).
-constexpr int kAmxTilesMinN = 17;
+constexpr int kAvx2SgemmMinN = 48;
+constexpr int kAvx512Bf16SgemmMinN = 65;
+constexpr int kAmxTilesMinN = 24;
 
 // Below this many multiply-adds a call runs on the calling thread (waking the second thread costs
 // a few microseconds; a 192 x 576 decode GEMV, 110 K multiply-adds, still gains from two).

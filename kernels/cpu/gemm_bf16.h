@@ -10,12 +10,12 @@
 //   Generic     portable C++: a dot product per output in 16 independent fp32 lanes (the compiler
 //               vectorises it); sgemm from 8 inputs on.
 //   Avx2        the weight widened in registers (zero-extend, shift left 16), fp32 FMA on fp32
-//               activations, 4 weight rows x 2 inputs a tile; sgemm from 32 inputs on.
+//               activations, 4 weight rows x 2 inputs a tile; sgemm from 48 inputs on.
 //   Avx512Bf16  the activations rounded to bf16 once per call (round to nearest even, as
 //               fp32_to_bf16), then VDPBF16PS dot products of bf16 pairs into fp32, 4 weight rows
-//               x 4 inputs a tile, as ggml's CPU backend does for bf16 weights; from 48 inputs on,
+//               x 4 inputs a tile, as ggml's CPU backend does for bf16 weights; from 65 inputs on,
 //               sgemm on the same rounded activations (the same products).
-//   Amx         Avx512Bf16's kernel for few inputs; from 17 on, the AMX tiles (gemm_bf16w_amx in
+//   Amx         Avx512Bf16's kernel for few inputs; from 24 on, the AMX tiles (gemm_bf16w_amx in
 //               gemm_amx.h): the weight's bf16 copied into tiles as it is, the activations rounded
 //               as Avx512Bf16 does (the same products, summed by the tiles).
 //
@@ -30,8 +30,7 @@
 // Threads: one OpenMP region per call, contiguous ranges of whole 16-row blocks of w per thread
 // (each weight byte read by one thread, output lines never shared); products too small to pay
 // for waking the pool run on the calling thread, as do calls made inside a parallel region.
-// Decode prefetches the weight rows 16 KiB ahead (the hardware prefetcher alone left 15-35 % of
-// the bandwidth unused on the development machine).
+// The register kernels prefetch the weight rows 16 KiB ahead, up to 64 inputs (gemm_bf16_kernels.h).
 //
 // Deliberately not here: the backward (bf16 weights are frozen; matmul_backward_bf16w widens),
 // weight repacking (the model reads w where the checkpoint maps it), quantised types.

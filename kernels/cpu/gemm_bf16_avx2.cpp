@@ -22,10 +22,6 @@ namespace ftx::cpu::detail {
 namespace {
 
 constexpr int kK = 8;  // floats per vector
-// Decode streams w from memory: each tile also prefetches the rows about this far ahead (as the
-// AVX-512 kernel does; docs/performance.md).
-constexpr size_t kPrefetchBytes = 16 << 10;
-constexpr int kPrefetchMaxN = 16;
 
 FTX_AVX2_INLINE __m256 widen8(const uint16_t* w) {
   const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(w));

@@ -30,11 +30,6 @@ namespace {
 
 constexpr int kK = 32;                    // bf16 per vector
 constexpr size_t kXPanelBytes = 1 << 20;  // the slice of the inputs one k-block reads (L2)
-// Decode streams w from memory: each tile also prefetches the rows about this far ahead (measured:
-// the hardware prefetcher alone left 15-35 % of the bandwidth unused, docs/performance.md).
-constexpr size_t kPrefetchBytes = 16 << 10;
-// Up to this many inputs a call is memory-bound and prefetches.
-constexpr int kPrefetchMaxN = 16;
 
 // v lane (n * 4 + r) = sum of the 16 lanes of a[n][r]. Each sum adds lane i to lane i + 8, then
 // i + 4, i + 2, i + 1, the order of _mm512_reduce_add_ps.

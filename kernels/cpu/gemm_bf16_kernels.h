@@ -19,6 +19,15 @@ namespace ftx::cpu::detail {
 // that both engines form the same products).
 enum class Bf16Engine { Kernel, Sgemm };
 
+// The x86 register kernels stream w from memory: each tile also prefetches the weight rows about
+// kPrefetchBytes ahead (the hardware prefetcher alone left 15-35 % of the bandwidth unused;
+// 4 KiB and 64 KiB were a little slower), in calls of up to kPrefetchMaxN inputs: every N the
+// engine switch gives a kernel (gemm_bf16.cpp). Measured on whole decode steps of N sequences
+// (Sapphire Rapids, 2026-12-06, docs/performance.md eighth pass): prefetching past 16 inputs, the
+// old limit, made them 1.1-1.3x faster from 17 to 48 inputs.
+constexpr size_t kPrefetchBytes = 16 << 10;
+constexpr int kPrefetchMaxN = 64;
+
 // gemm_bf16w_on with the engine named; gemm_bf16w_on takes Sgemm from sgemm_min_n(isa) inputs on.
 void gemm_bf16w_engine(CpuIsa isa, Bf16Engine engine, float* out, const float* inp, const uint16_t* w, int N, int IC,
                        int OC, bool accumulate);
