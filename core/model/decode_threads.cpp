@@ -46,17 +46,13 @@ void DecodeThreads::record(double seconds) {
   }
   probe_.push_back(seconds);
   const double mine = median(recent_);
-  if (seconds > kLose * mine) {  // lost at its first slow step
-    period_ = std::min(2 * period_, kMaxPeriod);
-  } else if (int(probe_.size()) == kProbe) {
-    if (median(probe_) < mine) {
-      chosen_ = other(), period_ = kPeriod;
-      recent_ = probe_;
-    } else {
-      period_ = std::min(2 * period_, kMaxPeriod);
-    }
+  const bool slow = seconds > kLose * mine;          // a probe loses at its first slow step
+  if (!slow && int(probe_.size()) < kProbe) return;  // the probe goes on
+  if (!slow && median(probe_) < mine) {
+    chosen_ = other(), period_ = kPeriod;
+    recent_ = probe_;
   } else {
-    return;  // the probe goes on
+    period_ = std::min(2 * period_, kMaxPeriod);
   }
   probe_.clear();
   gap_ = period_, reference_ = median(recent_);
