@@ -295,16 +295,21 @@ TEST_F(GemmAmx, NanAndInfinityPropagate) {
     }
 }
 
-// Prefill on bf16 weights: the weight tiles copied from bf16 give the bits of the fp32 path on
-// the widened weight (whose packing rounds them back exactly), across tile edges (OC not a multiple
-// of 16, IC of 32), with and without accumulate, and with the weight cut into chunks (over 64 MiB).
+// bf16 weights: the weight read from bf16 gives the bits of the fp32 path on the widened weight
+// (whose packing rounds them back exactly), with and without accumulate, on 1 thread and on 2.
+// Shapes with IC a multiple of 32, OC of 16 and 4N <= 3 IC read the weight in place as the tiles'
+// A operand (out^T = w x^T): tokens past a tile's edge, odd tile counts, tokens in two blocks, and a
+// call whose packed tokens exceed 64 MiB (cut into chunks of tokens). The others copy the weight
+// into tiles: tile edges (OC not a multiple of 16, IC of 32), more tokens than 3 IC / 4, and the
+// weight cut into chunks (over 64 MiB).
 TEST_F(GemmAmx, Bf16WeightsGiveTheBitsOfTheWidenedWeights) {
   struct Layer {
     int N, IC, OC;
   };
   uint32_t seed = 300;
   for (const Layer l : {Layer{1, 1, 1}, Layer{48, 576, 1536}, Layer{77, 33, 19}, Layer{130, 1000, 70},
-                        Layer{17, 1000, 40000}, Layer{520, 2100, 50}}) {
+                        Layer{17, 1000, 40000}, Layer{520, 2100, 50}, Layer{600, 576, 208}, Layer{1, 32, 16},
+                        Layer{77, 128, 48}, Layer{600, 832, 208}, Layer{5000, 6720, 16}}) {
     SCOPED_TRACE("N " + std::to_string(l.N) + " IC " + std::to_string(l.IC) + " OC " + std::to_string(l.OC));
     const Problem p = make(false, true, l.N, l.OC, l.IC, seed++, 0);  // a: inp (N, IC), b: w (OC, IC)
     std::vector<uint16_t> w(p.b.size());
@@ -321,6 +326,12 @@ TEST_F(GemmAmx, Bf16WeightsGiveTheBitsOfTheWidenedWeights) {
       gemm_bf16_amx(false, true, l.N, l.OC, l.IC, p.a.data(), l.IC, wide.data(), l.IC, want.data(), l.OC, accumulate);
       gemm_bf16w_amx(got.data(), p.a.data(), w.data(), l.N, l.IC, l.OC, accumulate);
       ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "accumulate " << accumulate;
+      const int threads = omp_get_max_threads();
+      omp_set_num_threads(1);
+      std::vector<float> one = p.c;
+      gemm_bf16w_amx(one.data(), p.a.data(), w.data(), l.N, l.IC, l.OC, accumulate);
+      omp_set_num_threads(threads);
+      ASSERT_EQ(std::memcmp(want.data(), one.data(), want.size() * sizeof(float)), 0) << "1 thread, " << accumulate;
     }
   }
 }

@@ -177,6 +177,38 @@ FTX_AVX512BF16 inline void pack_b_tile_bf16(uint16_t* dst, const uint16_t* B, si
 
 // ---------------------------------------------------------------- micro kernel (AMX)
 
+// The k loop of the micro kernels: the TM x TN (1 or 2) C tiles in tmm0-3 += A tiles times B
+// tiles, over nk k tiles. A tile i of k tile kt at a + i * a_step + kt * a_kstep, its rows a_stride
+// bytes apart (packed: 64; a bf16 matrix read in place: its row stride); B tile j at b + j * b_step
+// + kt * 512, packed. ahead > 0: the A rows `ahead` k tiles on are prefetched (an A read in place
+// from memory).
+template <int TM, int TN>
+FTX_AMX inline void tile_products(const uint16_t* a, size_t a_step, size_t a_kstep, long a_stride, const uint16_t* b,
+                                  size_t b_step, int nk, int ahead) {
+  for (int kt = 0; kt < nk; ++kt) {
+    const size_t o = size_t(kt) * kTileElems;
+    const uint16_t* ak = a + size_t(kt) * a_kstep;
+    if (ahead > 0 && kt + ahead < nk) {
+      const char* pa = reinterpret_cast<const char*>(ak + size_t(ahead) * a_kstep);
+      for (int r = 0; r < kTileRows; ++r) _mm_prefetch(pa + r * a_stride, _MM_HINT_T0);
+      if constexpr (TM == 2)
+        for (int r = 0; r < kTileRows; ++r) _mm_prefetch(pa + a_step * sizeof(uint16_t) + r * a_stride, _MM_HINT_T0);
+    }
+    _tile_loadd(4, ak, a_stride);
+    _tile_loadd(6, b + o, 64);
+    _tile_dpbf16ps(0, 4, 6);
+    if constexpr (TN == 2) {
+      _tile_loadd(7, b + b_step + o, 64);
+      _tile_dpbf16ps(1, 4, 7);
+    }
+    if constexpr (TM == 2) {
+      _tile_loadd(5, ak + a_step, a_stride);
+      _tile_dpbf16ps(2, 5, 6);
+      if constexpr (TN == 2) _tile_dpbf16ps(3, 5, 7);
+    }
+  }
+}
+
 // The TM x TN (1 or 2) C tiles at c (rows, cols: what is valid from c on, possibly more than the
 // block) (+)= the A tiles a, a + a_step times the B tiles b, b + b_step, over nk k tiles. load_c:
 // start from C, else from zero.
@@ -216,21 +248,7 @@ FTX_AMX inline void micro(const uint16_t* a, size_t a_step, const uint16_t* b, s
     if constexpr (TM == 2) _tile_zero(2);
     if constexpr (TM == 2 && TN == 2) _tile_zero(3);
   }
-  for (int kt = 0; kt < nk; ++kt) {
-    const size_t o = size_t(kt) * kTileElems;
-    _tile_loadd(4, a + o, 64);
-    _tile_loadd(6, b + o, 64);
-    _tile_dpbf16ps(0, 4, 6);
-    if constexpr (TN == 2) {
-      _tile_loadd(7, b + b_step + o, 64);
-      _tile_dpbf16ps(1, 4, 7);
-    }
-    if constexpr (TM == 2) {
-      _tile_loadd(5, a + a_step + o, 64);
-      _tile_dpbf16ps(2, 5, 6);
-      if constexpr (TN == 2) _tile_dpbf16ps(3, 5, 7);
-    }
-  }
+  tile_products<TM, TN>(a, a_step, kTileElems, 64, b, b_step, nk, 0);
   _tile_stored(0, p[0][0], ld[0][0]);
   if constexpr (TN == 2) _tile_stored(1, p[0][1], ld[0][1]);
   if constexpr (TM == 2) _tile_stored(2, p[1][0], ld[1][0]);

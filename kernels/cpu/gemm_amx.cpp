@@ -1,5 +1,6 @@
-// gemm_bf16_amx (kernels/cpu/gemm_amx.h): the blocking and the threads around the tile helpers of
-// amx_tiles.h (tile configuration, packing, the 2 x 2 tile micro kernel).
+// gemm_bf16_amx and gemm_bf16w_amx (kernels/cpu/gemm_amx.h): the blocking and the threads around
+// the tile helpers of amx_tiles.h (tile configuration, packing, the 2 x 2 tile micro kernel), and
+// the bf16-weight product that reads the weight in place (below, "bf16 weights read in place").
 //
 // Packing: op(A) into 1 KiB row tiles [m tile][k tile], op(B) into 1 KiB VNNI tiles [n tile][k
 // tile], M and N padded to 16 and K to 32 with zeros. Per 32 k the micro kernel makes 4 tile loads
@@ -262,6 +263,148 @@ void run(const Args& g) {
   }
 }
 
+// ---------------------------------------------------------------- bf16 weights read in place
+
+// A bf16 weight w (OC x IC, nn.Linear layout) times N tokens as the transposed product out^T
+// (OC x N) = w x^T: 16 rows of w by 32 of k are an A tile as they lie in memory (row stride IC), so
+// the weight goes into the tiles in place, never packed; only x^T is packed (B tiles), and each C
+// tile (16 weight rows x 16 tokens) is transposed on its way to and from out. The products and
+// their order per element are those of the packed path, so the bits are the same.
+//
+// Packing the weight costs a write and a second read of it per call, which this path saves;
+// transposing C costs one 16 x 16 transpose per C tile, where packing transposes one per weight
+// tile: 2N / IC times as many. So this path is taken for IC a multiple of 32 and OC of 16 (the
+// layers of real models) and 4N <= 3 IC. Measured on Sapphire Rapids (docs/performance.md, ninth
+// pass), the GEMMs alone with the weight in L2: at IC = 576 it wins up to N = 384 and loses 12 % at
+// 512; at IC = 1536 and 8960 it wins 5-34 % at N = 512; at N = 8 it runs 4x faster than packing.
+
+// Blocks of out^T per task, in tiles: 256 weight rows x 512 tokens, so that a prefill's weight
+// streams from memory once while the packed tokens stay in L2.
+constexpr int kWtBlockM = 16;
+constexpr int kWtBlockN = 32;
+// The weight rows of the A tiles this many k tiles ahead are prefetched while the tiles of the
+// first block of tokens stream them from memory (decode of 8 to 32 sequences 3-10 % faster than
+// none; 2 and 4 in between).
+constexpr int kWtPrefetchTiles = 3;
+// Below this many multiply-adds a call runs on the calling thread. Lower than the packed path's:
+// with no packing, a small call is the weight streamed from memory, which two cores read faster
+// (decode of 4 sequences 1.5x faster than at 2^22).
+constexpr double kWtParallelMinMacs = double(1 << 16);
+
+// Whether gemm_bf16w_amx reads w in place (above).
+bool weight_in_place(int N, int IC, int OC) {
+  return N > 0 && IC > 0 && OC > 0 && IC % kTileK == 0 && OC % kTileRows == 0 && 4 * int64_t(N) <= 3 * int64_t(IC);
+}
+
+// out (tokens x ldo, at token n0 and weight row o0 of the block) <-> one 16 x 16 tile t of out^T
+// (row = weight row): to_tile transposes the valid `rows` tokens into t (zeros past them),
+// from_tile writes t back transposed.
+FTX_AVX512BF16_INLINE void out_to_tile(float* t, const float* out, size_t ldo, int rows) {
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_si512(out + i * ldo) : _mm512_setzero_si512();
+  transpose16(r);
+  for (int i = 0; i < 16; ++i) _mm512_store_si512(t + i * 16, r[i]);
+}
+
+FTX_AVX512BF16_INLINE void tile_to_out(float* out, size_t ldo, const float* t, int rows) {
+  __m512i r[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_load_si512(t + i * 16);
+  transpose16(r);
+  for (int i = 0; i < rows; ++i) _mm512_storeu_si512(out + i * ldo, r[i]);
+}
+
+// The TM x TN (1 or 2) tiles of out^T at weight rows [o0, o0 + 16 TM) and tokens [n0, n0 + 16 TN):
+// A tiles from w at row o0 in place (row stride ldw), B tiles packed (b, b + b_step), over nk k
+// tiles. out points at (n0, o0); `tokens` are valid from n0 on. accumulate: start from out.
+// prefetch: the first pass over these weight rows (they come from memory).
+template <int TM, int TN>
+FTX_AMX void micro_wt(const uint16_t* w, size_t ldw, const uint16_t* b, size_t b_step, int nk, float* out, size_t ldo,
+                      int tokens, bool accumulate, bool prefetch) {
+  alignas(64) float buf[TM][TN][kTileRows * kTileRows];
+  if (accumulate) {
+    for (int i = 0; i < TM; ++i)
+      for (int j = 0; j < TN; ++j)
+        out_to_tile(buf[i][j], out + size_t(kTileRows * j) * ldo + kTileRows * i, ldo,
+                    std::min(kTileRows, tokens - kTileRows * j));
+    asm volatile("" ::: "memory");  // the tile loads below are asm without a memory operand
+    _tile_loadd(0, buf[0][0], 64);
+    if constexpr (TN == 2) _tile_loadd(1, buf[0][1], 64);
+    if constexpr (TM == 2) _tile_loadd(2, buf[1][0], 64);
+    if constexpr (TM == 2 && TN == 2) _tile_loadd(3, buf[1][1], 64);
+  } else {
+    _tile_zero(0);
+    if constexpr (TN == 2) _tile_zero(1);
+    if constexpr (TM == 2) _tile_zero(2);
+    if constexpr (TM == 2 && TN == 2) _tile_zero(3);
+  }
+  tile_products<TM, TN>(w, kTileRows * ldw, kTileK, long(ldw * sizeof(uint16_t)), b, b_step, nk,
+                        prefetch ? kWtPrefetchTiles : 0);
+  _tile_stored(0, buf[0][0], 64);
+  if constexpr (TN == 2) _tile_stored(1, buf[0][1], 64);
+  if constexpr (TM == 2) _tile_stored(2, buf[1][0], 64);
+  if constexpr (TM == 2 && TN == 2) _tile_stored(3, buf[1][1], 64);
+  asm volatile("" ::: "memory");
+  for (int i = 0; i < TM; ++i)
+    for (int j = 0; j < TN; ++j)
+      tile_to_out(out + size_t(kTileRows * j) * ldo + kTileRows * i, ldo, buf[i][j],
+                  std::min(kTileRows, tokens - kTileRows * j));
+}
+
+// out (N x OC) (+)= inp (N x IC) w^T, w read in place. Precondition: weight_in_place(N, IC, OC).
+void run_weight_in_place(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate) {
+  const int kt = IC / kTileK, mt = OC / kTileRows;
+  // Tokens per chunk: their packed x^T (kt KiB per 16 tokens) within kPackBytes.
+  const size_t tile_bytes = kTileElems * sizeof(uint16_t);
+  const int chunk = piece(N, int(std::min<size_t>(kPackBytes / (size_t(kt) * tile_bytes), size_t(1) << 26)) * 16, 16);
+  uint16_t* const bp = tile_scratch<0>(size_t(tiles(chunk, 16)) * kt * tile_bytes);
+  const bool parallel = !omp_in_parallel() && double(N) * IC * OC >= kWtParallelMinMacs;
+  const size_t b_step = size_t(kt) * kTileElems;
+
+#pragma omp parallel if (parallel)
+  {
+    configure_tiles();
+    for (int n0 = 0; n0 < N; n0 += chunk) {
+      const int nc = std::min(chunk, N - n0), ntt = tiles(nc, 16);
+      // x^T of the chunk: B tile (n' tile i, k tile j) at bp + (i * kt + j) * 512.
+#pragma omp for schedule(dynamic, 8)
+      for (int t = 0; t < ntt * kt; ++t)
+        pack_b_tile(bp + size_t(t) * kTileElems, inp + size_t(n0) * IC, size_t(IC), true, nc, IC, kTileRows * (t / kt),
+                    kTileK * (t % kt));
+      // Smaller blocks when there are fewer than 2 per thread.
+      int block_m = std::min(kWtBlockM, mt), block_n = std::min(kWtBlockN, ntt);
+      while (tiles(mt, block_m) * tiles(ntt, block_n) < 2 * omp_get_num_threads() && block_m * block_n > 4) {
+        if (block_m >= block_n)
+          block_m /= 2;
+        else
+          block_n /= 2;
+      }
+      const int bm = tiles(mt, block_m), bn = tiles(ntt, block_n);
+#pragma omp for schedule(dynamic)
+      for (int task = 0; task < bm * bn; ++task) {
+        // Weight blocks inner: consecutive tasks share the packed tokens (L2), and the weight is
+        // read once per block of tokens.
+        const int tm0 = (task % bm) * block_m, tn0 = (task / bm) * block_n;
+        const int tm1 = std::min(mt, tm0 + block_m), tn1 = std::min(ntt, tn0 + block_n);
+        for (int tm = tm0; tm < tm1; tm += 2) {
+          const uint16_t* a = w + size_t(kTileRows) * tm * IC;
+          const bool m2 = tm + 1 < tm1;
+          for (int tn = tn0; tn < tn1; tn += 2) {
+            const uint16_t* b = bp + size_t(tn) * b_step;
+            float* o = out + (size_t(n0) + size_t(kTileRows) * tn) * OC + size_t(kTileRows) * tm;
+            const int tokens = nc - kTileRows * tn;
+            const bool first = tn == tn0;  // this block's first pass over these weight rows
+            if (tn + 1 < tn1)
+              (m2 ? micro_wt<2, 2> : micro_wt<1, 2>)(a, IC, b, b_step, kt, o, OC, tokens, accumulate, first);
+            else
+              (m2 ? micro_wt<2, 1> : micro_wt<1, 1>)(a, IC, b, b_step, kt, o, OC, tokens, accumulate, first);
+          }
+        }
+      }
+    }
+    release_tiles();
+  }
+}
+
 }  // namespace
 
 void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
@@ -270,6 +413,7 @@ void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A
 }
 
 void gemm_bf16w_amx(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate) {
+  if (weight_in_place(N, IC, OC)) return run_weight_in_place(out, inp, w, N, IC, OC, accumulate);
   run(Args{false, true, N, OC, IC, inp, size_t(IC), nullptr, w, size_t(IC), out, size_t(OC), accumulate});
 }
 

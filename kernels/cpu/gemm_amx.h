@@ -42,9 +42,11 @@ bool amx_usable();
 void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                    float* C, int ldc, bool accumulate);
 
-// Inference's prefill on bf16 weights: out (N, OC) (+)= inp (N, IC) @ w^T with w (OC, IC) bf16
-// row-major (nn.Linear layout), as gemm_bf16_amx(false, true, ...) on w widened, but the weight
-// tiles are copied from w as they are (no widening, no second rounding). Precondition: amx_usable().
+// Inference on bf16 weights (prefill, and decode of 5 or more sequences): out (N, OC) (+)= inp (N,
+// IC) @ w^T with w (OC, IC) bf16 row-major (nn.Linear layout), the bits of gemm_bf16_amx(false,
+// true, ...) on w widened. When IC is a multiple of 32, OC of 16 and 4 N <= 3 IC, the tiles read w
+// in place (out^T = w inp^T, no copy of the weight); otherwise the weight tiles are copied from w
+// as they are (no widening, no second rounding). Precondition: amx_usable().
 void gemm_bf16w_amx(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate);
 
 }  // namespace ftx::cpu

@@ -35,13 +35,13 @@ namespace {
 // then to multiply). 2026-12-06, Sapphire Rapids, with the kernels prefetching up to 64 inputs:
 // - avx2: the kernel 1.08x at N = 32, 1.03x at 40; sgemm 1.05x at 48, 1.11x at 64;
 // - avx512bf16: the kernel 1.11x at 48, 1.04x at 64; sgemm 1.13x at 72, 1.11x at 80;
-// - amx: the kernel 1.19x at 17, 1.08x at 20, 1.03x at 22; the tiles 1.05x at 24, 1.27x at 32 (the
-//   GEMMs alone crossed at 12 there, at 8 on Emerald Rapids);
+// - amx (2026-12-07, the tiles reading the weight in place, gemm_amx.cpp): the kernel 1.05-1.10x at
+//   N = 3, a tie at 4; the tiles 1.06-1.12x at 5, 1.13-1.26x at 6, 1.36x at 12, 1.66x at 16;
 // - generic: from the GEMMs alone (crossover at 8 on both families), not measured on whole steps.
 constexpr int kGenericSgemmMinN = 8;
 constexpr int kAvx2SgemmMinN = 48;
 constexpr int kAvx512Bf16SgemmMinN = 65;
-constexpr int kAmxTilesMinN = 24;
+constexpr int kAmxTilesMinN = 5;
 
 // Below this many multiply-adds a call runs on the calling thread (waking the second thread costs
 // a few microseconds; a 192 x 576 decode GEMV, 110 K multiply-adds, still gains from two).

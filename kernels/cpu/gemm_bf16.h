@@ -15,9 +15,10 @@
 //               fp32_to_bf16), then VDPBF16PS dot products of bf16 pairs into fp32, 4 weight rows
 //               x 4 inputs a tile, as ggml's CPU backend does for bf16 weights; from 65 inputs on,
 //               sgemm on the same rounded activations (the same products).
-//   Amx         Avx512Bf16's kernel for few inputs; from 24 on, the AMX tiles (gemm_bf16w_amx in
-//               gemm_amx.h): the weight's bf16 copied into tiles as it is, the activations rounded
-//               as Avx512Bf16 does (the same products, summed by the tiles).
+//   Amx         Avx512Bf16's kernel for up to 4 inputs; from 5 on, the AMX tiles (gemm_bf16w_amx
+//               in gemm_amx.h): the weight's bf16 loaded into tiles where it lies (or, for many
+//               inputs on a narrow weight, copied into tiles), the activations rounded as
+//               Avx512Bf16 does (the same products, summed by the tiles).
 //
 // Numerics: every product of a bf16 weight and an fp32 activation is exact in fp32 on the Generic
 // and Avx2 paths, so they differ from a double-precision GEMM only by fp32 summation (relative

@@ -15,10 +15,10 @@
 #
 # Environment: FTX_LLAMACPP_DIR (default ~/.cache/ftx/llama.cpp), LLAMACPP_PY_VERSION (pin the
 # sdist), LLAMACPP_JOBS (default 2), LLAMACPP_NICE (default 19: the build shares the machine).
-# Result: $FTX_LLAMACPP_DIR/build/bin/{llama-bench,llama-tokenize,llama-quantize,...} plus those of
-# llama-cli, llama-simple, llama-completion, llama-perplexity that the version defines. (In
-# llama-cpp-python 0.3.36's llama.cpp, llama-cli is built only with the server, which is left out:
-# llama-completion is the old llama-cli/main and llama-simple the minimal generator.)
+# Result: $FTX_LLAMACPP_DIR/build/bin/{llama-bench,llama-batched-bench,llama-tokenize,llama-quantize}
+# plus those of llama-cli, llama-simple, llama-completion, llama-perplexity that the version
+# defines. (In llama-cpp-python 0.3.36's llama.cpp, llama-cli is built only with the server, which
+# is left out: llama-completion is the old llama-cli/main and llama-simple the minimal generator.)
 #
 # Built 2026-11-24 from llama_cpp_python-0.3.36.tar.gz: 150 ninja steps, about 10 minutes at -j2
 # under nice 19 on a shared 2-core machine.
@@ -37,7 +37,7 @@ esac
 bin=$build/bin
 jobs=${LLAMACPP_JOBS:-2}
 niceness=${LLAMACPP_NICE:-19}
-required=(llama-bench llama-tokenize llama-quantize)
+required=(llama-bench llama-batched-bench llama-tokenize llama-quantize)
 optional=(llama-cli llama-simple llama-completion llama-perplexity)
 
 have_all=1
