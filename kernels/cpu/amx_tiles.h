@@ -1,6 +1,8 @@
 // The AMX bf16 tile helpers shared by the tile GEMM (gemm_amx.cpp) and the tile attention
 // (attn_amx.cpp): the tile configuration, the packing of fp32 (or bf16) operands into 1 KiB bf16
-// tiles, and the micro kernel that multiplies packed tiles into a 2 x 2 block of fp32 C tiles.
+// tiles, the k loop of tile products (tile_products: A tiles packed, or a bf16 matrix read in place
+// with its row stride), and the micro kernel that multiplies packed tiles into a 2 x 2 block of
+// fp32 C tiles.
 //
 // Tiles (palette 1, every register 16 rows x 64 bytes): tmm0-3 hold up to 2 x 2 C tiles (16 x 16
 // fp32 each), tmm4-5 two A tiles (16 rows x 32 bf16 of k), tmm6-7 two B tiles in VNNI layout (16

@@ -276,7 +276,7 @@ void run(const Args& g) {
 // tile: 2N / IC times as many. So this path is taken for IC a multiple of 32 and OC of 16 (the
 // layers of real models) and 4N <= 3 IC. Measured on Sapphire Rapids (docs/performance.md, ninth
 // pass), the GEMMs alone with the weight in L2: at IC = 576 it wins up to N = 384 and loses 12 % at
-// 512; at IC = 1536 and 8960 it wins 5-34 % at N = 512; at N = 8 it runs 4x faster than packing.
+// 512; at IC = 1536 and 8960 it wins 5-34 % at N = 512; at N = 8 it runs 2-4.5x faster than packing.
 
 // Blocks of out^T per task, in tiles: 256 weight rows x 512 tokens, so that a prefill's weight
 // streams from memory once while the packed tokens stay in L2.
@@ -297,8 +297,8 @@ bool weight_in_place(int N, int IC, int OC) {
 }
 
 // out (tokens x ldo, at token n0 and weight row o0 of the block) <-> one 16 x 16 tile t of out^T
-// (row = weight row): to_tile transposes the valid `rows` tokens into t (zeros past them),
-// from_tile writes t back transposed.
+// (row = weight row): out_to_tile transposes the valid `rows` tokens into t (zeros past them),
+// tile_to_out writes t back transposed.
 FTX_AVX512BF16_INLINE void out_to_tile(float* t, const float* out, size_t ldo, int rows) {
   __m512i r[16];
   for (int i = 0; i < 16; ++i) r[i] = i < rows ? _mm512_loadu_si512(out + i * ldo) : _mm512_setzero_si512();

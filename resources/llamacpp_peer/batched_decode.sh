@@ -10,13 +10,20 @@
 #   resources/llamacpp_peer/batched_decode.sh [--batches 1,4,8,16,32] [--rounds N] [--threads N]
 #                                             [--prompt N] [--decode N]
 # Environment: FTX (default build/app/ftx), FTX_MODEL_CACHE (default ~/.cache/ftx/models),
-# FTX_LLAMACPP_DIR (default ~/.cache/ftx/llama.cpp), and whatever the two programs read
-# (FTX_CPU_ISA, OMP_WAIT_POLICY, ...). The BF16 GGUF is the one bench_llamacpp.sh converts.
+# FTX_LLAMACPP_DIR (default ~/.cache/ftx/llama.cpp), LLAMACPP_ISA (native, the default, or avx2:
+# the build-avx2/ of `LLAMACPP_ISA=avx2 build_llamacpp.sh`, beside `FTX_CPU_ISA=avx2
+# OPENBLAS_CORETYPE=Haswell`), and whatever the two programs read (FTX_CPU_ISA, OMP_WAIT_POLICY,
+# ...). The BF16 GGUF is the one bench_llamacpp.sh converts.
 set -euo pipefail
 
 ftx=${FTX:-build/app/ftx}
 model=${FTX_MODEL_CACHE:-$HOME/.cache/ftx/models}/SmolLM2-135M-Instruct.BF16.gguf
-bench=${FTX_LLAMACPP_DIR:-$HOME/.cache/ftx/llama.cpp}/build/bin/llama-batched-bench
+llamacpp=${FTX_LLAMACPP_DIR:-$HOME/.cache/ftx/llama.cpp}
+case ${LLAMACPP_ISA:-native} in
+  native) bench=$llamacpp/build/bin/llama-batched-bench ;;
+  avx2) bench=$llamacpp/build-avx2/bin/llama-batched-bench ;;
+  *) echo "batched_decode.sh: LLAMACPP_ISA=${LLAMACPP_ISA}: unknown (native, avx2)" >&2; exit 1 ;;
+esac
 batches=1,4,8,16,32
 rounds=2
 threads=2
