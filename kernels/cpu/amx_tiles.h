@@ -1,7 +1,7 @@
 // The AMX bf16 tile helpers shared by the tile GEMM (gemm_amx.cpp) and the tile attention
 // (attn_amx.cpp): the tile configuration, the packing of fp32 (or bf16) operands into 1 KiB bf16
-// tiles, the k loop of tile products (tile_products: A tiles packed, or a bf16 matrix read in place
-// with its row stride), and the micro kernel that multiplies packed tiles into a 2 x 2 block of
+// tiles, a block of tile products (tile_block: A tiles packed, or a bf16 matrix read in place with
+// its row stride), and the micro kernel that multiplies packed tiles into a 2 x 2 block of
 // fp32 C tiles.
 //
 // Tiles (palette 1, every register 16 rows x 64 bytes): tmm0-3 hold up to 2 x 2 C tiles (16 x 16
@@ -179,14 +179,28 @@ FTX_AVX512BF16 inline void pack_b_tile_bf16(uint16_t* dst, const uint16_t* B, si
 
 // ---------------------------------------------------------------- micro kernel (AMX)
 
-// The k loop of the micro kernels: the TM x TN (1 or 2) C tiles in tmm0-3 += A tiles times B
-// tiles, over nk k tiles. A tile i of k tile kt at a + i * a_step + kt * a_kstep, its rows a_stride
+// The TM x TN (1 or 2) C tiles, held in tmm0-3 while they are computed, at p[i][j] with rows
+// ld[i][j] bytes apart: loaded from there (load_c) or zeroed, += A tiles times B tiles over nk k
+// tiles, stored back there. A tile i of k tile kt at a + i * a_step + kt * a_kstep, its rows a_stride
 // bytes apart (packed: 64; a bf16 matrix read in place: its row stride); B tile j at b + j * b_step
 // + kt * 512, packed. ahead > 0: the A rows `ahead` k tiles on are prefetched (an A read in place
 // from memory).
 template <int TM, int TN>
-FTX_AMX inline void tile_products(const uint16_t* a, size_t a_step, size_t a_kstep, long a_stride, const uint16_t* b,
-                                  size_t b_step, int nk, int ahead) {
+FTX_AMX inline void tile_block(float* const (&p)[2][2], const long (&ld)[2][2], bool load_c, const uint16_t* a,
+                               size_t a_step, size_t a_kstep, long a_stride, const uint16_t* b, size_t b_step, int nk,
+                               int ahead) {
+  asm volatile("" ::: "memory");  // the tile loads below are asm without a memory operand
+  if (load_c) {
+    _tile_loadd(0, p[0][0], ld[0][0]);
+    if constexpr (TN == 2) _tile_loadd(1, p[0][1], ld[0][1]);
+    if constexpr (TM == 2) _tile_loadd(2, p[1][0], ld[1][0]);
+    if constexpr (TM == 2 && TN == 2) _tile_loadd(3, p[1][1], ld[1][1]);
+  } else {
+    _tile_zero(0);
+    if constexpr (TN == 2) _tile_zero(1);
+    if constexpr (TM == 2) _tile_zero(2);
+    if constexpr (TM == 2 && TN == 2) _tile_zero(3);
+  }
   for (int kt = 0; kt < nk; ++kt) {
     const size_t o = size_t(kt) * kTileElems;
     const uint16_t* ak = a + size_t(kt) * a_kstep;
@@ -209,6 +223,11 @@ FTX_AMX inline void tile_products(const uint16_t* a, size_t a_step, size_t a_kst
       if constexpr (TN == 2) _tile_dpbf16ps(3, 5, 7);
     }
   }
+  _tile_stored(0, p[0][0], ld[0][0]);
+  if constexpr (TN == 2) _tile_stored(1, p[0][1], ld[0][1]);
+  if constexpr (TM == 2) _tile_stored(2, p[1][0], ld[1][0]);
+  if constexpr (TM == 2 && TN == 2) _tile_stored(3, p[1][1], ld[1][1]);
+  asm volatile("" ::: "memory");  // and the stores above, read by the caller
 }
 
 // The TM x TN (1 or 2) C tiles at c (rows, cols: what is valid from c on, possibly more than the
@@ -238,23 +257,7 @@ FTX_AMX inline void micro(const uint16_t* a, size_t a_step, const uint16_t* b, s
       for (int y = 0; y < r; ++y) std::memcpy(buf[i][j] + y * kTileRows, ct + size_t(y) * ldc, q * sizeof(float));
     }
   }
-  asm volatile("" ::: "memory");  // the tile loads below are asm without a memory operand
-  if (load_c) {
-    _tile_loadd(0, p[0][0], ld[0][0]);
-    if constexpr (TN == 2) _tile_loadd(1, p[0][1], ld[0][1]);
-    if constexpr (TM == 2) _tile_loadd(2, p[1][0], ld[1][0]);
-    if constexpr (TM == 2 && TN == 2) _tile_loadd(3, p[1][1], ld[1][1]);
-  } else {
-    _tile_zero(0);
-    if constexpr (TN == 2) _tile_zero(1);
-    if constexpr (TM == 2) _tile_zero(2);
-    if constexpr (TM == 2 && TN == 2) _tile_zero(3);
-  }
-  tile_products<TM, TN>(a, a_step, kTileElems, 64, b, b_step, nk, 0);
-  _tile_stored(0, p[0][0], ld[0][0]);
-  if constexpr (TN == 2) _tile_stored(1, p[0][1], ld[0][1]);
-  if constexpr (TM == 2) _tile_stored(2, p[1][0], ld[1][0]);
-  if constexpr (TM == 2 && TN == 2) _tile_stored(3, p[1][1], ld[1][1]);
+  tile_block<TM, TN>(p, ld, load_c, a, a_step, kTileElems, 64, b, b_step, nk, 0);
   for (int i = 0; i < TM; ++i) {
     for (int j = 0; j < TN; ++j) {
       if (!edge[i][j]) continue;

@@ -121,6 +121,17 @@ FTX_AVX512BF16_INLINE void prefetch_c(const float* c, size_t ldc, int rows, int 
   }
 }
 
+// Blocks of block_m x block_n tiles over mt x nt tiles, halved (the larger side first) while the
+// threads of the enclosing region would have fewer than 2 each, down to 4 tiles a block.
+void shrink_blocks(int mt, int nt, int& block_m, int& block_n) {
+  while (tiles(mt, block_m) * tiles(nt, block_n) < 2 * omp_get_num_threads() && block_m * block_n > 4) {
+    if (block_m >= block_n)
+      block_m /= 2;
+    else
+      block_n /= 2;
+  }
+}
+
 // C block of the chunk (+)= Ap * Bp, blocks of kBlockM x kBlockN tiles shared among the threads,
 // each taking the next block when it is free: the two cores of the machine this was measured on ran
 // the tiles at speeds that changed by up to 1.5x over seconds, and with equal shares the faster one
@@ -129,12 +140,7 @@ FTX_AVX512BF16_INLINE void prefetch_c(const float* c, size_t ldc, int rows, int 
 FTX_AMX void multiply(const uint16_t* ap, const uint16_t* bp, const Args& g, const Chunk& ch, bool load_c) {
   // Smaller blocks when there are fewer than 2 per thread (a 256 x 256 dW would be one block).
   int block_m = kBlockM, block_n = kBlockN;
-  while (tiles(ch.mt, block_m) * tiles(ch.nt, block_n) < 2 * omp_get_num_threads() && block_m * block_n > 4) {
-    if (block_m >= block_n)
-      block_m /= 2;
-    else
-      block_n /= 2;
-  }
+  shrink_blocks(ch.mt, ch.nt, block_m, block_n);
   const int bm = tiles(ch.mt, block_m), bn = tiles(ch.nt, block_n);
   const size_t step = size_t(ch.kt) * kTileElems;                            // from one m (n) tile to the next
   const int kblocks = tiles(ch.kt, kBlockK), kstep = tiles(ch.kt, kblocks);  // equal k blocks
@@ -321,29 +327,18 @@ template <int TM, int TN>
 FTX_AMX void micro_wt(const uint16_t* w, size_t ldw, const uint16_t* b, size_t b_step, int nk, float* out, size_t ldo,
                       int tokens, bool accumulate, bool prefetch) {
   alignas(64) float buf[TM][TN][kTileRows * kTileRows];
-  if (accumulate) {
-    for (int i = 0; i < TM; ++i)
-      for (int j = 0; j < TN; ++j)
+  float* p[2][2] = {};
+  long ld[2][2] = {};
+  for (int i = 0; i < TM; ++i) {
+    for (int j = 0; j < TN; ++j) {
+      p[i][j] = buf[i][j], ld[i][j] = kTileRows * sizeof(float);
+      if (accumulate)
         out_to_tile(buf[i][j], out + size_t(kTileRows * j) * ldo + kTileRows * i, ldo,
                     std::min(kTileRows, tokens - kTileRows * j));
-    asm volatile("" ::: "memory");  // the tile loads below are asm without a memory operand
-    _tile_loadd(0, buf[0][0], 64);
-    if constexpr (TN == 2) _tile_loadd(1, buf[0][1], 64);
-    if constexpr (TM == 2) _tile_loadd(2, buf[1][0], 64);
-    if constexpr (TM == 2 && TN == 2) _tile_loadd(3, buf[1][1], 64);
-  } else {
-    _tile_zero(0);
-    if constexpr (TN == 2) _tile_zero(1);
-    if constexpr (TM == 2) _tile_zero(2);
-    if constexpr (TM == 2 && TN == 2) _tile_zero(3);
+    }
   }
-  tile_products<TM, TN>(w, kTileRows * ldw, kTileK, long(ldw * sizeof(uint16_t)), b, b_step, nk,
-                        prefetch ? kWtPrefetchTiles : 0);
-  _tile_stored(0, buf[0][0], 64);
-  if constexpr (TN == 2) _tile_stored(1, buf[0][1], 64);
-  if constexpr (TM == 2) _tile_stored(2, buf[1][0], 64);
-  if constexpr (TM == 2 && TN == 2) _tile_stored(3, buf[1][1], 64);
-  asm volatile("" ::: "memory");
+  tile_block<TM, TN>(p, ld, accumulate, w, kTileRows * ldw, kTileK, long(ldw * sizeof(uint16_t)), b, b_step, nk,
+                     prefetch ? kWtPrefetchTiles : 0);
   for (int i = 0; i < TM; ++i)
     for (int j = 0; j < TN; ++j)
       tile_to_out(out + size_t(kTileRows * j) * ldo + kTileRows * i, ldo, buf[i][j],
@@ -370,14 +365,8 @@ void run_weight_in_place(float* out, const float* inp, const uint16_t* w, int N,
       for (int t = 0; t < ntt * kt; ++t)
         pack_b_tile(bp + size_t(t) * kTileElems, inp + size_t(n0) * IC, size_t(IC), true, nc, IC, kTileRows * (t / kt),
                     kTileK * (t % kt));
-      // Smaller blocks when there are fewer than 2 per thread.
       int block_m = std::min(kWtBlockM, mt), block_n = std::min(kWtBlockN, ntt);
-      while (tiles(mt, block_m) * tiles(ntt, block_n) < 2 * omp_get_num_threads() && block_m * block_n > 4) {
-        if (block_m >= block_n)
-          block_m /= 2;
-        else
-          block_n /= 2;
-      }
+      shrink_blocks(mt, ntt, block_m, block_n);
       const int bm = tiles(mt, block_m), bn = tiles(ntt, block_n);
 #pragma omp for schedule(dynamic)
       for (int task = 0; task < bm * bn; ++task) {

@@ -30,9 +30,9 @@ namespace {
 
 // From this many inputs on, a path leaves its register kernel: widens w into slabs and calls sgemm,
 // or on Amx multiplies on the tiles. Set from whole decode steps (SmolLM2-135M decoding N sequences,
-// the two choices alternated; docs/performance.md, eighth pass), not from the GEMMs alone: in a
-// model the weights stream from memory, and the slabs and tiles read them twice (to widen or pack,
-// then to multiply). 2026-12-06, Sapphire Rapids, with the kernels prefetching up to 64 inputs:
+// the two choices alternated; docs/performance.md, eighth and ninth passes), not from the GEMMs
+// alone: in a model the weights stream from memory, and the slabs read them twice (to widen, then
+// to multiply). 2026-12-06, Sapphire Rapids, with the kernels prefetching up to 64 inputs:
 // - avx2: the kernel 1.08x at N = 32, 1.03x at 40; sgemm 1.05x at 48, 1.11x at 64;
 // - avx512bf16: the kernel 1.11x at 48, 1.04x at 64; sgemm 1.13x at 72, 1.11x at 80;
 // - amx (2026-12-07, the tiles reading the weight in place, gemm_amx.cpp): the kernel 1.05-1.10x at
