@@ -2,9 +2,10 @@
 // CPU runs (the tiles where it has AMX, rounding + sgemm everywhere): the three products of a
 // Linear layer against a double-precision GEMM of the bf16-rounded inputs, and against fp32 within
 // the bf16 bound while differing from it (the inputs really are rounded); the CPU backend at bf16
-// routes fp32 weights through them; attention's products at bf16 (forward and backward) stay
-// within bf16 of double and apart from fp32, and the backend at bf16 uses them; on AMX the tile
-// forward (attn_amx.h) gives the bits of the products it replaces.
+// routes fp32 weights through them; attention's products at bf16 (forward and backward, on each
+// engine) match a double computation of the rounded operands, stay apart from fp32, and the
+// backend at bf16 uses them; the register tiles' rounding gives the scalar conversion's bits; on
+// AMX the tile forward (attn_amx.h) gives the bits of the products it replaces.
 //
 // Not here: the AMX kernel's own edge cases (test_gemm_amx), speed (docs/performance.md).
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -132,62 +134,156 @@ double relative_error(const std::vector<float>& got, const std::vector<double>& 
   return std::sqrt(d / n);
 }
 
-// Attention at bf16 (AttnProducts::Bf16Inputs): causal GQA over three blocks of query rows, forward
-// and backward, within bf16's rounding of the double computation and further from it than fp32
-// (its inputs are rounded); the backend at bf16 gives the same bits.
-TEST_P(MatmulBf16, AttentionProductsAtBf16) {
-  AttnShape s;
-  s.B = 2, s.NH = 4, s.NKV = 2, s.HS = 32, s.Tq = s.Tk = s.Tk_cap = 130, s.q_pos0 = 0, s.causal = true;
-  const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk * s.NKV * s.HS;
-  const size_t na = size_t(s.B) * s.NH * s.Tq * s.Tk;
-  const std::vector<float> q = random_floats(nq, 11), k = random_floats(nk, 12), v = random_floats(nk, 13);
-  const std::vector<float> dout = random_floats(nq, 14);
-  auto widen = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
-  const std::vector<double> qd = widen(q), kd = widen(k), vd = widen(v), dod = widen(dout);
-  std::vector<double> out_d(nq), att_d(na), dq_d(nq), dk_d(nk), dv_d(nk);
-  cpu::attention_forward(out_d.data(), att_d.data(), qd.data(), kd.data(), vd.data(), s);
-  cpu::attention_backward(dq_d.data(), dk_d.data(), dv_d.data(), dod.data(), att_d.data(), qd.data(), kd.data(),
-                          vd.data(), s);
-  struct Grads {
-    std::vector<float> out, att, dq, dk, dv;
-  };
-  auto run = [&](auto&& forward, auto&& backward) {
-    Grads g{std::vector<float>(nq), std::vector<float>(na), std::vector<float>(nq), std::vector<float>(nk),
-            std::vector<float>(nk)};
-    forward(g.out.data(), g.att.data());
-    backward(g.dq.data(), g.dk.data(), g.dv.data(), g.att.data());
-    return g;
-  };
-  auto direct = [&](cpu::AttnProducts by) {
-    return run([&](float* o, float* a) { cpu::attention_forward(o, a, q.data(), k.data(), v.data(), s, by); },
-               [&](float* dq, float* dk, float* dv, const float* a) {
-                 cpu::attention_backward(dq, dk, dv, dout.data(), a, q.data(), k.data(), v.data(), s, by);
-               });
-  };
-  const Grads fp32 = direct(cpu::AttnProducts::Fp32), bf = direct(cpu::AttnProducts::Bf16Inputs);
-  const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> checks[] = {
-      {"out", {&bf.out, &fp32.out}},
-      {"dq", {&bf.dq, &fp32.dq}},
-      {"dk", {&bf.dk, &fp32.dk}},
-      {"dv", {&bf.dv, &fp32.dv}}};
-  const std::vector<double>* want[] = {&out_d, &dq_d, &dk_d, &dv_d};
-  for (size_t i = 0; i < std::size(checks); ++i) {
-    const double e_bf16 = relative_error(*checks[i].second.first, *want[i]);
-    const double e_fp32 = relative_error(*checks[i].second.second, *want[i]);
-    EXPECT_LE(e_bf16, 1e-2) << checks[i].first;
-    EXPECT_LE(e_fp32, 1e-5) << checks[i].first;
-    EXPECT_GT(e_bf16, 10 * e_fp32) << checks[i].first << ": the products' inputs were not rounded";
+// The register tiles' rounding (attn_tiles::round_bf16: whole vectors, then the scalar tail) gives
+// the bits of the scalar conversion on ties, subnormals, overflow to infinity, infinities and NaNs.
+TEST(AttentionTiles, RoundingToBf16MatchesTheScalarConversion) {
+  const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x3F808000u, 0x3F818000u,
+                              0x3F80FFFFu, 0xBF808001u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F800000u, 0xFF800000u,
+                              0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu, 0x7F80FFFFu};
+  std::mt19937 rng(5);
+  std::vector<float> x(37), got(37);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t u = i < std::size(special) ? special[i] : uint32_t(rng());
+    std::memcpy(&x[i], &u, sizeof u);
   }
-  std::unique_ptr<Backend> be = make_cpu_backend();
-  ASSERT_TRUE(be->set_matmul_precision(MatmulPrecision::Bf16).ok());
-  const Grads via = run([&](float* o, float* a) { be->attention_forward(o, a, q.data(), k.data(), v.data(), s); },
-                        [&](float* dq, float* dk, float* dv, const float* a) {
-                          be->attention_backward(dq, dk, dv, dout.data(), nullptr, a, q.data(), k.data(), v.data(), s);
-                        });
-  EXPECT_EQ(via.out, bf.out);
-  EXPECT_EQ(via.dq, bf.dq);
-  EXPECT_EQ(via.dk, bf.dk);
-  EXPECT_EQ(via.dv, bf.dv);
+  for (std::vector<float>* dst : {&got, &x}) {  // into another buffer, then in place
+    const std::vector<float> src = x;
+    cpu::attn_tiles::round_bf16(dst->data(), x.data(), int(x.size()));
+    for (size_t i = 0; i < src.size(); ++i) {
+      const float want = bf16_to_fp32(fp32_to_bf16(src[i]));
+      uint32_t g, w;
+      std::memcpy(&g, &(*dst)[i], sizeof g);
+      std::memcpy(&w, &want, sizeof w);
+      EXPECT_EQ(g, w) << "element " << i;
+    }
+  }
+}
+
+// Attention's forward and backward in double with every product's operands rounded to bf16 where
+// the bf16 paths round them (Q, K, V, P, dO, dS), over the visible keys; P and dS are those of the
+// double computation.
+struct AttnGrads {
+  std::vector<double> out, dq, dk, dv;
+};
+AttnGrads rounded_attention(const AttnShape& s, const std::vector<float>& q, const std::vector<float>& k,
+                            const std::vector<float>& v, const std::vector<float>& dout) {
+  const int group = s.NH / s.NKV;
+  const double scale = 1.0 / std::sqrt(double(s.HS));
+  AttnGrads g{std::vector<double>(q.size()), std::vector<double>(q.size()), std::vector<double>(k.size()),
+              std::vector<double>(k.size())};
+  std::vector<double> p(size_t(s.Tk)), ds(size_t(s.Tq) * s.Tk);
+  std::vector<double> pr(size_t(s.Tq) * s.Tk);
+  for (int b = 0; b < s.B; ++b)
+    for (int h = 0; h < s.NH; ++h) {
+      const auto qi = [&](int i, int d) { return ((size_t(b) * s.Tq + i) * s.NH + h) * s.HS + d; };
+      const auto kj = [&](int j, int d) { return ((size_t(b) * s.Tk + j) * s.NKV + h / group) * s.HS + d; };
+      for (int i = 0; i < s.Tq; ++i) {
+        const int keys = s.causal ? i + 1 : s.Tk;
+        double mx = -1e300, sum = 0, pdp = 0;
+        for (int j = 0; j < keys; ++j) {
+          double x = 0;
+          for (int d = 0; d < s.HS; ++d) x += bf16(q[qi(i, d)]) * bf16(k[kj(j, d)]);
+          p[j] = x * scale, mx = std::max(mx, p[j]);
+        }
+        for (int j = 0; j < keys; ++j) p[j] = std::exp(p[j] - mx), sum += p[j];
+        for (int j = 0; j < s.Tk; ++j) pr[size_t(i) * s.Tk + j] = j < keys ? bf16(float(p[j] / sum)) : 0.0;
+        for (int j = 0; j < keys; ++j) {
+          p[j] /= sum;
+          double dp = 0;
+          for (int d = 0; d < s.HS; ++d) dp += bf16(dout[qi(i, d)]) * bf16(v[kj(j, d)]);
+          ds[size_t(i) * s.Tk + j] = dp, pdp += p[j] * dp;
+        }
+        for (int j = 0; j < s.Tk; ++j)
+          ds[size_t(i) * s.Tk + j] = j < keys ? bf16(float(p[j] * (ds[size_t(i) * s.Tk + j] - pdp) * scale)) : 0.0;
+        for (int d = 0; d < s.HS; ++d) {
+          double o = 0, dq = 0;
+          for (int j = 0; j < keys; ++j) {
+            o += pr[size_t(i) * s.Tk + j] * bf16(v[kj(j, d)]);
+            dq += ds[size_t(i) * s.Tk + j] * bf16(k[kj(j, d)]);
+          }
+          g.out[qi(i, d)] = o, g.dq[qi(i, d)] = dq;
+        }
+      }
+      for (int j = 0; j < s.Tk; ++j)
+        for (int d = 0; d < s.HS; ++d)
+          for (int i = 0; i < s.Tq; ++i) {
+            g.dv[kj(j, d)] += pr[size_t(i) * s.Tk + j] * bf16(dout[qi(i, d)]);
+            g.dk[kj(j, d)] += ds[size_t(i) * s.Tk + j] * bf16(q[qi(i, d)]);
+          }
+    }
+  return g;
+}
+
+// Attention at bf16 (AttnProducts::Bf16Inputs), forward and backward, causal GQA, on each engine
+// it has: the register tiles on rounded operands (a training batch of short sequences, and the
+// backward of a longer one), on AMX the tile forward (few kv heads) and gemm_bf16_inputs' tiles
+// (above kAttnAmxMinWork*), otherwise gemm_bf16_inputs. Each within fp32's summation of the
+// rounded double computation (an operand left unrounded moves the result by about 1e-3), and
+// further from the exact double computation than fp32 is; the backend at bf16 gives the same bits.
+TEST_P(MatmulBf16, AttentionProductsAtBf16) {
+  const auto shape = [](int B, int NH, int NKV, int HS, int T) {
+    AttnShape s;
+    s.B = B, s.NH = NH, s.NKV = NKV, s.HS = HS, s.Tq = s.Tk = s.Tk_cap = T, s.q_pos0 = 0, s.causal = true;
+    return s;
+  };
+  for (const AttnShape& s : {shape(2, 4, 2, 32, 130), shape(8, 4, 2, 32, 65), shape(1, 2, 1, 64, 256)}) {
+    const std::string what = "HS " + std::to_string(s.HS) + ", T " + std::to_string(s.Tq);
+    const size_t nq = size_t(s.B) * s.Tq * s.NH * s.HS, nk = size_t(s.B) * s.Tk * s.NKV * s.HS;
+    const size_t na = size_t(s.B) * s.NH * s.Tq * s.Tk;
+    const std::vector<float> q = random_floats(nq, 11), k = random_floats(nk, 12), v = random_floats(nk, 13);
+    const std::vector<float> dout = random_floats(nq, 14);
+    auto widen = [](const std::vector<float>& x) { return std::vector<double>(x.begin(), x.end()); };
+    const std::vector<double> qd = widen(q), kd = widen(k), vd = widen(v), dod = widen(dout);
+    std::vector<double> out_d(nq), att_d(na), dq_d(nq), dk_d(nk), dv_d(nk);
+    cpu::attention_forward(out_d.data(), att_d.data(), qd.data(), kd.data(), vd.data(), s);
+    cpu::attention_backward(dq_d.data(), dk_d.data(), dv_d.data(), dod.data(), att_d.data(), qd.data(), kd.data(),
+                            vd.data(), s);
+    const AttnGrads rounded = rounded_attention(s, q, k, v, dout);
+    struct Grads {
+      std::vector<float> out, att, dq, dk, dv;
+    };
+    auto run = [&](auto&& forward, auto&& backward) {
+      Grads g{std::vector<float>(nq), std::vector<float>(na), std::vector<float>(nq), std::vector<float>(nk),
+              std::vector<float>(nk)};
+      forward(g.out.data(), g.att.data());
+      backward(g.dq.data(), g.dk.data(), g.dv.data(), g.att.data());
+      return g;
+    };
+    auto direct = [&](cpu::AttnProducts by) {
+      return run([&](float* o, float* a) { cpu::attention_forward(o, a, q.data(), k.data(), v.data(), s, by); },
+                 [&](float* dq, float* dk, float* dv, const float* a) {
+                   cpu::attention_backward(dq, dk, dv, dout.data(), a, q.data(), k.data(), v.data(), s, by);
+                 });
+    };
+    const Grads fp32 = direct(cpu::AttnProducts::Fp32), bf = direct(cpu::AttnProducts::Bf16Inputs);
+    const std::pair<const char*, std::pair<const std::vector<float>*, const std::vector<float>*>> checks[] = {
+        {"out", {&bf.out, &fp32.out}},
+        {"dq", {&bf.dq, &fp32.dq}},
+        {"dk", {&bf.dk, &fp32.dk}},
+        {"dv", {&bf.dv, &fp32.dv}}};
+    const std::vector<double>* want[] = {&out_d, &dq_d, &dk_d, &dv_d};
+    const std::vector<double>* want_rounded[] = {&rounded.out, &rounded.dq, &rounded.dk, &rounded.dv};
+    for (size_t i = 0; i < std::size(checks); ++i) {
+      const double e_rounded = relative_error(*checks[i].second.first, *want_rounded[i]);
+      const double e_bf16 = relative_error(*checks[i].second.first, *want[i]);
+      const double e_fp32 = relative_error(*checks[i].second.second, *want[i]);
+      EXPECT_LE(e_rounded, 1e-4) << what << ": " << checks[i].first;
+      EXPECT_LE(e_bf16, 1e-2) << what << ": " << checks[i].first;
+      EXPECT_LE(e_fp32, 1e-5) << what << ": " << checks[i].first;
+      EXPECT_GT(e_bf16, 10 * e_fp32) << what << ": " << checks[i].first << ": the products' inputs were not rounded";
+    }
+    std::unique_ptr<Backend> be = make_cpu_backend();
+    ASSERT_TRUE(be->set_matmul_precision(MatmulPrecision::Bf16).ok());
+    const Grads via =
+        run([&](float* o, float* a) { be->attention_forward(o, a, q.data(), k.data(), v.data(), s); },
+            [&](float* dq, float* dk, float* dv, const float* a) {
+              be->attention_backward(dq, dk, dv, dout.data(), nullptr, a, q.data(), k.data(), v.data(), s);
+            });
+    EXPECT_EQ(via.out, bf.out) << what;
+    EXPECT_EQ(via.dq, bf.dq) << what;
+    EXPECT_EQ(via.dk, bf.dk) << what;
+    EXPECT_EQ(via.dv, bf.dv) << what;
+  }
 }
 
 // The tile forward (attn_amx.h), which the Amx path runs from 16 query rows on, against the
@@ -212,10 +308,10 @@ TEST(AttentionAmx, TilesGiveTheBitsOfTheGemmProducts) {
     const size_t na = size_t(s.B) * s.NH * s.Tq * s.Tk;
     const std::vector<float> q = random_floats(nq, 21), k = random_floats(nk, 22), v = random_floats(nk, 23);
     std::vector<float> out(nq), att(na), out1(nq), att1(na), want_out(nq), want_att(na);
-    cpu::attention_forward(out.data(), att.data(), q.data(), k.data(), v.data(), s, cpu::AttnProducts::Bf16Inputs);
+    cpu::attn_forward_amx(out.data(), att.data(), q.data(), k.data(), v.data(), s);
     const int threads = omp_get_max_threads();
     omp_set_num_threads(1);
-    cpu::attention_forward(out1.data(), att1.data(), q.data(), k.data(), v.data(), s, cpu::AttnProducts::Bf16Inputs);
+    cpu::attn_forward_amx(out1.data(), att1.data(), q.data(), k.data(), v.data(), s);
     omp_set_num_threads(threads);
     for (int b = 0; b < s.B; ++b) {
       for (int h = 0; h < s.NH; ++h) {

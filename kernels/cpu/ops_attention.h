@@ -5,23 +5,29 @@
 // Per (b, head) the products read q, k, v in place through their row strides. In fp32 from
 // kAttnTileMinRows query rows on (prompts, training) they are our register tiles
 // (attn_tiles_fp32.h) on a transposed copy of K made once per call; otherwise (a decode step,
-// double, bf16 inputs) small GEMMs (gemm() in ops_matmul.h, sequential inside our parallel
-// region). S = scale * Q K^T is written straight into att, the softmax runs over the visible keys
-// only (causal masking by loop bounds; masked entries are set to 0 and never exponentiated), then
-// O = P V. The forward is parallel over (b, head, block of query rows), a causal block multiplying
-// only the keys its last row sees; in fp32 on a training batch (kAttnKvTasksPerThread) over
-// (b, kv head) instead, each task transposing its own K. The backward is parallel over
-// (b, kv head), with one (Tq, Tk) scratch per thread for dS: the query heads of one GQA group
-// share a task, so dk/dv accumulate across the group without races. In fp32 from
-// kAttnTileMinRows rows on its four products are the same register tiles (attn_backward_tiles; dV
-// and dK read P and dS transposed in place), otherwise gemm()s over the forward's blocks of rows.
+// double, bf16 inputs except as Numerics says) small GEMMs (gemm() in ops_matmul.h, sequential
+// inside our parallel region). S = scale * Q K^T is written straight into att, the softmax runs
+// over the visible keys only (causal masking by loop bounds; masked entries are set to 0 and never
+// exponentiated), then O = P V. The forward is parallel over (b, head, block of query rows), a
+// causal block multiplying only the keys its last row sees; on the register tiles on a training
+// batch (kAttnKvTasksPerThread) over (b, kv head) instead, each task transposing its own K. The
+// backward is parallel over (b, kv head), with one (Tq, Tk) scratch per thread for dS: the query
+// heads of one GQA group share a task, so dk/dv accumulate across the group without races. In
+// fp32 from kAttnTileMinRows rows on (at bf16 as Numerics says) its four products are the same
+// register tiles (attn_backward_tiles; dV and dK read P and dS transposed in place), otherwise
+// gemm()s over the forward's blocks of rows.
+//
 // Numerics: softmax subtracts the row max; exp is exp_nonpos (cpu_common.h). With
 // AttnProducts::Bf16Inputs (training at --precision bf16, as PyTorch's CPU autocast and our CUDA
-// backend do) the four kinds of products round their inputs to bf16 and sum in fp32
-// (gemm_bf16_inputs, ops_matmul_bf16.h: AMX tiles where the CPU has them; on the tiles the forward
-// of kAttnAmxMinRows rows or more is attn_amx.h's, which packs K and V once per call); the
-// 1/sqrt(HS) scale then moves out of the products, into the softmax and its backward. The fp32
-// path multiplies by exactly 1 there, so its bits do not change.
+// backend do) the four kinds of products round their inputs to bf16 and sum in fp32, on one of
+// three engines (attn_bf16_on_register_tiles):
+//   * the register tiles on operands rounded first (attn_operand): a training batch on a CPU
+//     without AMX, and on AMX the backward of short sequences;
+//   * on AMX, the forward of kAttnAmxMinRows rows or more on attn_amx.h's tiles, which pack K and
+//     V once per call;
+//   * otherwise gemm_bf16_inputs per product (ops_matmul_bf16.h). The 1/sqrt(HS) scale then
+//     moves out of the products, into the softmax and its backward. The fp32 path multiplies by
+//     exactly 1 there, so its bits do not change.
 // Deliberately not here: flash-style tiling (the backward reads the saved probabilities; T is at
 // most a few hundred on the CPU), dropout, ALiBi or other biases.
 #pragma once
@@ -129,9 +135,48 @@ inline int attn_block_rows(const AttnShape& s) {
 // first would cost as much as the product.
 constexpr int kAttnTileMinRows = 16;
 
-// Whether the fp32 register tiles take these products (else gemm()).
-inline bool attn_tiles_apply(const AttnShape& s, AttnProducts by) {
-  return by == AttnProducts::Fp32 && s.Tq >= kAttnTileMinRows && attn_tiles_fit(s.HS);
+// Whether the register tiles can take these products: enough query rows and a head they fit.
+inline bool attn_tiles_apply(const AttnShape& s) { return s.Tq >= kAttnTileMinRows && attn_tiles_fit(s.HS); }
+
+// Work per (b, head), Tq x Tk x HS, from which attention's backward at bf16 on an AMX CPU
+// multiplies on the AMX tiles (gemm_bf16_inputs per product) rather than on the register tiles with
+// rounded operands: below it the tiles' packing and per-call set-up cost more than the products
+// they speed up. Sapphire Rapids, training batches of 4,096 tokens (docs/performance.md, tenth
+// pass): the register tiles won 1.3-2x at T = 65 and 1.1-1.5x at T = 80 (HS 32 and 64), the two
+// tied at T = 128 with HS 32, the AMX tiles won from T = 96 with HS 64. The forward on AMX always
+// takes attn_amx.h's tiles: from T = 65 on they were as fast as the register tiles or faster.
+constexpr double kAttnAmxMinWorkBackward = double(1 << 19);
+
+// At bf16 (AttnProducts::Bf16Inputs), whether the register tiles take these products on operands
+// rounded to bf16 (attn_operand): wherever they fit on a CPU without AMX, whose gemm_bf16_inputs
+// is the same rounding followed by sgemm on each small product; on AMX a backward below the work
+// above.
+inline bool attn_bf16_on_register_tiles(const AttnShape& s, bool backward) {
+  if (!attn_tiles_apply(s)) return false;
+  if (!bf16_inputs_on_tiles()) return true;
+  return backward && double(s.Tq) * s.Tk * s.HS < kAttnAmxMinWorkBackward;
+}
+
+// A head's rows as a product on the register tiles reads them: a pointer and its row stride.
+struct AttnRows {
+  const float* p;
+  int ld;
+};
+
+// rows x cols of src (row stride ld) as a product's operand: in place, or with `round` (bf16)
+// rounded to bf16 into the calling thread's scratch slot Slot, dense (row stride cols). A product
+// of two bf16 numbers is exact in fp32, so the tiles on rounded operands compute what
+// gemm_bf16_inputs computes, up to the order of the fp32 sums.
+template <int Slot>
+AttnRows attn_operand(const float* src, int ld, int rows, int cols, bool round) {
+  if (!round) return AttnRows{src, ld};
+  float* dst = thread_scratch<float, Slot>(size_t(rows) * cols);
+  if (ld == cols) {
+    attn_tiles::round_bf16(dst, src, rows * cols);
+  } else {
+    for (int r = 0; r < rows; ++r) attn_tiles::round_bf16(dst + size_t(r) * cols, src + size_t(r) * ld, cols);
+  }
+  return AttnRows{dst, cols};
 }
 
 // From this many (b, kv head) pairs per thread (training on a batch of short sequences) the fp32
@@ -149,7 +194,7 @@ const float* attn_transposed_keys(const T* k, const AttnShape& s, AttnProducts b
   if constexpr (!std::is_same_v<T, float>) {
     return nullptr;
   } else {
-    if (!attn_tiles_apply(s, by)) return nullptr;
+    if (by != AttnProducts::Fp32 || !attn_tiles_apply(s)) return nullptr;
     const size_t per_head = attn_kt_floats(s.Tk, s.HS);
     const int tiles = int(per_head / (size_t(s.HS) * attn_tiles::kKeyTile));
     float* kt = thread_scratch<float, 3>(size_t(s.B) * s.NKV * per_head);
@@ -167,39 +212,49 @@ const float* attn_transposed_keys(const T* k, const AttnShape& s, AttnProducts b
 }
 
 // The keys of one (b, kv head), or in the backward its values, transposed for the tiles
-// (attn_transpose_key_tile) into the calling thread's scratch, slot 4; src: the head's first row,
-// row stride ldkv, s.Tk rows.
-inline const float* attn_transposed_head(const float* src, int ldkv, const AttnShape& s) {
-  float* t = thread_scratch<float, 4>(attn_kt_floats(s.Tk, s.HS));
+// (attn_transpose_key_tile) into the calling thread's scratch, slot 4, and rounded to bf16 when
+// `round`; src: the head's first row, row stride ldkv, s.Tk rows.
+inline const float* attn_transposed_head(const float* src, int ldkv, const AttnShape& s, bool round = false) {
+  const size_t n = attn_kt_floats(s.Tk, s.HS);
+  float* t = thread_scratch<float, 4>(n);
   for (int tile = 0; tile * attn_tiles::kKeyTile < s.Tk; ++tile)
     attn_transpose_key_tile(t, src, ldkv, s.Tk, s.HS, tile);
+  if (round) attn_tiles::round_bf16(t, t, int(n));
   return t;
 }
 
-// Rows [i0, i1) of one (b, head h) on the tiles: S into att, the softmax, O into out; kt: the
-// head's keys transposed (attn_transpose_key_tile).
-inline void attn_forward_tiles_rows(float* out, float* att, const float* q, const float* kt, const float* v,
-                                    const AttnShape& s, int b, int h, int i0, int i1) {
-  const AttnHead x = attn_head(s, b, h, s.Tk_cap);
-  float* a = att + x.att_off;  // (Tq, Tk)
-  const size_t qi = x.q_off + size_t(i0) * x.ldq;
+// Rows [i0, i1) of one head on the tiles: S into a (the head's (Tq, Tk) probabilities), the
+// softmax, O into o. q and o: the head's row 0 (row strides ldq, ldo); kt: its keys transposed
+// (attn_transpose_key_tile); v: its first key. `round` (bf16): the probabilities, which a keeps
+// exact for the backward, rounded into scratch slot 7 for O = P V.
+inline void attn_forward_tiles_rows(float* o, int ldo, float* a, const float* q, int ldq, const float* kt, AttnRows v,
+                                    bool round, const AttnShape& s, int i0, int i1) {
   const auto keys_of = [&](int r) { return attn_visible(s, i0 + r); };
-  attn_qk(a + size_t(i0) * s.Tk, s.Tk, q + qi, x.ldq, kt, i1 - i0, s.HS, 1.0f / std::sqrt(float(s.HS)), keys_of);
+  float* ar = a + size_t(i0) * s.Tk;
+  attn_qk(ar, s.Tk, q + size_t(i0) * ldq, ldq, kt, i1 - i0, s.HS, 1.0f / std::sqrt(float(s.HS)), keys_of);
   attn_softmax_rows(a, s, i0, i1, 1.0f);
-  attn_pv(out + qi, x.ldq, a + size_t(i0) * s.Tk, s.Tk, v + x.kv_off, x.ldkv, i1 - i0, s.HS, [&](int, int last) {
+  const AttnRows p = attn_operand<7>(ar, s.Tk, i1 - i0, s.Tk, round);
+  attn_pv(o + size_t(i0) * ldo, ldo, p.p, p.ld, v.p, v.ld, i1 - i0, s.HS, [&](int, int last) {
     return std::pair{0, keys_of(last)};
   });
 }
 
-// The fp32 forward with one task per (b, kv head) (kAttnKvTasksPerThread): K transposed into the
-// thread's scratch (attn_transposed_head), then every head of the group, all rows at once.
+// The forward with one task per (b, kv head) (kAttnKvTasksPerThread) on the register tiles: K
+// transposed into the thread's scratch (attn_transposed_head), then every head of the group, all
+// rows at once. `round` (bf16): K^T, V, and each head's Q and probabilities rounded first
+// (attn_operand, scratch slots 4-7).
 inline void attn_forward_per_kv_head(float* out, float* att, const float* q, const float* k, const float* v,
-                                     const AttnShape& s) {
+                                     const AttnShape& s, bool round) {
   const int group = s.NH / s.NKV;
   attn_for_each_kv_head(s, [&](int b, int kh) {
     const AttnHead kv = attn_head(s, b, kh * group, s.Tk_cap);
-    const float* kt = attn_transposed_head(k + kv.kv_off, kv.ldkv, s);
-    for (int h = kh * group; h < (kh + 1) * group; ++h) attn_forward_tiles_rows(out, att, q, kt, v, s, b, h, 0, s.Tq);
+    const float* kt = attn_transposed_head(k + kv.kv_off, kv.ldkv, s, round);
+    const AttnRows vr = attn_operand<5>(v + kv.kv_off, kv.ldkv, s.Tk, s.HS, round);
+    for (int h = kh * group; h < (kh + 1) * group; ++h) {
+      const AttnHead x = attn_head(s, b, h, s.Tk_cap);
+      const AttnRows qr = attn_operand<6>(q + x.q_off, x.ldq, s.Tq, s.HS, round);
+      attn_forward_tiles_rows(out + x.q_off, x.ldq, att + x.att_off, qr.p, qr.ld, kt, vr, round, s, 0, s.Tq);
+    }
   });
 }
 
@@ -210,10 +265,11 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
   FT_ASSERT(s.NKV > 0 && s.NH % s.NKV == 0 && s.Tk >= 1 && s.Tk <= s.Tk_cap, "attention: NH %d NKV %d Tk %d Tk_cap %d",
             s.NH, s.NKV, s.Tk, s.Tk_cap);
   if constexpr (std::is_same_v<T, float>) {
-    if (attn_tiles_apply(s, by) && s.B * s.NKV >= kAttnKvTasksPerThread * omp_get_max_threads())
-      return attn_forward_per_kv_head(out, att, q, k, v, s);
-    if (by == AttnProducts::Bf16Inputs && bf16_inputs_on_tiles() && attn_amx_fits(s))
-      return attn_forward_amx(out, att, q, k, v, s);
+    const bool round = by == AttnProducts::Bf16Inputs;
+    const bool tiles = round ? attn_bf16_on_register_tiles(s, false) : attn_tiles_apply(s);
+    if (tiles && s.B * s.NKV >= kAttnKvTasksPerThread * omp_get_max_threads())
+      return attn_forward_per_kv_head(out, att, q, k, v, s, round);
+    if (round && bf16_inputs_on_tiles() && attn_amx_fits(s)) return attn_forward_amx(out, att, q, k, v, s);
   }
   const T scale = T(1) / std::sqrt(T(s.HS));
   const bool bf16 = by == AttnProducts::Bf16Inputs;
@@ -233,8 +289,9 @@ void attention_forward(T* out, T* att, const T* q, const T* k, const T* v, const
     if constexpr (std::is_same_v<T, float>) {
       if (kt != nullptr) {
         const int kh = h / (s.NH / s.NKV);
-        attn_forward_tiles_rows(out, att, q, kt + (size_t(b) * s.NKV + kh) * attn_kt_floats(s.Tk, s.HS), v, s, b, h, i0,
-                                i1);
+        attn_forward_tiles_rows(out + x.q_off, x.ldq, a, q + x.q_off, x.ldq,
+                                kt + (size_t(b) * s.NKV + kh) * attn_kt_floats(s.Tk, s.HS),
+                                AttnRows{v + x.kv_off, x.ldkv}, false, s, i0, i1);
         continue;
       }
     }
@@ -263,18 +320,21 @@ void attn_softmax_backward_rows(T* dp, const T* a, const AttnShape& s, int i0, i
   }
 }
 
-// The fp32 backward of one (b, kv head) on the register tiles (attn_tiles_fp32.h), from
+// The backward of one (b, kv head) on the register tiles (attn_tiles_fp32.h), from
 // kAttnTileMinRows query rows on: dP = dO V^T from a transposed V, dS with the 1/sqrt(HS) scale
 // folded in (softmax backward), dQ = dS K, then dV += P^T dO and dK += dS^T Q reading P and dS
 // transposed in place, each key row summing only over the query rows that see it. The first head
-// of the GQA group writes dk and dv, the others add to them. Scratch: per-thread slots 2 and 4.
+// of the GQA group writes dk and dv, the others add to them. `round` (bf16): every product's
+// operands rounded first (V^T, K, and each head's dO, P, Q and dS; attn_operand). Scratch:
+// per-thread slots 2 and 4 to 8.
 inline void attn_backward_tiles(float* dq, float* dk, float* dv, const float* dout, const float* att, const float* q,
-                                const float* k, const float* v, const AttnShape& s, int b, int kh) {
+                                const float* k, const float* v, const AttnShape& s, int b, int kh, bool round) {
   const int group = s.NH / s.NKV;
   const float scale = 1.0f / std::sqrt(float(s.HS));
   const AttnHead kv = attn_head(s, b, kh * group, s.Tk);
-  const float* vt = attn_transposed_head(v + kv.kv_off, kv.ldkv, s);
+  const float* vt = attn_transposed_head(v + kv.kv_off, kv.ldkv, s, round);
   float* ds = thread_scratch<float, 2>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
+  const AttnRows kr = attn_operand<5>(k + kv.kv_off, kv.ldkv, s.Tk, s.HS, round);
   const auto keys_of = [&](int i) { return attn_visible(s, i); };
   const auto keys_seen = [&](int, int last) { return std::pair{0, keys_of(last)}; };
   // Key rows from j0 on are seen by query rows from j0 - q_pos0 on (all rows when not causal).
@@ -283,19 +343,20 @@ inline void attn_backward_tiles(float* dq, float* dk, float* dv, const float* do
   };
   for (int h = kh * group; h < (kh + 1) * group; ++h) {
     const AttnHead x = attn_head(s, b, h, s.Tk);
-    const float* p = att + x.att_off;
-    attn_qk(ds, s.Tk, dout + x.q_off, x.ldq, vt, s.Tq, s.HS, 1.0f, keys_of);
-    attn_softmax_backward_rows(ds, p, s, 0, s.Tq, scale);
-    attn_pv(dq + x.q_off, x.ldq, ds, s.Tk, k + kv.kv_off, kv.ldkv, s.Tq, s.HS, keys_seen);
+    const AttnRows dor = attn_operand<6>(dout + x.q_off, x.ldq, s.Tq, s.HS, round);
+    attn_qk(ds, s.Tk, dor.p, dor.ld, vt, s.Tq, s.HS, 1.0f, keys_of);
+    attn_softmax_backward_rows(ds, att + x.att_off, s, 0, s.Tq, scale);
+    if (round) attn_tiles::round_bf16(ds, ds, s.Tq * s.Tk);
+    attn_pv(dq + x.q_off, x.ldq, ds, s.Tk, kr.p, kr.ld, s.Tq, s.HS, keys_seen);
     // dV (+)= P^T dO, dK (+)= dS^T Q: P and dS read transposed in place.
-    const auto add_transposed = [&](float* out, const float* a, const float* by_rows) {
+    const auto add_transposed = [&](float* out, const float* a, AttnRows by_rows) {
       if (h == kh * group)
-        attn_pv<false, true>(out + kv.kv_off, kv.ldkv, a, s.Tk, by_rows + x.q_off, x.ldq, s.Tk, s.HS, rows_seeing);
+        attn_pv<false, true>(out + kv.kv_off, kv.ldkv, a, s.Tk, by_rows.p, by_rows.ld, s.Tk, s.HS, rows_seeing);
       else
-        attn_pv<true, true>(out + kv.kv_off, kv.ldkv, a, s.Tk, by_rows + x.q_off, x.ldq, s.Tk, s.HS, rows_seeing);
+        attn_pv<true, true>(out + kv.kv_off, kv.ldkv, a, s.Tk, by_rows.p, by_rows.ld, s.Tk, s.HS, rows_seeing);
     };
-    add_transposed(dv, p, dout);
-    add_transposed(dk, ds, q);
+    add_transposed(dv, attn_operand<7>(att + x.att_off, s.Tk, s.Tq, s.Tk, round).p, dor);
+    add_transposed(dk, ds, attn_operand<8>(q + x.q_off, x.ldq, s.Tq, s.HS, round));
   }
 }
 
@@ -312,10 +373,10 @@ void attention_backward(T* dq, T* dk, T* dv, const T* dout, const T* att, const 
   // The forward's blocks of query rows: a causal block's products use only the keys its last row
   // sees. dk and dv sum over the group's heads and the blocks: zeroed, then accumulated.
   const int rows = attn_block_rows(s);
-  const bool tiles = std::is_same_v<T, float> && attn_tiles_apply(s, by);
+  const bool tiles = std::is_same_v<T, float> && (bf16 ? attn_bf16_on_register_tiles(s, true) : attn_tiles_apply(s));
   attn_for_each_kv_head(s, [&](int b, int kh) {
     if constexpr (std::is_same_v<T, float>) {
-      if (tiles) return attn_backward_tiles(dq, dk, dv, dout, att, q, k, v, s, b, kh);
+      if (tiles) return attn_backward_tiles(dq, dk, dv, dout, att, q, k, v, s, b, kh, bf16);
     }
     // Slot 2: gemm_bf16_inputs rounds into slots 0 and 1.
     T* ds = thread_scratch<T, 2>(size_t(s.Tq) * s.Tk);  // (Tq, Tk)
