@@ -3,8 +3,8 @@
 // against dgemm, vectorised loops and the polynomial exp against std::exp, tiled loops, thread
 // splits), with guard words after every buffer. Here besides: RoPE at large positions, SwiGLU over
 // the whole exp range, AdamW against a hand computation and over several steps, clipping,
-// sum_squares' accuracy, memory, run-to-run determinism, and bf16 weights (the conversions of
-// kernels/base/dtype.h, matmul against the widened weights).
+// sum_squares' accuracy, memory (alignment, zeroing, huge pages), run-to-run determinism, and
+// bf16 weights (the conversions of kernels/base/dtype.h, matmul against the widened weights).
 //
 // Not here: gradient correctness (test_ops_grad.cpp, test_binary_mapper.cpp check the double
 // templates by finite differences, so agreeing with them here means correct in float too).
@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -447,6 +448,52 @@ TEST_F(CpuBackendTest, AllocIsAlignedZeroedAndTryAllocFails) {
         << refused.error().message;
   }
   be_->release(nullptr);
+}
+
+// The VmFlags of the mapping that holds p (/proc/self/smaps): "hg" when advised MADV_HUGEPAGE.
+std::string vm_flags_of(const void* p) {
+  std::FILE* f = std::fopen("/proc/self/smaps", "r");
+  if (f == nullptr) return "";
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  char line[512];
+  bool inside = false;
+  std::string flags;
+  while (std::fgets(line, sizeof line, f) != nullptr) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && std::strchr(line, '-') < std::strchr(line, ' ')) {
+      inside = a >= lo && a < hi;
+    } else if (inside && std::strncmp(line, "VmFlags:", 8) == 0) {
+      flags = line + 8;
+      break;
+    }
+  }
+  std::fclose(f);
+  return flags;
+}
+
+// From 2 MiB on, backend buffers and per-thread scratch are 2 MiB-aligned and advised into
+// transparent huge pages (kernels/cpu/cpu_common.h); below it they are not. Scratch is zeroed
+// when it grows.
+TEST_F(CpuBackendTest, LargeBuffersAreAdvisedIntoHugePages) {
+  std::FILE* thp = std::fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+  if (thp == nullptr) GTEST_SKIP() << "this kernel has no transparent huge pages";
+  std::fclose(thp);
+  const size_t big = size_t(3) << 20;
+  void* p = be_->alloc(big);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % cpu::kHugePage, 0u);
+  EXPECT_NE(vm_flags_of(p).find(" hg"), std::string::npos) << vm_flags_of(p);
+  be_->release(p);
+  void* small = be_->alloc(1000);
+  EXPECT_EQ(vm_flags_of(small).find(" hg"), std::string::npos) << vm_flags_of(small);
+  be_->release(small);
+  float* scratch = cpu::thread_scratch<float, 31>(big / sizeof(float));
+  EXPECT_NE(vm_flags_of(scratch).find(" hg"), std::string::npos) << vm_flags_of(scratch);
+  scratch[0] = 1.0f;
+  float* again = cpu::thread_scratch<float, 31>(16);
+  EXPECT_EQ(again, scratch) << "a smaller request reuses the buffer";
+  EXPECT_EQ(scratch[0], 1.0f);
+  float* grown = cpu::thread_scratch<float, 31>(2 * big / sizeof(float));
+  EXPECT_EQ(std::count(grown, grown + 2 * big / sizeof(float), 0.0f), std::ptrdiff_t(2 * big / sizeof(float)));
 }
 
 TEST_F(CpuBackendTest, UploadCopyDownloadRoundTrip) {

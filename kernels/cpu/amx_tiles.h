@@ -24,7 +24,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include <sys/mman.h>
+#include "kernels/cpu/cpu_common.h"
 
 // GCC 12's AVX-512 headers initialise their "undefined" vectors from themselves, which -Wuninitialized
 // (or -Wmaybe-uninitialized) reports wherever a shuffle or an extract is inlined (GCC bug 105593, fixed
@@ -288,26 +288,13 @@ FTX_AMX inline void micro_block(bool m2, bool n2, const uint16_t* a, size_t a_st
 // ---------------------------------------------------------------- scratch
 
 // The calling thread's buffer number Slot for packed tiles: grows to the largest request and is
-// kept, 2 MiB aligned (the packing stores whole aligned lines) and advised into huge pages (a tile
-// walk touches up to 64 MiB with few TLB misses). Slot 0: gemm_amx.cpp; 1 and 2: attn_amx.cpp.
+// kept, on huge pages from 2 MiB (thread_scratch, cpu_common.h: a tile walk touches up to 64 MiB
+// with few TLB misses; the packing stores whole aligned lines). Slot 0: gemm_amx.cpp; 1 and 2:
+// attn_amx.cpp.
 template <int Slot>
 uint16_t* tile_scratch(size_t bytes) {
-  struct Buffer {
-    void* p = nullptr;
-    size_t size = 0;
-    ~Buffer() { std::free(p); }
-  };
-  thread_local Buffer buf;
-  if (bytes > buf.size) {
-    constexpr size_t kHuge = size_t(2) << 20;
-    const size_t size = (bytes + kHuge - 1) / kHuge * kHuge;
-    std::free(buf.p);
-    buf.p = std::aligned_alloc(kHuge, size);
-    if (buf.p == nullptr) std::abort();
-    buf.size = size;
-    madvise(buf.p, size, MADV_HUGEPAGE);
-  }
-  return static_cast<uint16_t*>(buf.p);
+  constexpr int kTileSlots = 100;  // apart from the ops' slots of uint16_t scratch
+  return thread_scratch<uint16_t, kTileSlots + Slot>((bytes + 1) / 2);
 }
 
 }  // namespace ftx::cpu::amx

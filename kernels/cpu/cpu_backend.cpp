@@ -10,6 +10,7 @@
 
 #include "kernels/backend.h"
 #include "kernels/base/assert.h"
+#include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/ops_adamw.h"
 #include "kernels/cpu/ops_attention.h"
@@ -27,8 +28,6 @@
 namespace ftx {
 namespace {
 
-constexpr size_t kAlign = 64;  // one cache line, one AVX-512 vector
-
 class CpuBackend final : public Backend {
  public:
   const char* name() const override { return "cpu"; }
@@ -41,10 +40,9 @@ class CpuBackend final : public Backend {
     return *p;
   }
   Result<void*> try_alloc(size_t bytes) override {
-    const size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-    void* p = rounded < bytes ? nullptr : std::aligned_alloc(kAlign, rounded == 0 ? kAlign : rounded);  // < : overflow
+    void* p = cpu::alloc_cpu_buffer(bytes);  // on huge pages from 2 MiB
     if (p == nullptr) return make_error("cpu: out of memory allocating " + bytes_text(bytes));
-    std::memset(p, 0, rounded);
+    std::memset(p, 0, bytes);
     return p;
   }
   void release(void* p) override { std::free(p); }
