@@ -142,7 +142,7 @@ inline bool attn_tiles_apply(const AttnShape& s) { return s.Tq >= kAttnTileMinRo
 // multiplies on the AMX tiles (gemm_bf16_inputs per product) rather than on the register tiles with
 // rounded operands: below it the tiles' packing and per-call set-up cost more than the products
 // they speed up. Sapphire Rapids, training batches of 4,096 tokens (docs/performance.md, tenth
-// pass): the register tiles won 1.3-2x at T = 65 and 1.1-1.5x at T = 80 (HS 32 and 64), the two
+// pass): the register tiles won 1.2-2x at T = 65 and 1.1-1.6x at T = 80 (HS 32 and 64), the two
 // tied at T = 128 with HS 32, the AMX tiles won from T = 96 with HS 64. The forward on AMX always
 // takes attn_amx.h's tiles: from T = 65 on they were as fast as the register tiles or faster.
 constexpr double kAttnAmxMinWorkBackward = double(1 << 19);
