@@ -1176,7 +1176,7 @@ Result<std::unique_ptr<OpBuffers>> OpBuffers::upload(Backend& be, const OpCase& 
       std::memcpy(host.data(), b.f.data(), b.f.size() * 4);
     } else if (b.elem == OpElem::BF16) {
       std::vector<uint16_t> h16(b.f.size());
-      for (size_t i = 0; i < b.f.size(); ++i) h16[i] = fp32_to_bf16(b.f[i]);
+      fp32_to_bf16(h16.data(), b.f.data(), b.f.size());
       std::memcpy(host.data(), h16.data(), h16.size() * 2);
     } else {
       std::memcpy(host.data(), b.words.data(), b.words.size() * 4);

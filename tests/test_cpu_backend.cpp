@@ -156,6 +156,62 @@ TEST(Bf16Conversion, RoundsToNearestEvenAndKeepsNaNAndInf) {
     EXPECT_EQ(bits(bf16_to_fp32(fp32_to_bf16(x))), bits(x)) << x;
 }
 
+// bf16 bits of x found by arithmetic, not by bit tricks: the nearer of its two bf16 neighbours (in
+// double; past the largest bf16 the upper neighbour is 2^128, which rounds to Inf), a tie to the one
+// with the even mantissa; a NaN quiet, with its sign and the upper half of its payload.
+uint16_t bf16_by_arithmetic(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if (std::isnan(x)) return uint16_t((u >> 16) | 0x0040u);
+  const uint32_t lo = u & 0xFFFF0000u, hi = lo + 0x10000u;  // toward zero, away from zero
+  if (lo == u) return uint16_t(lo >> 16);
+  const auto value = [](uint32_t b) {
+    if (((b >> 23) & 0xFFu) == 0xFFu) return std::copysign(std::ldexp(1.0, 128), (b >> 31) != 0 ? -1.0 : 1.0);
+    float f;
+    std::memcpy(&f, &b, sizeof f);
+    return double(f);
+  };
+  const double to_lo = std::fabs(double(x) - value(lo)), to_hi = std::fabs(value(hi) - double(x));
+  if (to_lo != to_hi) return uint16_t((to_lo < to_hi ? lo : hi) >> 16);
+  return uint16_t(((lo >> 16) & 1u) != 0 ? hi >> 16 : lo >> 16);
+}
+
+// The scalar conversion and the row conversions (branch-free, vectorised: the bf16 paths round whole
+// operands with them) round as the arithmetic does, on ties, subnormals, overflow, infinities, NaNs
+// and random bits, over whole vectors and a tail; round_to_bf16 also in place.
+TEST(Bf16Conversion, ScalarAndRowsRoundAsTheArithmeticDoes) {
+  const uint32_t special[] = {0x00000000u, 0x80000000u, 0x00000001u, 0x807FFFFFu, 0x3F808000u, 0x3F818000u,
+                              0x3F80FFFFu, 0xBF808001u, 0x7F7FFFFFu, 0xFF7FFFFFu, 0x7F7F8000u, 0x7F7F7FFFu,
+                              0x7F800000u, 0xFF800000u, 0x7FC00000u, 0xFFC00000u, 0x7F800001u, 0xFFFFFFFFu,
+                              0x7F80FFFFu, 0x00008000u, 0x00018000u};
+  std::mt19937 rng(5);
+  std::vector<float> x(4099);
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t u = i < std::size(special) ? special[i] : uint32_t(rng());
+    std::memcpy(&x[i], &u, sizeof u);
+  }
+  const auto bits = [](float v) {
+    uint32_t u;
+    std::memcpy(&u, &v, sizeof u);
+    return u;
+  };
+  std::vector<uint16_t> half(x.size());
+  fp32_to_bf16(half.data(), x.data(), x.size());
+  std::vector<float> rounded(x.size()), in_place = x;
+  round_to_bf16(rounded.data(), x.data(), x.size());
+  round_to_bf16(in_place.data(), in_place.data(), in_place.size());
+  int failures = 0;
+  for (size_t i = 0; i < x.size() && failures < 10; ++i) {
+    const uint16_t want = bf16_by_arithmetic(x[i]);
+    failures += fp32_to_bf16(x[i]) != want || half[i] != want || bits(rounded[i]) != uint32_t(want) << 16 ||
+                bits(in_place[i]) != uint32_t(want) << 16;
+    EXPECT_EQ(fp32_to_bf16(x[i]), want) << "element " << i << ", bits " << std::hex << bits(x[i]);
+    EXPECT_EQ(half[i], want) << "element " << i;
+    EXPECT_EQ(bits(rounded[i]), uint32_t(want) << 16) << "element " << i;
+    EXPECT_EQ(bits(in_place[i]), uint32_t(want) << 16) << "element " << i;
+  }
+}
+
 // The float backend multiplies bf16 weights by gemm_bf16w (forward) or widens them to fp32 slabs for
 // sgemm (backward); the reference is the double GEMM on the same widened values, and, forward on
 // the AVX512_BF16 path, on the activations rounded to bf16 as that path rounds them

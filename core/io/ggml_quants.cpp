@@ -362,9 +362,7 @@ void dequantize_row_bf16(GgmlType type, const void* src_v, int64_t n, uint16_t* 
   // the staging buffer stays in L1; n is a whole number of blocks, so every chunk is too.
   constexpr int64_t kChunk = 256;
   float buf[kChunk];
-  auto to_bf16 = [&](int64_t i, int64_t m) {
-    for (int64_t k = 0; k < m; ++k) dst[i + k] = fp32_to_bf16(buf[k]);
-  };
+  auto to_bf16 = [&](int64_t i, int64_t m) { fp32_to_bf16(dst + i, buf, size_t(m)); };
   const bool quantized = visit_blocks(type, [&](auto k) {
     using K = decltype(k);
     for (int64_t i = 0; i < n; i += kChunk) {

@@ -44,12 +44,40 @@ inline size_t dtype_size(DType t) {
   return 0;
 }
 
-// fp32 -> bf16, round to nearest even; NaN stays a (quiet) NaN with its sign.
+// x's bits (u) rounded to bf16, in the upper half (the lower half zero): to nearest, ties to even;
+// overflow goes to Inf; a NaN stays a quiet NaN with its sign. No branch, so that the row loops
+// below vectorise (the bf16 paths round whole operands with them).
+inline uint32_t bf16_rounded_bits(uint32_t u) {
+  const uint32_t nearest = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
+  const uint32_t quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
+  return (u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : nearest;
+}
+
+// fp32 -> bf16.
 inline uint16_t fp32_to_bf16(float x) {
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return uint16_t((u >> 16) | 0x0040u);
-  return uint16_t((u + 0x7FFFu + ((u >> 16) & 1u)) >> 16);
+  return uint16_t(bf16_rounded_bits(u) >> 16);
+}
+
+// dst[i] = fp32_to_bf16(src[i]), for i < n.
+inline void fp32_to_bf16(uint16_t* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof u);
+    dst[i] = uint16_t(bf16_rounded_bits(u) >> 16);
+  }
+}
+
+// dst[i] = src[i] rounded to bf16 and widened back (the value a bf16 operand has), for i < n; dst may
+// be src.
+inline void round_to_bf16(float* dst, const float* src, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, src + i, sizeof u);
+    u = bf16_rounded_bits(u);
+    std::memcpy(dst + i, &u, sizeof u);
+  }
 }
 
 // bf16 -> fp32, exact.

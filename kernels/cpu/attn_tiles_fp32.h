@@ -14,16 +14,15 @@
 // Numerics: every S element is a sum over the head dimension in order d = 0..HS-1, every O element
 // a sum over the keys in order with fused multiply-adds; whatever the blocking, an element's bits
 // do not depend on the block, the thread or the thread count.
-// At --precision bf16 the same tiles take operands rounded to bf16 first (round_bf16): a product of
-// two bf16 numbers is exact in fp32, so that is bf16 inputs with fp32 sums.
+// At --precision bf16 the same tiles take operands rounded to bf16 first (round_to_bf16, in
+// ops_attention.h): a product of two bf16 numbers is exact in fp32, so that is bf16 inputs with fp32
+// sums.
 // Deliberately not here: the rest of the softmax (ops_attention.h), online-softmax fusion (the
 // forward keeps the probabilities for the backward).
 #pragma once
 #include <algorithm>
 #include <cstddef>
 #include <cstring>
-
-#include "kernels/cpu/gemm_bf16.h"
 
 namespace ftx::cpu {
 
@@ -48,24 +47,6 @@ inline vfloat load(const float* p) {
 inline void store(float* p, vfloat v) { std::memcpy(p, &v, sizeof v); }
 
 constexpr int kKeyTile = 2 * kLanes;  // keys per S tile
-
-typedef unsigned vuint __attribute__((vector_size(kLanes * sizeof(unsigned))));
-
-// dst[0, n) = src[0, n) rounded to bf16 as round_row_bf16_fp32 rounds (to nearest, ties to even;
-// a NaN stays a quiet NaN), inlined so that the constants stay in registers across the calls on
-// short rows: the tiles' operands at --precision bf16 (ops_attention.h). dst may be src.
-inline void round_bf16(float* dst, const float* src, int n) {
-  int i = 0;
-  for (; i + kLanes <= n; i += kLanes) {
-    vuint u;
-    std::memcpy(&u, src + i, sizeof u);
-    const vuint nearest = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    const vuint quiet_nan = (u | 0x00400000u) & 0xFFFF0000u;
-    const vuint r = (u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : nearest;
-    std::memcpy(dst + i, &r, sizeof r);
-  }
-  if (i < n) round_row_bf16_fp32(dst + i, src + i, n - i);
-}
 
 // c[r][j] = scale * sum_d q[r][d] kt[d][j] for r < R and j < n (n <= kKeyTile); kt holds kKeyTile
 // readable columns. The first step initialises the accumulators (a product, no zeroed array: GCC

@@ -1,6 +1,6 @@
 // Shared helpers of the CPU ops (kernels/cpu/ops_*.h): when to go parallel, how to split columns
-// between threads, buffers (on huge pages from 2 MiB) and per-thread scratch, and the exp/sigmoid
-// used by softmax, SwiGLU and the mapper.
+// between threads, buffers (on huge pages from 2 MiB), per-thread scratch and operands rounded to
+// bf16 in it, and the exp/sigmoid used by softmax, SwiGLU and the mapper.
 //
 // Numerics: exp_nonpos<float> is a polynomial (Cephes expf, relative error about 1e-7) written so
 // that GCC vectorises it; exp_nonpos<double> is std::exp, the reference the float path is tested
@@ -21,6 +21,8 @@
 #include <new>
 
 #include <sys/mman.h>
+
+#include "kernels/base/dtype.h"
 
 namespace ftx::cpu {
 
@@ -88,6 +90,23 @@ T* thread_scratch(size_t n) {
     buf.p = p, buf.n = n;
   }
   return static_cast<T*>(buf.p);
+}
+
+// rows x cols of src (row stride ld) rounded to bf16 (round_to_bf16), dense (row stride cols), in
+// the calling thread's scratch slot Slot: the operands of products with bf16 inputs. Outside a
+// parallel region a large operand is shared out between the threads by rows.
+template <int Slot>
+const float* rounded_to_bf16(const float* src, int rows, int cols, int ld) {
+  const size_t n = size_t(rows) * size_t(cols);
+  float* dst = thread_scratch<float, Slot>(n);
+  if (omp_in_parallel() || !go_parallel(n)) {
+    if (ld == cols) return round_to_bf16(dst, src, n), dst;
+    for (int r = 0; r < rows; ++r) round_to_bf16(dst + size_t(r) * cols, src + size_t(r) * ld, size_t(cols));
+    return dst;
+  }
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) round_to_bf16(dst + size_t(r) * cols, src + size_t(r) * ld, size_t(cols));
+  return dst;
 }
 
 // exp(x) for x <= 0 (softmax after max subtraction, sigmoid of -|x|). NaN propagates; x < -87

@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cstring>
 
 #include "kernels/base/assert.h"
 #include "kernels/cpu/cpu_common.h"
@@ -15,16 +14,6 @@
 #include "kernels/cpu/ops_matmul.h"
 
 namespace ftx::cpu {
-
-void round_row_bf16_fp32(float* dst, const float* src, int n) {
-  for (int k = 0; k < n; ++k) {  // fp32_to_bf16 without a branch, so that it vectorises
-    uint32_t u;
-    std::memcpy(&u, src + k, sizeof u);
-    const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) & 0xFFFF0000u;
-    const uint32_t r = (u & 0x7FFFFFFFu) > 0x7F800000u ? (u | 0x00400000u) & 0xFFFF0000u : rounded;
-    std::memcpy(dst + k, &r, sizeof r);
-  }
-}
 
 namespace {
 
@@ -50,25 +39,18 @@ constexpr double kParallelMinMacs = double(1 << 16);
 // Threads split the weight rows in blocks of this many: 16 floats of output are one cache line.
 constexpr int kRowGrain = 16;
 
-float widen(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-}
-
-// sum_k x[k] * widen(w[k]) over 16 independent lanes (vectorisable without reassociation), the
+// sum_k x[k] * bf16_to_fp32(w[k]) over 16 independent lanes (vectorisable without reassociation), the
 // lanes added pairwise at the end.
 float dot_generic(const float* x, const uint16_t* w, int IC) {
   constexpr int kLanes = 16;
   float lane[kLanes] = {};
   int k = 0;
   for (; k + kLanes <= IC; k += kLanes)
-    for (int j = 0; j < kLanes; ++j) lane[j] += x[k + j] * widen(w[k + j]);
+    for (int j = 0; j < kLanes; ++j) lane[j] += x[k + j] * bf16_to_fp32(w[k + j]);
   for (int h = kLanes / 2; h >= 1; h /= 2)
     for (int j = 0; j < h; ++j) lane[j] += lane[j + h];
   float tail = 0.0f;
-  for (; k < IC; ++k) tail += x[k] * widen(w[k]);
+  for (; k < IC; ++k) tail += x[k] * bf16_to_fp32(w[k]);
   return lane[0] + tail;
 }
 
@@ -119,7 +101,7 @@ void gemm_bf16w_engine(CpuIsa isa, Bf16Engine engine, float* out, const float* i
     // The products of the rounded activations, as the kernel forms them, summed by sgemm.
     float* xr = thread_scratch<float, 1>(size_t(N) * IC);  // (N, IC)
 #pragma omp parallel for schedule(static) if (parallel)
-    for (int n = 0; n < N; ++n) round_row_bf16_fp32(xr + size_t(n) * IC, inp + size_t(n) * IC, IC);
+    for (int n = 0; n < N; ++n) round_to_bf16(xr + size_t(n) * IC, inp + size_t(n) * IC, size_t(IC));
     return matmul_forward_bf16w(out, xr, w, N, IC, OC, accumulate);
   }
   // (N, ldx) the activations rounded to bf16, each row padded with zeros to whole vectors.

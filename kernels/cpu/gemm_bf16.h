@@ -42,10 +42,6 @@
 
 namespace ftx::cpu {
 
-// dst[k] = bf16(src[k]) widened back to fp32 (round to nearest even, as fp32_to_bf16; NaN stays
-// NaN), k < n: the activations of the Avx512Bf16 sgemm engine, and ops_matmul_bf16's fallback.
-void round_row_bf16_fp32(float* dst, const float* src, int n);
-
 // out (N, OC) = inp (N, IC) @ w^T, or += when accumulate; w (OC, IC) bf16. On cpu_isa()'s path.
 void gemm_bf16w(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate);
 

@@ -11,8 +11,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
+#include "kernels/base/dtype.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
 
 #define FTX_AVX2 __attribute__((target("avx2,fma")))
@@ -32,13 +32,6 @@ FTX_AVX2_INLINE __m256 widen8(const uint16_t* w) {
 FTX_AVX2_INLINE __m128 reduce4(__m256 a0, __m256 a1, __m256 a2, __m256 a3) {
   const __m256 t = _mm256_hadd_ps(_mm256_hadd_ps(a0, a1), _mm256_hadd_ps(a2, a3));
   return _mm_add_ps(_mm256_castps256_ps128(t), _mm256_extractf128_ps(t, 1));
-}
-
-inline float widen(uint16_t b) {
-  const uint32_t u = uint32_t(b) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
 }
 
 // out[n * ldo + r] (+)= sum_k x[n * ldx + k] * w[r * ldw + k] for n < NI, r < R, k < kc. pf > 0:
@@ -70,7 +63,7 @@ FTX_AVX2 void tile(float* out, size_t ldo, const float* x, size_t ldx, const uin
     _mm_store_ps(s, reduce4(acc[n][0], acc[n][1], acc[n][2], acc[n][3]));
     for (int r = 0; r < R; ++r) {
       float tail = 0.0f;
-      for (int j = k; j < kc; ++j) tail += x[n * ldx + j] * widen(w[r * ldw + j]);
+      for (int j = k; j < kc; ++j) tail += x[n * ldx + j] * bf16_to_fp32(w[r * ldw + j]);
       float& o = out[n * ldo + r];
       o = (add ? o : 0.0f) + (s[r] + tail);
     }

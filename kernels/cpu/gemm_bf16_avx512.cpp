@@ -14,8 +14,8 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cstring>
 
+#include "kernels/base/dtype.h"
 #include "kernels/cpu/gemm_bf16_kernels.h"
 
 // GCC 12's AVX-512 headers initialise their "undefined" vectors from themselves, which -Wuninitialized
@@ -125,13 +125,7 @@ FTX_AVX512BF16 void round_rows_bf16_avx512(uint16_t* xb, size_t ldx, const float
   for (int n = n0; n < n1; ++n) {
     const float* src = x + size_t(n) * IC;
     uint16_t* dst = xb + size_t(n) * ldx;
-    for (int k = 0; k < IC; ++k) {  // fp32_to_bf16, written without a branch so that it vectorises
-      uint32_t u;
-      std::memcpy(&u, src + k, sizeof u);
-      const uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-      const uint32_t nan = (u >> 16) | 0x0040u;
-      dst[k] = uint16_t((u & 0x7FFFFFFFu) > 0x7F800000u ? nan : rounded);
-    }
+    fp32_to_bf16(dst, src, size_t(IC));
     std::fill(dst + IC, dst + ldx, uint16_t(0));
   }
 }

@@ -169,14 +169,7 @@ struct AttnRows {
 // gemm_bf16_inputs computes, up to the order of the fp32 sums.
 template <int Slot>
 AttnRows attn_operand(const float* src, int ld, int rows, int cols, bool round) {
-  if (!round) return AttnRows{src, ld};
-  float* dst = thread_scratch<float, Slot>(size_t(rows) * cols);
-  if (ld == cols) {
-    attn_tiles::round_bf16(dst, src, rows * cols);
-  } else {
-    for (int r = 0; r < rows; ++r) attn_tiles::round_bf16(dst + size_t(r) * cols, src + size_t(r) * ld, cols);
-  }
-  return AttnRows{dst, cols};
+  return round ? AttnRows{rounded_to_bf16<Slot>(src, rows, cols, ld), cols} : AttnRows{src, ld};
 }
 
 // From this many (b, kv head) pairs per thread (training on a batch of short sequences) the fp32
@@ -219,7 +212,7 @@ inline const float* attn_transposed_head(const float* src, int ldkv, const AttnS
   float* t = thread_scratch<float, 4>(n);
   for (int tile = 0; tile * attn_tiles::kKeyTile < s.Tk; ++tile)
     attn_transpose_key_tile(t, src, ldkv, s.Tk, s.HS, tile);
-  if (round) attn_tiles::round_bf16(t, t, int(n));
+  if (round) round_to_bf16(t, t, n);
   return t;
 }
 
@@ -346,7 +339,7 @@ inline void attn_backward_tiles(float* dq, float* dk, float* dv, const float* do
     const AttnRows dor = attn_operand<6>(dout + x.q_off, x.ldq, s.Tq, s.HS, round);
     attn_qk(ds, s.Tk, dor.p, dor.ld, vt, s.Tq, s.HS, 1.0f, keys_of);
     attn_softmax_backward_rows(ds, att + x.att_off, s, 0, s.Tq, scale);
-    if (round) attn_tiles::round_bf16(ds, ds, s.Tq * s.Tk);
+    if (round) round_to_bf16(ds, ds, size_t(s.Tq) * s.Tk);
     attn_pv(dq + x.q_off, x.ldq, ds, s.Tk, kr.p, kr.ld, s.Tq, s.HS, keys_seen);
     // dV (+)= P^T dO, dK (+)= dS^T Q: P and dS read transposed in place.
     const auto add_transposed = [&](float* out, const float* a, AttnRows by_rows) {

@@ -5,23 +5,10 @@
 
 #include "kernels/cpu/cpu_common.h"
 #include "kernels/cpu/gemm_amx.h"
-#include "kernels/cpu/gemm_bf16.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/cpu/ops_matmul.h"
 
 namespace ftx::cpu {
-namespace {
-
-// dst (rows, cols), dense = src (rows, cols) with leading dimension ld, each value rounded to bf16.
-template <int Slot>
-const float* rounded(const float* src, int rows, int cols, int ld) {
-  float* dst = thread_scratch<float, Slot>(size_t(rows) * size_t(cols));
-#pragma omp parallel for schedule(static) if (go_parallel(size_t(rows) * size_t(cols)))
-  for (int r = 0; r < rows; ++r) round_row_bf16_fp32(dst + size_t(r) * cols, src + size_t(r) * ld, cols);
-  return dst;
-}
-
-}  // namespace
 
 bool bf16_inputs_on_tiles() { return cpu_isa() == CpuIsa::Amx; }
 
@@ -44,8 +31,8 @@ void gemm_bf16_inputs(bool trans_a, bool trans_b, int M, int N, int K, const flo
   // op(A) is stored (M, K) or, transposed, (K, M); op(B) (K, N) or (N, K).
   const int a_rows = trans_a ? K : M, a_cols = trans_a ? M : K;
   const int b_rows = trans_b ? N : K, b_cols = trans_b ? K : N;
-  const float* ra = rounded<0>(A, a_rows, a_cols, lda);
-  const float* rb = rounded<1>(B, b_rows, b_cols, ldb);
+  const float* ra = rounded_to_bf16<0>(A, a_rows, a_cols, lda);
+  const float* rb = rounded_to_bf16<1>(B, b_rows, b_cols, ldb);
   gemm(trans_a, trans_b, M, N, K, 1.0f, ra, a_cols, rb, b_cols, accumulate ? 1.0f : 0.0f, C, ldc);
 }
 
