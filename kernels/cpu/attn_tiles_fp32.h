@@ -14,9 +14,9 @@
 // Numerics: every S element is a sum over the head dimension in order d = 0..HS-1, every O element
 // a sum over the keys in order with fused multiply-adds; whatever the blocking, an element's bits
 // do not depend on the block, the thread or the thread count.
-// At --precision bf16 the same tiles take operands rounded to bf16 first (round_to_bf16, in
-// ops_attention.h): a product of two bf16 numbers is exact in fp32, so that is bf16 inputs with fp32
-// sums.
+// At --precision bf16 the same tiles take operands rounded to bf16 first (ops_attention.h rounds
+// them with round_to_bf16): a product of two bf16 numbers is exact in fp32, so that is bf16 inputs
+// with fp32 sums.
 // Deliberately not here: the rest of the softmax (ops_attention.h), online-softmax fusion (the
 // forward keeps the probabilities for the backward).
 #pragma once

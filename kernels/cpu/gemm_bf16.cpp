@@ -39,8 +39,8 @@ constexpr double kParallelMinMacs = double(1 << 16);
 // Threads split the weight rows in blocks of this many: 16 floats of output are one cache line.
 constexpr int kRowGrain = 16;
 
-// sum_k x[k] * bf16_to_fp32(w[k]) over 16 independent lanes (vectorisable without reassociation), the
-// lanes added pairwise at the end.
+// sum_k x[k] * bf16_to_fp32(w[k]) over 16 independent lanes (vectorisable without reassociation),
+// the lanes added pairwise at the end.
 float dot_generic(const float* x, const uint16_t* w, int IC) {
   constexpr int kLanes = 16;
   float lane[kLanes] = {};
