@@ -3,8 +3,9 @@
 // against dgemm, vectorised loops and the polynomial exp against std::exp, tiled loops, thread
 // splits), with guard words after every buffer. Here besides: RoPE at large positions, SwiGLU over
 // the whole exp range, AdamW against a hand computation and over several steps, clipping,
-// sum_squares' accuracy, memory (alignment, zeroing, huge pages), run-to-run determinism, and
-// bf16 weights (the conversions of kernels/base/dtype.h, matmul against the widened weights).
+// sum_squares' accuracy, memory (alignment, zeroing, huge pages, large copies), run-to-run
+// determinism, and bf16 weights (the conversions of kernels/base/dtype.h, matmul against the
+// widened weights).
 //
 // Not here: gradient correctness (test_ops_grad.cpp, test_binary_mapper.cpp check the double
 // templates by finite differences, so agreeing with them here means correct in float too).
@@ -13,6 +14,7 @@
 #include <algorithm>
 
 #include <cmath>
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -470,6 +472,27 @@ TEST_F(CpuBackendTest, CopyRowsKeepsThePitches) {
   for (size_t r = 0; r < rows; ++r)
     for (size_t k = 0; k < dst_pitch; ++k)
       EXPECT_EQ(dst[r * dst_pitch + k], k < width ? src[r * src_pitch + k] : -1.0f) << "row " << r << ", " << k;
+}
+
+// A copy large enough to be split between the threads gives every byte, of an odd count, and writes
+// nothing past the end; overlapping buffers (either direction) move as memmove moves them.
+TEST_F(CpuBackendTest, LargeCopiesSplitWithoutLosingAByteAndOverlapAsMemmove) {
+  const size_t bytes = (size_t(3) << 20) + 13;
+  std::vector<unsigned char> src(bytes), dst(bytes + 64, 0xAB);
+  std::mt19937 rng(21);
+  for (unsigned char& c : src) c = static_cast<unsigned char>(rng());
+  be_->copy(dst.data(), src.data(), bytes);
+  EXPECT_TRUE(std::equal(src.begin(), src.end(), dst.begin()));
+  EXPECT_TRUE(std::all_of(dst.begin() + bytes, dst.end(), [](unsigned char c) { return c == 0xAB; }));
+  for (const ptrdiff_t shift : {ptrdiff_t(1000), ptrdiff_t(-1000)}) {
+    std::vector<unsigned char> buf(bytes + 2000), want;
+    for (unsigned char& c : buf) c = static_cast<unsigned char>(rng());
+    want = buf;
+    unsigned char* from = buf.data() + 1000;
+    std::memmove(want.data() + 1000 + shift, want.data() + 1000, bytes);
+    be_->copy(from + shift, from, bytes);
+    EXPECT_TRUE(buf == want) << "shift " << shift;
+  }
 }
 
 // ---- elementwise and reductions ----------------------------------------------------------------

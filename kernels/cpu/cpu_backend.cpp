@@ -52,9 +52,7 @@ class CpuBackend final : public Backend {
   void download(void* host_dst, const void* src, size_t bytes) override {
     if (bytes != 0) std::memcpy(host_dst, src, bytes);
   }
-  void copy(void* dst, const void* src, size_t bytes) override {
-    if (bytes != 0) std::memmove(dst, src, bytes);
-  }
+  void copy(void* dst, const void* src, size_t bytes) override { cpu::copy_bytes(dst, src, bytes); }
   void copy_rows(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t row_bytes,
                  size_t rows) override {
     for (size_t r = 0; r < rows; ++r)
