@@ -508,6 +508,51 @@ TEST_F(CpuBackendTest, SumSquaresIsDoubleAccurateAndRepeatable) {
   EXPECT_EQ(be_->sum_squares(xf.data(), 0), 0.0);
 }
 
+// RMSNorm's backward at a size split between the threads (dx and dw in one pass, dw summed in
+// fixed blocks of rows): dx and dw those of the formula computed here in double from the float
+// inputs, within 1e-6 relative to the largest, and one thread gives the bits of two.
+TEST_F(CpuBackendTest, RmsnormBackwardMatchesDoubleAndDoesNotDependOnThreads) {
+  const int N = 4160 + 3, C = 128;
+  const float eps = 1e-5f;
+  const auto x = to_float(random_vec(size_t(N) * C, 170, -2, 2)), w = to_float(random_vec(C, 171));
+  const auto g = to_float(random_vec(size_t(N) * C, 172));
+  const auto dx0 = to_float(random_vec(size_t(N) * C, 173)), dw0 = to_float(random_vec(C, 174));
+  // dx += r (w g - x r^2 mean_c(w g x)), dw += sum_n g x r, with r = 1 / sqrt(mean_c(x^2) + eps).
+  Vec rdx(dx0.begin(), dx0.end()), rdw(dw0.begin(), dw0.end());
+  for (int n = 0; n < N; ++n) {
+    const size_t o = size_t(n) * C;
+    double ss = 0, dot = 0;
+    for (int c = 0; c < C; ++c) {
+      ss += double(x[o + c]) * x[o + c];
+      dot += double(w[c]) * g[o + c] * x[o + c];
+    }
+    const double r = 1.0 / std::sqrt(ss / C + eps);
+    for (int c = 0; c < C; ++c) {
+      rdx[o + c] += r * (double(w[c]) * g[o + c] - x[o + c] * r * r * dot / C);
+      rdw[c] += double(g[o + c]) * x[o + c] * r;
+    }
+  }
+  const auto run = [&](std::vector<float>& dx, std::vector<float>& dw) {
+    std::vector<float> out(x.size()), rstd(N);
+    cpu::rmsnorm_forward(out.data(), rstd.data(), x.data(), w.data(), N, C, eps);
+    cpu::rmsnorm_backward(dx.data(), dw.data(), g.data(), x.data(), w.data(), rstd.data(), N, C);
+  };
+  auto dx = dx0, dw = dw0;
+  run(dx, dw);
+  for (const auto& [got, want] : {std::pair{&dx, &rdx}, {&dw, &rdw}}) {
+    double scale = 0;
+    for (double v : *want) scale = std::max(scale, std::abs(v));
+    for (size_t i = 0; i < got->size(); ++i) ASSERT_NEAR((*got)[i], (*want)[i], 1e-6 * scale) << "element " << i;
+  }
+  const int threads = omp_get_max_threads();
+  omp_set_num_threads(1);
+  auto dx1 = dx0, dw1 = dw0;
+  run(dx1, dw1);
+  omp_set_num_threads(threads);
+  EXPECT_EQ(std::memcmp(dx1.data(), dx.data(), dx.size() * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(dw1.data(), dw.data(), dw.size() * sizeof(float)), 0);
+}
+
 // ---- memory ------------------------------------------------------------------------------------
 
 TEST_F(CpuBackendTest, AllocIsAlignedZeroedAndTryAllocFails) {

@@ -2,11 +2,13 @@
 // with rstd = 1 / sqrt(mean(x^2) + eps) saved per row for the backward.
 //
 // Numerics: mean(x^2) accumulates in T (C terms, vectorised); the dw column sums accumulate in
-// double, rows in ascending order. Backward: dx += rstd * (w*g - x * rstd^2 * mean(w*g*x)).
+// double, in 16 fixed blocks of rows added in order. Backward:
+// dx += rstd * (w*g - x * rstd^2 * mean(w*g*x)).
 #pragma once
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <vector>
 
 #include "kernels/cpu/cpu_common.h"
 
@@ -29,43 +31,40 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int N, int C, T ep
   }
 }
 
-// dw[c] += sum_n dout[n,c] * x[n,c] * rstd[n]; dw (C)
-template <class T>
-void rmsnorm_backward_weight(T* dw, const T* dout, const T* x, const T* rstd, int N, int C) {
-  parallel_columns(C, size_t(N) * C, [&](int c0, int c1) {
-    constexpr int kBlock = 64;
-    for (int cb = c0; cb < c1; cb += kBlock) {
-      const int width = std::min(kBlock, c1 - cb);
-      double acc[kBlock] = {};
-      for (int n = 0; n < N; ++n) {
-        const T* g = dout + size_t(n) * C + cb;
-        const T* xr = x + size_t(n) * C + cb;
-        const double r = static_cast<double>(rstd[n]);
-#pragma omp simd
-        for (int c = 0; c < width; ++c) acc[c] += static_cast<double>(g[c] * xr[c]) * r;
-      }
-      for (int c = 0; c < width; ++c) dw[cb + c] += static_cast<T>(acc[c]);
-    }
-  });
-}
-
-// dx (N, C) +=, dw (C) +=; dout, x (N, C), w (C), rstd (N)
+// dx (N, C) +=, dw (C) +=; dout, x (N, C), w (C), rstd (N). One pass over the rows gives both:
+// dw[c] += sum_n dout[n,c] * x[n,c] * rstd[n] is summed per block of rows in double while the rows
+// are in cache for dx, and the block sums are added in block order. The blocks are fixed (not one
+// per thread), so dw repeats bit for bit whatever the thread count. A separate dw pass re-read
+// dout and x from memory (docs/performance.md, twelfth pass).
 template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int N, int C) {
+  constexpr int kBlocks = 16;
+  std::vector<double> part(size_t(kBlocks) * C, 0.0);
 #pragma omp parallel for schedule(static) if (go_parallel(size_t(N) * C))
-  for (int n = 0; n < N; ++n) {
-    const T* g = dout + size_t(n) * C;
-    const T* xr = x + size_t(n) * C;
-    T* d = dx + size_t(n) * C;
-    const T r = rstd[n];
-    T dot = 0;  // sum_c w g x
+  for (int b = 0; b < kBlocks; ++b) {
+    double* acc = part.data() + size_t(b) * C;
+    for (int n = split_begin(N, kBlocks, b); n < split_begin(N, kBlocks, b + 1); ++n) {
+      const T* g = dout + size_t(n) * C;
+      const T* xr = x + size_t(n) * C;
+      T* d = dx + size_t(n) * C;
+      const T r = rstd[n];
+      T dot = 0;  // sum_c w g x
 #pragma omp simd reduction(+ : dot)
-    for (int c = 0; c < C; ++c) dot += w[c] * g[c] * xr[c];
-    const T k = dot * r * r / T(C);
+      for (int c = 0; c < C; ++c) dot += w[c] * g[c] * xr[c];
+      const T k = dot * r * r / T(C);
+      const double rd = static_cast<double>(r);
 #pragma omp simd
-    for (int c = 0; c < C; ++c) d[c] += r * (w[c] * g[c] - xr[c] * k);
+      for (int c = 0; c < C; ++c) {
+        d[c] += r * (w[c] * g[c] - xr[c] * k);
+        acc[c] += static_cast<double>(g[c] * xr[c]) * rd;
+      }
+    }
   }
-  rmsnorm_backward_weight(dw, dout, x, rstd, N, C);
+  for (int c = 0; c < C; ++c) {
+    double sum = 0.0;
+    for (int b = 0; b < kBlocks; ++b) sum += part[size_t(b) * C + c];
+    dw[c] += static_cast<T>(sum);
+  }
 }
 
 }  // namespace ftx::cpu
