@@ -611,6 +611,42 @@ TEST_F(CliBench, TrainOnTheSyntheticTaskReportsThroughputAndModelFlops) {
   EXPECT_NEAR(j["fraction_of_gemm_peak"].get<double>(), j["model_tflops"].get<double>() / peak, 1e-12);
 }
 
+// bench ops: each op of the traced steps timed alone and in the step. The per-op in-step times add
+// up to the ops' total, which with what lies between the ops makes the traced step; the table goes
+// to stderr. A non-positive --reps is refused.
+TEST_F(CliBench, OpsTimesEachOpAloneAndInTheStep) {
+  const Outcome r =
+      ftx({"bench", "ops", "--preset", "tiny", "--batch", "2", "--warmup", "0", "--steps", "1", "--reps", "2"}, dir_);
+  ASSERT_EQ(r.code, 0) << describe(r);
+  EXPECT_NE(r.err.find("in the traced steps: ops"), std::string::npos) << r.err;
+  const json j = json::parse(r.out, nullptr, false);
+  ASSERT_TRUE(j.is_object() && j["ops"].is_array() && !j["ops"].empty()) << r.out;
+  std::vector<std::string> names;
+  double calls = 0, in_step = 0;
+  for (const json& o : j["ops"]) {
+    SCOPED_TRACE(o.dump());
+    names.push_back(o["op"].get<std::string>());
+    const double c = o["calls_per_step"].get<double>(), ms = o["in_step_ms_per_step"].get<double>();
+    EXPECT_GT(c, 0);
+    EXPECT_GT(o["us_per_call"].get<double>(), 0);
+    EXPECT_GT(ms, 0) << "every call takes some time";
+    EXPECT_NEAR(o["in_step_us_per_call"].get<double>() * c / 1e3, ms, 1e-9 * ms);
+    calls += c;
+    in_step += ms;
+  }
+  for (const char* op : {"matmul_forward", "matmul_backward", "attention_forward", "attention_backward",
+                         "rmsnorm_backward", "binary_mapper_forward", "crossentropy_forward", "adamw_update"})
+    EXPECT_NE(std::find(names.begin(), names.end(), op), names.end()) << op;
+  EXPECT_NEAR(calls, j["op_calls_per_step"].get<double>(), 1e-9 * calls);
+  const double ops_ms = j["ops_in_step_ms_per_step"].get<double>(),
+               between = j["between_ops_ms_per_step"].get<double>();
+  EXPECT_NEAR(in_step, ops_ms, 1e-9 * ops_ms);
+  EXPECT_GE(between, 0.0) << "the ops' intervals lie inside the steps";
+  EXPECT_NEAR(ops_ms + between, j["traced_step_ms"].get<double>(), 1e-9 * ops_ms);
+  EXPECT_GE(j["traced_steps"].get<int>(), 1);
+  expect_refused({"ops", "--preset", "tiny", "--reps", "0"}, {"--reps"});
+}
+
 // --gemm-peak-seconds 0 leaves the GEMM peak out (null, not zero); a negative time is refused.
 TEST_F(CliBench, TrainWithoutTheGemmPeakReportsNone) {
   const json j = bench_json(
