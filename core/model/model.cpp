@@ -372,8 +372,6 @@ static size_t carve_state(ModelState& s, const ModelConfig& m, float* base, cons
   s.logits = c.take(N * m.vocab_size);
   s.losses = c.take(N);
   s.dx = c.take(N * C);
-  s.dx2 = c.take(N * C);
-  s.d_a = c.take(N * C);
   s.d_ln = c.take(N * C);
   s.d_ln_kv = c.take(N * C);
   s.d_atty = c.take(N * QD);
@@ -500,23 +498,26 @@ void Model::block_tail(const BlockW& w, BlockActs& a, const float* q_in, float* 
 
 // dout: gradient w.r.t. the block output. Writes the gradient w.r.t. q_in into dq_in (=) and,
 // for a two-input block, w.r.t. kv_in into dkv_in (=). Parameter gradients accumulate into dw.
+// dq_in may be dout: the residual stream's gradient then flows in place, without a copy (each
+// copy of an (N, C) buffer cost about 0.14 ms of a small-preset step, docs/performance.md).
 void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, const float* q_in, const float* kv_in,
                            const float* dout, float* dq_in, float* dkv_in, ModelState& s, bool causal, int B, int T,
                            const int32_t* pos) {
   const int N = B * T, C = cfg_.dim, NH = cfg_.n_heads, NKV = cfg_.n_kv_heads;
   const int HS = cfg_.head_dim, QD = NH * HS, KD = NKV * HS, F = cfg_.ffn_hidden;
   const bool two = kv_in != q_in;
+  // The residual stream's gradient d lives in dq_in: dout, then d(a), then d(q_in).
+  float* d = dq_in;
+  if (dq_in != dout) be_.copy(dq_in, dout, size_t(N) * C * sizeof(float));
   // out = a + down(hmid)
-  be_.copy(s.d_a, dout, size_t(N) * C * sizeof(float));
-  be_.matmul_backward(s.d_hmid, dw.wd, dout, a.hmid, w.wd, N, F, C, false);
+  be_.matmul_backward(s.d_hmid, dw.wd, d, a.hmid, w.wd, N, F, C, false);
   be_.swiglu_backward(s.d_gate, s.d_up, s.d_hmid, a.gate, a.up, size_t(N) * F);
   be_.matmul_backward(s.d_ln, dw.wg, s.d_gate, a.ln2, w.wg, N, C, F, false);
   be_.matmul_backward(s.d_ln, dw.wu, s.d_up, a.ln2, w.wu, N, C, F, true);
-  be_.rmsnorm_backward(s.d_a, dw.ln2, s.d_ln, a.a, w.ln2, a.rstd2, N, C);
+  be_.rmsnorm_backward(d, dw.ln2, s.d_ln, a.a, w.ln2, a.rstd2, N, C);
   // a = q_in + o_proj(atty)
-  be_.copy(dq_in, s.d_a, size_t(N) * C * sizeof(float));
-  if (dw.bo) be_.sum_rows(dw.bo, s.d_a, N, C);
-  be_.matmul_backward(s.d_atty, dw.wo, s.d_a, a.atty, w.wo, N, QD, C, false);
+  if (dw.bo) be_.sum_rows(dw.bo, d, N, C);
+  be_.matmul_backward(s.d_atty, dw.wo, d, a.atty, w.wo, N, QD, C, false);
   AttnShape sh{B, NH, NKV, HS, T, T, T, 0, causal};
   be_.attention_backward(s.dq, s.dk, s.dv, s.d_atty, a.atty, a.att, a.q, a.k, a.v, sh);
   if (pos != nullptr) {
@@ -535,7 +536,7 @@ void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, cons
   be_.matmul_backward(s.d_ln, dw.wq, s.dq, a.ln_q, w.wq, N, C, QD, false);
   be_.matmul_backward(d_ln_kv, dw.wk, s.dk, a.ln_kv, w.wk, N, C, KD, two ? false : true);
   be_.matmul_backward(d_ln_kv, dw.wv, s.dv, a.ln_kv, w.wv, N, C, KD, true);
-  be_.rmsnorm_backward(dq_in, dw.ln1, s.d_ln, q_in, w.ln1, a.rstd_q, N, C);
+  be_.rmsnorm_backward(d, dw.ln1, s.d_ln, q_in, w.ln1, a.rstd_q, N, C);
   if (two) {
     be_.fill(dkv_in, 0.0f, size_t(N) * C);
     be_.rmsnorm_backward(dkv_in, dw.ln1, s.d_ln_kv, kv_in, w.ln1, a.rstd_kv, N, C);
@@ -936,7 +937,7 @@ void Model::backward(ModelState& s, const std::function<void(int layer)>& block_
   be_.fill(s.dx, 0.0f, NC);
   be_.rmsnorm_backward(s.dx, g_.norm, s.d_ln, s.xs[L], w_.norm, s.rstd_f, N, C);
 
-  // s.dx holds d(loss)/d(x_{l+1}) on entry of each iteration; dq_in goes to s.dx2, then swap.
+  // s.dx holds d(loss)/d(x_{l+1}) on entry of each iteration and d(loss)/d(x_l) after it.
   for (int l = L - 1; l >= 0; --l) {
     if (cfg_.routed(l)) {
       route_backward(s, l);  // in place on s.dx
@@ -944,10 +945,9 @@ void Model::backward(ModelState& s, const std::function<void(int layer)>& block_
       continue;
     }
     const bool inj = s.free && l == k;
-    block_backward(w_.layers[l], g_.layers[l], s.blocks[l], s.xs[l], inj ? s.kv_inj : s.xs[l], s.dx, s.dx2,
+    block_backward(w_.layers[l], g_.layers[l], s.blocks[l], s.xs[l], inj ? s.kv_inj : s.xs[l], s.dx, s.dx,
                    inj ? s.d_enc_kv : nullptr, s, true, B, T);
     if (block_done) block_done(l);
-    std::swap(s.dx, s.dx2);
     // SDT: block l decided for block l + 1, whose gate measured this block's change and the prior
     // read this block's input: their gradients to the input wait in d_carry.
     if (cfg_.routing.kind == Routing::Sdt && cfg_.routed(l + 1) && cfg_.route_k(T) > 0)
