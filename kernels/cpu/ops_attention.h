@@ -22,9 +22,9 @@
 // backend do) the four kinds of products round their inputs to bf16 and sum in fp32, on one of
 // three engines (attn_bf16_on_register_tiles):
 //   * the register tiles on operands rounded first (attn_operand): a training batch on a CPU
-//     without AMX, and on AMX the backward of short sequences;
-//   * on AMX, the forward of kAttnAmxMinRows rows or more on attn_amx.h's tiles, which pack K and
-//     V once per call;
+//     without AMX, and on AMX a training batch of short sequences;
+//   * on AMX, the other forwards of kAttnAmxMinRows rows or more on attn_amx.h's tiles, which
+//     pack K and V once per call;
 //   * otherwise gemm_bf16_inputs per product (ops_matmul_bf16.h). The 1/sqrt(HS) scale then
 //     moves out of the products, into the softmax and its backward. The fp32 path multiplies by
 //     exactly 1 there, so its bits do not change.
@@ -143,18 +143,23 @@ inline bool attn_tiles_apply(const AttnShape& s) { return s.Tq >= kAttnTileMinRo
 // rounded operands: below it the tiles' packing and per-call set-up cost more than the products
 // they speed up. Sapphire Rapids, training batches of 4,096 tokens (docs/performance.md, tenth
 // pass): the register tiles won 1.2-2x at T = 65 and 1.1-1.6x at T = 80 (HS 32 and 64), the two
-// tied at T = 128 with HS 32, the AMX tiles won from T = 96 with HS 64. The forward on AMX always
-// takes attn_amx.h's tiles: from T = 65 on they were as fast as the register tiles or faster.
+// tied at T = 128 with HS 32, the AMX tiles won from T = 96 with HS 64.
 constexpr double kAttnAmxMinWorkBackward = double(1 << 19);
+// The same for the forward against attn_amx.h's tiles, causal training batches of about 4,160
+// tokens (docs/performance.md, twelfth pass, per call alone): the register tiles won 1.18-1.22x at
+// T = 65 and 1.05-1.08x at T = 80 with HS 32, and 1.05-1.11x at T = 65 with HS 64; the two tied at
+// T = 96 with HS 32 (295 K); the AMX tiles won 1.07-1.10x at T = 80 with HS 64 (410 K) and
+// 1.06-1.14x at T = 128 with HS 32.
+constexpr double kAttnAmxMinWorkForward = double(3 << 17);
 
 // At bf16 (AttnProducts::Bf16Inputs), whether the register tiles take these products on operands
 // rounded to bf16 (attn_operand): wherever they fit on a CPU without AMX, whose gemm_bf16_inputs
-// is the same rounding followed by sgemm on each small product; on AMX a backward below the work
-// above.
+// is the same rounding followed by sgemm on each small product; on AMX below the work above (the
+// forward only on a training batch: attention_forward's per-kv-head tasks).
 inline bool attn_bf16_on_register_tiles(const AttnShape& s, bool backward) {
   if (!attn_tiles_apply(s)) return false;
   if (!bf16_inputs_on_tiles()) return true;
-  return backward && double(s.Tq) * s.Tk * s.HS < kAttnAmxMinWorkBackward;
+  return double(s.Tq) * s.Tk * s.HS < (backward ? kAttnAmxMinWorkBackward : kAttnAmxMinWorkForward);
 }
 
 // A head's rows as a product on the register tiles reads them: a pointer and its row stride.
