@@ -34,8 +34,8 @@ void rmsnorm_forward(T* out, T* rstd, const T* x, const T* w, int N, int C, T ep
 // dx (N, C) +=, dw (C) +=; dout, x (N, C), w (C), rstd (N). One pass over the rows gives both:
 // dw[c] += sum_n dout[n,c] * x[n,c] * rstd[n] is summed per block of rows in double while the rows
 // are in cache for dx, and the block sums are added in block order. The blocks are fixed (not one
-// per thread), so dw repeats bit for bit whatever the thread count. A separate dw pass re-read
-// dout and x from memory (docs/performance.md, twelfth pass).
+// per thread), so dw repeats bit for bit whatever the thread count; more than 16 threads idle
+// here. A separate dw pass re-read dout and x from memory (docs/performance.md, twelfth pass).
 template <class T>
 void rmsnorm_backward(T* dx, T* dw, const T* dout, const T* x, const T* w, const T* rstd, int N, int C) {
   constexpr int kBlocks = 16;
