@@ -8,6 +8,7 @@
 #pragma once
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 #include "kernels/cpu/cpu_common.h"
@@ -16,13 +17,14 @@ namespace ftx::cpu {
 
 // dst[0, bytes) = src[0, bytes), as memmove. A large copy between buffers that do not overlap is
 // split between the threads, one memcpy of whole cache lines each: a training step of the small
-// preset copies a (tokens, dim) buffer 21 times, and there one thread copied 27-28 GB/s, two
-// 86-101 GB/s (docs/performance.md, eleventh pass).
+// preset copies a (tokens, dim) buffer 12 times, and there one thread copied 27-28 GB/s, two
+// 86-101 GB/s (docs/performance.md, twelfth pass).
 inline void copy_bytes(void* dst, const void* src, size_t bytes) {
   char* d = static_cast<char*>(dst);
   const char* s = static_cast<const char*>(src);
   if (bytes == 0) return;
-  if ((d < s + bytes && s < d + bytes) || !go_parallel(bytes / sizeof(float))) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(d), b = reinterpret_cast<uintptr_t>(s);
+  if ((a < b + bytes && b < a + bytes) || !go_parallel(bytes / sizeof(float))) {
     std::memmove(d, s, bytes);
     return;
   }
