@@ -5,7 +5,8 @@
 //
 // Recording timed also notes each op's wall time inside the step, between a synchronize before it
 // and one after (on the CPU, where ops return when done, synchronize costs nothing; on a GPU the
-// synchronizes serialise the launches, so the step runs slower than untraced).
+// synchronizes serialise the launches and no step graph is recorded, so the step runs slower than
+// untraced).
 #pragma once
 #include <algorithm>
 #include <chrono>
@@ -261,8 +262,14 @@ class OpTraceBackend final : public Backend {
   Status set_matmul_precision(MatmulPrecision p) override { return b_.set_matmul_precision(p); }
   MatmulPrecision matmul_precision() const override { return b_.matmul_precision(); }
   void track_weights(const float* base, size_t n) override { b_.track_weights(base, n); }
-  void begin_graph() override { b_.begin_graph(); }
-  void end_graph() override { b_.end_graph(); }
+  // Recording timed, no step graph: the ops run one by one, each between its synchronizes (a
+  // recorded graph would run them later, and CUDA refuses a synchronize while it records).
+  void begin_graph() override {
+    if (!timed_) b_.begin_graph();
+  }
+  void end_graph() override {
+    if (!timed_) b_.end_graph();
+  }
   GraphStats graph_stats() const override { return b_.graph_stats(); }
 
  private:
