@@ -53,6 +53,7 @@
 #include "kernels/cuda/cuda_ops.h"
 #include "kernels/cuda/step_graph.h"
 #include "kernels/device_comm.h"
+#include "kernels/op_trace.h"
 #include "nccl.h"  // tests/cuda_emu: the stand-in's call log
 
 namespace ftx {
@@ -1012,6 +1013,26 @@ TEST(CudaEmu, WholeBackendTrainsLikeTheCpuWithStepGraphs) {
     EXPECT_EQ(emu->graph_stats().captures - before.captures, 1) << "one recording per run";
     EXPECT_EQ(emu->graph_stats().replays - before.replays, kSteps - 1);
   }
+}
+
+// ftx bench ops on a GPU: the timed trace (each op between synchronizes) runs the step op by op
+// instead of recording a step graph, in which CUDA refuses a synchronize; untimed, the step graph
+// goes through to the backend.
+TEST(CudaEmu, TimedOpTraceRunsTheStepWithoutAGraph) {
+  auto made = make_cuda_backend(0);  // the emulated one (see the top)
+  ASSERT_TRUE(made.ok()) << made.error().message;
+  std::unique_ptr<Backend> emu = std::move(*made);
+  OpTraceBackend trace(*emu);
+  const Backend::GraphStats before = emu->graph_stats();
+  trace.record(true, true);
+  ASSERT_EQ(tiny_losses(trace, 2).size(), 2u);
+  trace.record(false);
+  EXPECT_EQ(emu->graph_stats().captures, before.captures) << "a step graph while timed";
+  ASSERT_FALSE(trace.calls().empty());
+  for (const OpCall& c : trace.calls()) EXPECT_GT(c.seconds, 0.0) << c.op;
+  trace.record(true);
+  ASSERT_EQ(tiny_losses(trace, 2).size(), 2u);
+  EXPECT_EQ(emu->graph_stats().captures, before.captures + 1) << "untimed, the step graph is recorded";
 }
 
 // A routed model's training step (the router, top-k, the block on the gathered selection at its
