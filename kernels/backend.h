@@ -180,6 +180,7 @@ class Backend {
 
   // ---- SwiGLU: out (N,F) = silu(gate) * up -----------------------------------------------------
   virtual void swiglu_forward(float* out, const float* gate, const float* up, size_t n) = 0;
+  // dgate, dup overwritten; they may be gate and up (in place).
   virtual void swiglu_backward(float* dgate, float* dup, const float* dout, const float* gate, const float* up,
                                size_t n) = 0;
 

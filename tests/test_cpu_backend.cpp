@@ -391,6 +391,11 @@ TEST_F(CpuBackendTest, SwigluMatchesDoubleOverTheExpRange) {
   EXPECT_CLOSE(outf, out, kNmseElementwise);
   EXPECT_CLOSE(dgatef, dgate, kNmseElementwise);
   EXPECT_CLOSE(dupf, dup, kNmseElementwise);
+  // In place, as the model's backward calls it (the gradients over gate and up): the same bits.
+  std::vector<float> gi = gf, ui = uf;
+  be_->swiglu_backward(gi.data(), ui.data(), df.data(), gi.data(), ui.data(), n);
+  EXPECT_EQ(std::memcmp(gi.data(), dgatef.data(), n * sizeof(float)), 0);
+  EXPECT_EQ(std::memcmp(ui.data(), dupf.data(), n * sizeof(float)), 0);
 }
 
 // ---- optimizer ---------------------------------------------------------------------------------

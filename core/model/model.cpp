@@ -378,8 +378,6 @@ static size_t carve_state(ModelState& s, const ModelConfig& m, float* base, cons
   s.dq = c.take(N * QD);
   s.dk = c.take(N * KD);
   s.dv = c.take(N * KD);
-  s.d_gate = c.take(N * F);
-  s.d_up = c.take(N * F);
   s.d_hmid = c.take(N * F);
   // int buffers: 2N tokens + N codes, stored as 4-byte words inside the float arena
   float* ints = c.take(3 * N);
@@ -511,9 +509,12 @@ void Model::block_backward(const BlockW& w, const BlockG& dw, BlockActs& a, cons
   if (dq_in != dout) be_.copy(dq_in, dout, size_t(N) * C * sizeof(float));
   // out = a + down(hmid)
   be_.matmul_backward(s.d_hmid, dw.wd, d, a.hmid, w.wd, N, F, C, false);
-  be_.swiglu_backward(s.d_gate, s.d_up, s.d_hmid, a.gate, a.up, size_t(N) * F);
-  be_.matmul_backward(s.d_ln, dw.wg, s.d_gate, a.ln2, w.wg, N, C, F, false);
-  be_.matmul_backward(s.d_ln, dw.wu, s.d_up, a.ln2, w.wu, N, C, F, true);
+  // In place: the gradients of gate and up overwrite them (read by nothing after), so the writes
+  // go to lines just read instead of cold ones.
+  float *d_gate = a.gate, *d_up = a.up;
+  be_.swiglu_backward(d_gate, d_up, s.d_hmid, a.gate, a.up, size_t(N) * F);
+  be_.matmul_backward(s.d_ln, dw.wg, d_gate, a.ln2, w.wg, N, C, F, false);
+  be_.matmul_backward(s.d_ln, dw.wu, d_up, a.ln2, w.wu, N, C, F, true);
   be_.rmsnorm_backward(d, dw.ln2, s.d_ln, a.a, w.ln2, a.rstd2, N, C);
   // a = q_in + o_proj(atty)
   if (dw.bo) be_.sum_rows(dw.bo, d, N, C);

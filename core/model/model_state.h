@@ -92,7 +92,7 @@ class ModelState {
   float* kl_mean;
   float *ln_f, *rstd_f, *logits, *losses;
   // backward scratch
-  float *dx, *d_ln, *d_ln_kv, *d_atty, *dq, *dk, *dv, *d_gate, *d_up, *d_hmid;
+  float *dx, *d_ln, *d_ln_kv, *d_atty, *dq, *dk, *dv, *d_hmid;
   float *d_enc_q, *d_enc_kv, *d_enc_out, *d_bits;
   // Routed models: one entry per block (filled for the routed ones), the STT teacher's dense pass,
   // a vector of ones (the gate where there is none) and the routed blocks' backward scratch.

@@ -1,6 +1,7 @@
 // SwiGLU gate: out = silu(gate) * up, silu(g) = g * sigmoid(g) (the MLP's GEMMs are matmul ops).
 // Backward: dgate = dout * up * s * (1 + g * (1 - s)), dup = dout * g * s, s = sigmoid(g);
-// both overwrite (activation gradients). sigmoid uses exp_nonpos (cpu_common.h).
+// both overwrite (activation gradients), and may be gate and up (each element is read before it
+// is written). sigmoid uses exp_nonpos (cpu_common.h).
 #pragma once
 #include <cstddef>
 
