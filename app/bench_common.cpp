@@ -121,6 +121,8 @@ nlohmann::json common_report(const BenchArgs& a, const Backend& be, const ModelC
                         {"precision", matmul_precision_name(be.matmul_precision())},
                         {"cpu_isa", cpu::cpu_isa_name(cpu::cpu_isa())},
                         {"blas_core", cpu::blas_core()},
+                        {"blas_core_held_back",
+                         cpu::blas_core_held_back() ? nlohmann::json(cpu::blas_core_held_back()) : nlohmann::json()},
                         {"preset", a.shape.preset},
                         {"layers", m.n_layers},
                         {"dim", m.dim},

@@ -235,6 +235,8 @@ int run_bench_lm(const BenchArgs& a) {
          {"device", lm->backend->name()},
          {"cpu_isa", cpu::cpu_isa_name(cpu::cpu_isa())},
          {"blas_core", cpu::blas_core()},
+         {"blas_core_held_back",
+          cpu::blas_core_held_back() ? nlohmann::json(cpu::blas_core_held_back()) : nlohmann::json()},
          {"threads", threads},
          {"batch", B},
          {"prompt_len", g.prompt_len},

@@ -32,6 +32,7 @@
 #include "datasets/synthetic.h"
 #include "kernels/cpu/blas_core.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/cpu/ops_matmul_bf16.h"
 #include "tests/test_util.h"
 
 namespace ftx {
@@ -659,9 +660,11 @@ TEST_F(CliBench, TrainWithoutTheGemmPeakReportsNone) {
 
 // The report names the kernels: the CPU path and OpenBLAS's core. ftx restarts itself with the
 // core its CPU can run when OpenBLAS picked a weaker one (kernels/cpu/blas_core.h: Prescott's on
-// an Emerald Rapids), and keeps the user's OPENBLAS_CORETYPE. At bf16 the precision is reported.
+// an Emerald Rapids), and keeps the user's OPENBLAS_CORETYPE, saying when it is weaker than the CPU
+// runs. At bf16 the precision is reported.
 TEST_F(CliBench, TrainReportsItsKernelsAndKeepsTheUsersBlasCore) {
   const std::vector<std::string> tiny = {"train", "--preset", "tiny", "--batch", "2", "--warmup", "0", "--steps", "1"};
+  const bool env_core = std::getenv("OPENBLAS_CORETYPE") != nullptr;  // some machines set it
   const json j = bench_json(tiny);
   ASSERT_TRUE(j.is_object()) << j;
   EXPECT_EQ(j["cpu_isa"], cpu::cpu_isa_name(cpu::cpu_isa()));
@@ -670,6 +673,13 @@ TEST_F(CliBench, TrainReportsItsKernelsAndKeepsTheUsersBlasCore) {
   const json user = bench_json(tiny);
   ::unsetenv("OPENBLAS_CORETYPE");
   EXPECT_EQ(user["blas_core"], "Prescott");
+  // ... and says when that choice holds OpenBLAS below what the CPU runs (every x86-64 CPU with
+  // AVX2 and FMA runs more than Prescott's SSE3).
+  const bool avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  EXPECT_EQ(user["blas_core_held_back"].is_string(), avx2) << user["blas_core_held_back"];
+  if (!env_core) {
+    EXPECT_TRUE(j["blas_core_held_back"].is_null()) << j["blas_core_held_back"];
+  }
   std::vector<std::string> bf16 = tiny;
   bf16.insert(bf16.end(), {"--precision", "bf16"});
   EXPECT_EQ(bench_json(bf16)["precision"], "bf16");
@@ -677,7 +687,8 @@ TEST_F(CliBench, TrainReportsItsKernelsAndKeepsTheUsersBlasCore) {
 
 // At bf16 on the CPU, what multiplies is said: in bench train's report (null at fp32) and in ftx
 // train's start lines. FTX_CPU_ISA=generic forces the rounding path on any CPU; the report of the
-// machine's own path names the tiles exactly when it has AMX.
+// machine's own path names the tiles exactly when it has AMX, VDPBF16PS exactly when this process
+// multiplies on it; on an AVX512_BF16 CPU, FTX_BF16_GEMM chooses VDPBF16PS or the rounding path.
 TEST_F(CliBench, TrainAtBf16SaysWhatMultiplies) {
   const std::vector<std::string> tiny = {
       "train", "--preset", "tiny", "--batch", "2", "--warmup", "0", "--steps", "1", "--gemm-peak-seconds", "0"};
@@ -686,6 +697,18 @@ TEST_F(CliBench, TrainAtBf16SaysWhatMultiplies) {
   EXPECT_TRUE(bench_json(tiny)["bf16_gemms"].is_null());
   const std::string own = bench_json(bf16)["bf16_gemms"].get<std::string>();
   EXPECT_EQ(own == "the AMX tiles", cpu::cpu_isa() == cpu::CpuIsa::Amx) << own;
+  EXPECT_EQ(own.find("VDPBF16PS") != std::string::npos, cpu::bf16_inputs_on_vdp()) << own;
+  if (cpu::cpu_isa_supported(cpu::CpuIsa::Avx512Bf16)) {
+    ::setenv("FTX_CPU_ISA", "avx512bf16", 1);
+    ::setenv("FTX_BF16_GEMM", "vdp", 1);
+    const std::string vdp = bench_json(bf16)["bf16_gemms"].get<std::string>();
+    ::setenv("FTX_BF16_GEMM", "sgemm", 1);
+    const std::string sgemm = bench_json(bf16)["bf16_gemms"].get<std::string>();
+    ::unsetenv("FTX_BF16_GEMM");
+    ::unsetenv("FTX_CPU_ISA");
+    EXPECT_NE(vdp.find("VDPBF16PS"), std::string::npos) << vdp;
+    EXPECT_NE(sgemm.find("rounded to bf16 in software"), std::string::npos) << sgemm;
+  }
   ::setenv("FTX_CPU_ISA", "generic", 1);
   const std::string rounded = bench_json(bf16)["bf16_gemms"].get<std::string>();
   const Outcome r = ftx({"train", "--db", dir_ + "/b.db", "--run", "r", "--preset", "tiny", "--steps", "1",

@@ -1,11 +1,13 @@
-// gemm_bf16_amx (kernels/cpu/gemm_amx.h) against a double-precision GEMM of the inputs rounded to
-// bf16 (the only difference left is the fp32 accumulation of the tiles): all four transposes, with
-// and without accumulate, odd and empty shapes, padded leading dimensions (and that nothing outside
-// the M x N block of C is written), the three products of a Linear layer in training, shapes that
-// make the call cut its operands into chunks of M, N and K; exact results on small integers; round
-// to nearest even on ties; the same bits for 1 and 2 threads and from inside a parallel region;
-// gemm_bf16w_amx (bf16 weights) the same bits as gemm_bf16_amx on the weights widened.
-// Skipped where amx_usable() is false (no AMX, or Linux refused the tile state).
+// The packed bf16 GEMM of kernels/cpu/gemm_amx.h on both its engines, gemm_bf16_amx (the AMX
+// tiles) and gemm_bf16_vdp (VDPBF16PS), against a double-precision GEMM of the inputs rounded to
+// bf16 (the only difference left is the fp32 accumulation): all four transposes, with and without
+// accumulate, odd and empty shapes, padded leading dimensions (and that nothing outside the M x N
+// block of C is written), the three products of a Linear layer in training, shapes that make the
+// call cut its operands into chunks of M, N and K; exact results on small integers; round to
+// nearest even on ties; the same bits for 1 and 2 threads and from inside a parallel region;
+// gemm_bf16w_amx and gemm_bf16w_vdp (bf16 weights) the bits of their engine on the weights widened.
+// An engine's tests are skipped where the CPU cannot run it (AMX: no AMX, or Linux refused the
+// tile state; VDPBF16PS: no AVX512_BF16).
 //
 // Not here: speed (tests/bench_gemm_amx.cpp).
 #include <gtest/gtest.h>
@@ -20,17 +22,26 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_amx.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
 using ftx::cpu::amx_usable;
 using ftx::cpu::gemm_bf16_amx;
+using ftx::cpu::gemm_bf16_vdp;
 using ftx::cpu::gemm_bf16w_amx;
 
 // fp32 summation of at most a few thousand terms: far below 1e-5 of sum |a_k b_k| (+ |C| when
 // accumulating), which the tolerance scales with.
 constexpr double kRel = 1e-5;
 constexpr float kGuardValue = -12345.678f;
+
+// The engine under test (set by the fixture).
+using Gemm = void (*)(bool, bool, int, int, int, const float*, int, const float*, int, float*, int, bool);
+Gemm gemm = gemm_bf16_amx;
+// Its product on bf16 weights.
+using GemmW = void (*)(float*, const float*, const uint16_t*, int, int, int, bool);
+GemmW gemm_w = ftx::cpu::gemm_bf16w_amx;
 
 // x rounded to bf16 (round to nearest even) and widened back: what the packing does to a normal
 // fp32 (the inputs here have no subnormals, NaN or infinity).
@@ -81,7 +92,7 @@ Problem make(bool ta, bool tb, int M, int N, int K, uint32_t seed, int pad = 3, 
 // C after the call (the padding checked untouched).
 std::vector<float> run(const Problem& p, bool accumulate) {
   std::vector<float> c = p.c;
-  gemm_bf16_amx(p.ta, p.tb, p.M, p.N, p.K, p.a.data(), p.lda, p.b.data(), p.ldb, c.data(), p.ldc, accumulate);
+  gemm(p.ta, p.tb, p.M, p.N, p.K, p.a.data(), p.lda, p.b.data(), p.ldb, c.data(), p.ldc, accumulate);
   for (int m = 0; m < p.M; ++m)
     for (int j = p.N; j < p.ldc; ++j) EXPECT_EQ(c[size_t(m) * p.ldc + j], kGuardValue) << "padding written";
   return c;
@@ -127,12 +138,21 @@ double worst_ratio(const Problem& p, bool accumulate, const std::vector<float>& 
   return worst;
 }
 
-class GemmAmx : public ::testing::Test {
+// The tests of both engines, parameterised by the engine's name.
+class GemmPacked : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    if (!amx_usable()) GTEST_SKIP() << "no AMX bf16 here (CPU or kernel permission)";
+    if (GetParam() == "amx") {
+      if (!amx_usable()) GTEST_SKIP() << "no AMX bf16 here (CPU or kernel permission)";
+      gemm = gemm_bf16_amx, gemm_w = gemm_bf16w_amx;
+    } else {
+      if (!ftx::cpu::cpu_isa_supported(ftx::cpu::CpuIsa::Avx512Bf16)) GTEST_SKIP() << "no AVX512_BF16 here";
+      gemm = gemm_bf16_vdp, gemm_w = ftx::cpu::gemm_bf16w_vdp;
+    }
   }
 };
+INSTANTIATE_TEST_SUITE_P(Engines, GemmPacked, ::testing::Values("amx", "vdp"),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 void check(const Problem& p, bool accumulate) {
   SCOPED_TRACE(name(p, accumulate));
@@ -143,7 +163,7 @@ void check(const Problem& p, bool accumulate) {
 
 // Shapes below, at and across the tile sizes (16 rows and columns, 32 of k), the 2 x 2 blocks and
 // the 256-row, 512-k blocks of the kernel.
-TEST_F(GemmAmx, MatchesDoubleOnTheRoundedInputs) {
+TEST_P(GemmPacked, MatchesDoubleOnTheRoundedInputs) {
   struct Dims {
     int M, N, K;
   };
@@ -159,7 +179,7 @@ TEST_F(GemmAmx, MatchesDoubleOnTheRoundedInputs) {
 }
 
 // The three products of a Linear layer in training, N tokens, IC inputs, OC outputs.
-TEST_F(GemmAmx, TrainingProducts) {
+TEST_P(GemmPacked, TrainingProducts) {
   struct Layer {
     int N, IC, OC;
   };
@@ -173,16 +193,16 @@ TEST_F(GemmAmx, TrainingProducts) {
 }
 
 // Empty shapes: M or N = 0 touch nothing; K = 0 writes zeros, or leaves C when accumulating.
-TEST_F(GemmAmx, EmptyShapes) {
+TEST_P(GemmPacked, EmptyShapes) {
   float c[6] = {1, 2, 3, 4, 5, 6};
   const float a[1] = {7}, b[1] = {8};
-  gemm_bf16_amx(false, false, 0, 3, 1, a, 1, b, 3, c, 3, false);
-  gemm_bf16_amx(false, false, 2, 0, 1, a, 1, b, 1, c, 3, false);
-  gemm_bf16_amx(true, true, 0, 0, 0, nullptr, 1, nullptr, 1, c, 3, false);
+  gemm(false, false, 0, 3, 1, a, 1, b, 3, c, 3, false);
+  gemm(false, false, 2, 0, 1, a, 1, b, 1, c, 3, false);
+  gemm(true, true, 0, 0, 0, nullptr, 1, nullptr, 1, c, 3, false);
   for (int i = 0; i < 6; ++i) EXPECT_EQ(c[i], float(i + 1));
-  gemm_bf16_amx(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, c, 3, true);  // ldc 3: c[2], c[5] padding
+  gemm(false, false, 2, 2, 0, nullptr, 1, nullptr, 2, c, 3, true);  // ldc 3: c[2], c[5] padding
   for (int i = 0; i < 6; ++i) EXPECT_EQ(c[i], float(i + 1));
-  gemm_bf16_amx(false, true, 2, 2, 0, nullptr, 1, nullptr, 1, c, 3, false);
+  gemm(false, true, 2, 2, 0, nullptr, 1, nullptr, 1, c, 3, false);
   const float want[6] = {0, 0, 3, 0, 0, 6};
   for (int i = 0; i < 6; ++i) EXPECT_EQ(c[i], want[i]) << i;
 }
@@ -190,7 +210,7 @@ TEST_F(GemmAmx, EmptyShapes) {
 // Integers: exact in bf16, exact products, exact fp32 sums while below 2^24, so C must equal the
 // integer GEMM. The large shapes make the call cut its operands: into chunks of M (A the large
 // operand), of N (B), and of K (both too large for the pack buffer, C summed over the K chunks).
-TEST_F(GemmAmx, SmallIntegersAreExact) {
+TEST_P(GemmPacked, SmallIntegersAreExact) {
   struct Case {
     bool ta, tb;
     int M, N, K, range;
@@ -238,7 +258,7 @@ TEST_F(GemmAmx, SmallIntegersAreExact) {
 // A value halfway between two bf16 rounds to the one with an even last bit, in A and in B and
 // through every transpose: 1 + 2^-8 (between 1 and 1 + 2^-7) to 1, 1 + 3 * 2^-8 (between 1 + 2^-7
 // and 1 + 2^-6) to 1 + 2^-6; just past a halfway point rounds away.
-TEST_F(GemmAmx, RoundsToNearestEvenOnTies) {
+TEST_P(GemmPacked, RoundsToNearestEvenOnTies) {
   const float t = std::ldexp(1.0f, -8);
   const float in[] = {1 + t, 1 + 3 * t, -(1 + t), -(1 + 3 * t), 1 + t + std::ldexp(1.0f, -20), 1 + 5 * t, 3.0f};
   const float want[] = {1, 1 + 4 * t, -1, -(1 + 4 * t), 1 + 2 * t, 1 + 4 * t, 3.0f};
@@ -249,17 +269,17 @@ TEST_F(GemmAmx, RoundsToNearestEvenOnTies) {
       SCOPED_TRACE(std::string(ta ? "A^T " : "A ") + (tb ? "B^T" : "B"));
       // A holds the values (M = n, K = 1): column of C = in rounded. lda 1 either way.
       std::vector<float> c(n, 0.0f);
-      gemm_bf16_amx(ta, tb, n, 1, 1, in, ta ? n : 1, ones.data(), 1, c.data(), 1, false);
+      gemm(ta, tb, n, 1, 1, in, ta ? n : 1, ones.data(), 1, c.data(), 1, false);
       for (int i = 0; i < n; ++i) EXPECT_EQ(c[i], want[i]) << "A value " << i;
       // B holds the values (N = n, K = 1): row of C = in rounded.
-      gemm_bf16_amx(ta, tb, 1, n, 1, ones.data(), 1, in, tb ? 1 : n, c.data(), n, false);
+      gemm(ta, tb, 1, n, 1, ones.data(), 1, in, tb ? 1 : n, c.data(), n, false);
       for (int i = 0; i < n; ++i) EXPECT_EQ(c[i], want[i]) << "B value " << i;
     }
 }
 
 // Each element of C is summed by one thread in k order: 1 or 2 threads, or calls made from inside
 // a parallel region (each on the calling thread), give the same bits.
-TEST_F(GemmAmx, SameBitsForAnyThreadCount) {
+TEST_P(GemmPacked, SameBitsForAnyThreadCount) {
   const Problem p = make(false, true, 700, 300, 700, 5);
   const int threads = omp_get_max_threads();
   omp_set_num_threads(1);
@@ -272,13 +292,13 @@ TEST_F(GemmAmx, SameBitsForAnyThreadCount) {
 #pragma omp parallel for num_threads(2) schedule(static, 1)
   for (int i = 0; i < 4; ++i) {
     inner[i] = p.c;
-    gemm_bf16_amx(p.ta, p.tb, p.M, p.N, p.K, p.a.data(), p.lda, p.b.data(), p.ldb, inner[i].data(), p.ldc, true);
+    gemm(p.ta, p.tb, p.M, p.N, p.K, p.a.data(), p.lda, p.b.data(), p.ldb, inner[i].data(), p.ldc, true);
   }
   for (int i = 0; i < 4; ++i) EXPECT_EQ(std::memcmp(one.data(), inner[i].data(), one.size() * sizeof(float)), 0) << i;
 }
 
 // NaN and infinity in an input reach exactly the elements of C that use them.
-TEST_F(GemmAmx, NanAndInfinityPropagate) {
+TEST_P(GemmPacked, NanAndInfinityPropagate) {
   Problem p = make(false, false, 40, 40, 70, 9, 0);
   p.a[size_t(5) * p.lda + 3] = std::numeric_limits<float>::quiet_NaN();  // row 5 of C
   p.b[size_t(60) * p.ldb + 7] = std::numeric_limits<float>::infinity();  // column 7 of C
@@ -297,12 +317,12 @@ TEST_F(GemmAmx, NanAndInfinityPropagate) {
 
 // bf16 weights: the weight read from bf16 gives the bits of the fp32 path on the widened weight
 // (whose packing rounds them back exactly), with and without accumulate, on 1 thread and on 2.
-// Shapes with IC a multiple of 32, OC of 16 and 4N <= 3 IC read the weight in place as the tiles'
-// A operand (out^T = w x^T): tokens past a tile's edge, odd tile counts, tokens in two blocks, and a
-// call whose packed tokens exceed 64 MiB (cut into chunks of tokens). The others copy the weight
-// into tiles: tile edges (OC not a multiple of 16, IC of 32), more tokens than 3 IC / 4, and the
-// weight cut into chunks (over 64 MiB).
-TEST_F(GemmAmx, Bf16WeightsGiveTheBitsOfTheWidenedWeights) {
+// On the tiles, shapes with IC a multiple of 32, OC of 16 and 4N <= 3 IC read the weight in place
+// as the tiles' A operand (out^T = w x^T): tokens past a tile's edge, odd tile counts, tokens in two
+// blocks, and a call whose packed tokens exceed 64 MiB (cut into chunks of tokens). The others (and
+// every shape on VDPBF16PS) copy the weight into tiles: tile edges (OC not a multiple of 16, IC of
+// 32), more tokens than 3 IC / 4, and the weight cut into chunks (over 64 MiB).
+TEST_P(GemmPacked, Bf16WeightsGiveTheBitsOfTheWidenedWeights) {
   struct Layer {
     int N, IC, OC;
   };
@@ -323,13 +343,13 @@ TEST_F(GemmAmx, Bf16WeightsGiveTheBitsOfTheWidenedWeights) {
     }
     for (const bool accumulate : {false, true}) {
       std::vector<float> want = p.c, got = p.c;
-      gemm_bf16_amx(false, true, l.N, l.OC, l.IC, p.a.data(), l.IC, wide.data(), l.IC, want.data(), l.OC, accumulate);
-      gemm_bf16w_amx(got.data(), p.a.data(), w.data(), l.N, l.IC, l.OC, accumulate);
+      gemm(false, true, l.N, l.OC, l.IC, p.a.data(), l.IC, wide.data(), l.IC, want.data(), l.OC, accumulate);
+      gemm_w(got.data(), p.a.data(), w.data(), l.N, l.IC, l.OC, accumulate);
       ASSERT_EQ(std::memcmp(want.data(), got.data(), want.size() * sizeof(float)), 0) << "accumulate " << accumulate;
       const int threads = omp_get_max_threads();
       omp_set_num_threads(1);
       std::vector<float> one = p.c;
-      gemm_bf16w_amx(one.data(), p.a.data(), w.data(), l.N, l.IC, l.OC, accumulate);
+      gemm_w(one.data(), p.a.data(), w.data(), l.N, l.IC, l.OC, accumulate);
       omp_set_num_threads(threads);
       ASSERT_EQ(std::memcmp(want.data(), one.data(), want.size() * sizeof(float)), 0) << "1 thread, " << accumulate;
     }

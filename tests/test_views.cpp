@@ -740,9 +740,10 @@ TEST(TrainView, DeviceChoiceSetsDeviceAndPrecision) {
   QPushButton* start = button(&h.view, "Start");
   ASSERT_TRUE(device && start);
   ASSERT_EQ(device->count(), 4);
-  const bool tiles = ftx::cpu::cpu_isa() == ftx::cpu::CpuIsa::Amx;
+  const bool tiles = ftx::cpu::cpu_isa() == ftx::cpu::CpuIsa::Amx, vdp = ftx::cpu::bf16_inputs_on_vdp();
   EXPECT_EQ(device->itemText(1).contains("AMX tiles"), tiles) << device->itemText(1).toStdString();
-  EXPECT_EQ(device->itemText(1).contains("no faster than fp32"), !tiles) << device->itemText(1).toStdString();
+  EXPECT_EQ(device->itemText(1).contains("VDPBF16PS"), vdp) << device->itemText(1).toStdString();
+  EXPECT_EQ(device->itemText(1).contains("no faster than fp32"), !tiles && !vdp) << device->itemText(1).toStdString();
   EXPECT_EQ(device->itemData(1, Qt::ToolTipRole).toString(), QString("GEMMs: ") + ftx::cpu::bf16_inputs_engine());
   h.view.set_cuda_available(false);
   auto* items = qobject_cast<QStandardItemModel*>(device->model());

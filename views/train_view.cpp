@@ -175,9 +175,10 @@ QWidget* TrainView::build_form() {
   lr_ = new QLineEdit(QString::number(d.lr));
   device_ = new QComboBox;
   device_->addItem("CPU", "cpu");
-  // bf16 on the CPU: the AMX tiles where the CPU has them, else its numerics only (the item says
-  // which; the tooltip has the whole line `ftx train` prints).
+  // bf16 on the CPU: the AMX tiles or VDPBF16PS where they are faster, else its numerics only
+  // (the item says which; the tooltip has the whole line `ftx train` prints).
   device_->addItem(ftx::cpu::bf16_inputs_on_tiles() ? "CPU, bf16 GEMMs (AMX tiles)"
+                   : ftx::cpu::bf16_inputs_on_vdp() ? "CPU, bf16 GEMMs (VDPBF16PS)"
                                                     : "CPU, bf16 GEMMs (no faster than fp32 on this CPU)",
                    "cpu");
   device_->setItemData(1, "bf16", kPrecisionRole);

@@ -2,7 +2,7 @@
 // (attn_amx.cpp): the tile configuration, the packing of fp32 (or bf16) operands into 1 KiB bf16
 // tiles, a block of tile products (tile_block: A tiles packed, or a bf16 matrix read in place with
 // its row stride), and the micro kernel that multiplies packed tiles into a 2 x 2 block of
-// fp32 C tiles.
+// fp32 C tiles; and the same micro kernel on VDPBF16PS for CPUs without AMX (vdp_micro_block).
 //
 // Tiles (palette 1, every register 16 rows x 64 bytes): tmm0-3 hold up to 2 x 2 C tiles (16 x 16
 // fp32 each), tmm4-5 two A tiles (16 rows x 32 bf16 of k), tmm6-7 two B tiles in VNNI layout (16
@@ -12,8 +12,8 @@
 // VCVTNE2PS2BF16 (round to nearest even; subnormals to zero) and padded with zeros past their edges.
 //
 // Internal to kernels/cpu: include only from .cpp files that build on x86-64, and call only after
-// amx_usable() (gemm_amx.h) said yes. Every function carries its target attribute, so no -m flag
-// is needed.
+// amx_usable() (gemm_amx.h) said yes (the packing and vdp_micro_block: on any AVX512_BF16 CPU). Every function carries
+// its target attribute, so no -m flag is needed.
 #pragma once
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -282,6 +282,67 @@ FTX_AMX inline void micro_block(bool m2, bool n2, const uint16_t* a, size_t a_st
       micro<2, 1>(a, a_step, b, b_step, nk, c, ldc, rows, cols, load_c);
     else
       micro<1, 1>(a, a_step, b, b_step, nk, c, ldc, rows, cols, load_c);
+  }
+}
+
+// ---------------------------------------------------------------- micro kernel (VDPBF16PS)
+
+// The same packed tiles multiplied without AMX, by VDPBF16PS (AVX512_BF16): a B tile row is one
+// zmm of 16 columns' k pairs, an A tile row's k pair one dword, broadcast. C is computed 8 rows x
+// TN * 16 columns at a time (8 x TN accumulators in zmm registers; 2 B loads and 8 broadcasts per
+// 16 VDPBF16PS at TN = 2) over all nk k tiles, then stored. The products are those of the tiles
+// (bf16 pairs, exact in fp32); the fp32 sums run in another order (per lane, k pairs in order),
+// so the two engines agree to fp32 rounding, not bit for bit. Rows and columns past the edges are
+// computed from the packing's zero padding and not stored.
+template <int TN>
+FTX_AVX512BF16 inline void vdp_rows8(const uint16_t* a, const uint16_t* b, size_t b_step, int nk, float* c, size_t ldc,
+                                     int rows, int cols, bool load_c) {
+  __m512 acc[8][TN];
+  const __mmask16 mask[2] = {
+      cols >= kTileRows ? __mmask16(0xFFFF) : __mmask16((1u << std::max(cols, 0)) - 1u),
+      cols >= 2 * kTileRows ? __mmask16(0xFFFF) : __mmask16((1u << std::clamp(cols - kTileRows, 0, 16)) - 1u)};
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r)
+#pragma GCC unroll 2
+    for (int j = 0; j < TN; ++j)
+      acc[r][j] = load_c && r < rows ? _mm512_maskz_loadu_ps(mask[j], c + size_t(r) * ldc + kTileRows * j)
+                                     : _mm512_setzero_ps();
+  for (int kt = 0; kt < nk; ++kt) {
+    const uint16_t* ak = a + size_t(kt) * kTileElems;
+    const uint16_t* bk = b + size_t(kt) * kTileElems;
+    for (int p = 0; p < kTileK / 2; ++p) {
+      __m512bh bv[TN];
+#pragma GCC unroll 2
+      for (int j = 0; j < TN; ++j) bv[j] = (__m512bh)_mm512_load_si512(bk + j * b_step + p * kTileK);
+#pragma GCC unroll 8
+      for (int r = 0; r < 8; ++r) {
+        int32_t pair;
+        std::memcpy(&pair, ak + r * kTileK + 2 * p, sizeof pair);
+        const __m512bh av = (__m512bh)_mm512_set1_epi32(pair);
+#pragma GCC unroll 2
+        for (int j = 0; j < TN; ++j) acc[r][j] = _mm512_dpbf16_ps(acc[r][j], av, bv[j]);
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < 8; ++r)
+    if (r < rows)
+#pragma GCC unroll 2
+      for (int j = 0; j < TN; ++j) _mm512_mask_storeu_ps(c + size_t(r) * ldc + kTileRows * j, mask[j], acc[r][j]);
+}
+
+// micro_block's contract (m2, n2, a, a_step, b, b_step, nk, c, ldc, rows, cols, load_c) on VDPBF16PS.
+FTX_AVX512BF16 inline void vdp_micro_block(bool m2, bool n2, const uint16_t* a, size_t a_step, const uint16_t* b,
+                                           size_t b_step, int nk, float* c, size_t ldc, int rows, int cols,
+                                           bool load_c) {
+  const int groups = std::min(m2 ? 4 : 2, tiles(rows, 8));  // 8-row groups of the 1 or 2 A tiles
+  for (int g = 0; g < groups; ++g) {
+    const uint16_t* ag = a + (g / 2) * a_step + (g % 2) * 8 * kTileK;
+    float* cg = c + size_t(8 * g) * ldc;
+    if (n2)
+      vdp_rows8<2>(ag, b, b_step, nk, cg, ldc, rows - 8 * g, cols, load_c);
+    else
+      vdp_rows8<1>(ag, b, b_step, nk, cg, ldc, rows - 8 * g, cols, load_c);
   }
 }
 

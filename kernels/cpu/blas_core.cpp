@@ -18,22 +18,33 @@ bool named(const char* core, std::initializer_list<const char*> names) {
   return false;
 }
 
-}  // namespace
-
-const char* blas_core() { return openblas_get_corename(); }
-
-const char* blas_core_to_force() {
-  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return nullptr;
+// The core to force when OpenBLAS runs `core`, whoever chose it (blas_core.h).
+const char* better_core(const char* core) {
 #if defined(__x86_64__)
-  const char* core = blas_core();
   const bool has512 = named(core, {"SkylakeX", "Cooperlake", "SapphireRapids"});
   const bool has2 = has512 || named(core, {"Haswell", "Zen"});
   if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
       __builtin_cpu_supports("avx512dq") && !has512)
     return "SkylakeX";
   if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && !has2) return "Haswell";
+#else
+  (void)core;
 #endif
   return nullptr;
+}
+
+}  // namespace
+
+const char* blas_core() { return openblas_get_corename(); }
+
+const char* blas_core_to_force() {
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr) return nullptr;
+  return better_core(blas_core());
+}
+
+const char* blas_core_held_back() {
+  if (std::getenv("OPENBLAS_CORETYPE") == nullptr) return nullptr;
+  return better_core(blas_core());
 }
 
 void restart_with_right_blas_core(char** argv) {

@@ -18,6 +18,11 @@ const char* blas_core();
 // it, "Haswell" on an AVX2 + FMA CPU where it took one without those.
 const char* blas_core_to_force();
 
+// The core blas_core_to_force() would name if the user had not set OPENBLAS_CORETYPE, when the
+// user's choice holds OpenBLAS to weaker kernels than the CPU runs (OPENBLAS_CORETYPE=Haswell on
+// an AVX-512 CPU: about half of sgemm's speed); null otherwise. Reported by the bench commands.
+const char* blas_core_held_back();
+
 // When blas_core_to_force() names a core: sets OPENBLAS_CORETYPE and executes this program again
 // with the same arguments (the library reads it only when it loads), so it returns only when there
 // is nothing to do or the restart failed. To be called first thing in main, before any thread.

@@ -17,6 +17,11 @@
 // on operands in L1 and about 1.9 from L2; products of K = 256 are bound by memory (reading A,
 // writing C), larger ones by the tiles.
 //
+// The VDPBF16PS engine (gemm_bf16_vdp, gemm_bf16w_vdp) is this driver with vdp_micro_block
+// (amx_tiles.h) in place of the tile micro kernel, and no tile configuration. On 1 core of a Zen 5
+// EPYC it ran at 0.36-0.43 TFLOP/s on training's products (1.4-1.95x OpenBLAS's sgemm there;
+// docs/performance.md, thirteenth pass).
+//
 // Deliberately not here: the choice between AMX and other paths (the caller's), bf16 A.
 #include "kernels/cpu/gemm_amx.h"
 
@@ -136,7 +141,9 @@ void shrink_blocks(int mt, int nt, int& block_m, int& block_n) {
 // each taking the next block when it is free: the two cores of the machine this was measured on ran
 // the tiles at speeds that changed by up to 1.5x over seconds, and with equal shares the faster one
 // waited (a SmolLM2-shape fine-tune step at bf16 1.27-1.60x faster, docs/performance.md).
-// load_c: add to C (accumulate, or a later k chunk).
+// load_c: add to C (accumulate, or a later k chunk). kTiles: the AMX micro kernel, else the
+// VDPBF16PS one (vdp_micro_block; that instantiation runs no AMX instruction despite the target).
+template <bool kTiles>
 FTX_AMX void multiply(const uint16_t* ap, const uint16_t* bp, const Args& g, const Chunk& ch, bool load_c) {
   // Smaller blocks when there are fewer than 2 per thread (a 256 x 256 dW would be one block).
   int block_m = kBlockM, block_n = kBlockN;
@@ -168,7 +175,10 @@ FTX_AMX void multiply(const uint16_t* ap, const uint16_t* bp, const Args& g, con
           const uint16_t* b = bp + size_t(tn) * step + size_t(kb) * kTileElems;
           float* c = c_at(tm, tn);
           const int cols = ch.nc - tn * kTileRows;
-          micro_block(m2, tn + 1 < tn1, a, step, b, step, nk, c, g.ldc, rows, cols, lc);
+          if constexpr (kTiles)
+            micro_block(m2, tn + 1 < tn1, a, step, b, step, nk, c, g.ldc, rows, cols, lc);
+          else
+            vdp_micro_block(m2, tn + 1 < tn1, a, step, b, step, nk, c, g.ldc, rows, cols, lc);
         }
       }
     }
@@ -233,6 +243,7 @@ bool amx_usable() {
 
 namespace {
 
+template <bool kTiles>
 void run(const Args& g) {
   const int M = g.M, N = g.N, K = g.K;
   if (M <= 0 || N <= 0) return;
@@ -250,7 +261,7 @@ void run(const Args& g) {
 
 #pragma omp parallel if (parallel)
   {
-    configure_tiles();
+    if constexpr (kTiles) configure_tiles();
     int a_m0 = -1, a_k0 = -1, b_n0 = -1, b_k0 = -1;  // the chunk in Ap, Bp (every thread the same)
     for (int m0 = 0; m0 < M; m0 += pl.mc) {
       for (int n0 = 0; n0 < N; n0 += pl.nc) {
@@ -261,11 +272,11 @@ void run(const Args& g) {
           if (a_m0 != m0 || a_k0 != k0) pack_a(ap, g, ch);
           if (b_n0 != n0 || b_k0 != k0) pack_b(bp, g, ch);
           a_m0 = m0, a_k0 = k0, b_n0 = n0, b_k0 = k0;
-          multiply(ap, bp, g, ch, g.accumulate || k0 > 0);
+          multiply<kTiles>(ap, bp, g, ch, g.accumulate || k0 > 0);
         }
       }
     }
-    release_tiles();
+    if constexpr (kTiles) release_tiles();
   }
 }
 
@@ -398,12 +409,21 @@ void run_weight_in_place(float* out, const float* inp, const uint16_t* w, int N,
 
 void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                    float* C, int ldc, bool accumulate) {
-  run(Args{transA, transB, M, N, K, A, size_t(lda), B, nullptr, size_t(ldb), C, size_t(ldc), accumulate});
+  run<true>(Args{transA, transB, M, N, K, A, size_t(lda), B, nullptr, size_t(ldb), C, size_t(ldc), accumulate});
+}
+
+void gemm_bf16_vdp(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+                   float* C, int ldc, bool accumulate) {
+  run<false>(Args{transA, transB, M, N, K, A, size_t(lda), B, nullptr, size_t(ldb), C, size_t(ldc), accumulate});
+}
+
+void gemm_bf16w_vdp(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate) {
+  run<false>(Args{false, true, N, OC, IC, inp, size_t(IC), nullptr, w, size_t(IC), out, size_t(OC), accumulate});
 }
 
 void gemm_bf16w_amx(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate) {
   if (weight_in_place(N, IC, OC)) return run_weight_in_place(out, inp, w, N, IC, OC, accumulate);
-  run(Args{false, true, N, OC, IC, inp, size_t(IC), nullptr, w, size_t(IC), out, size_t(OC), accumulate});
+  run<true>(Args{false, true, N, OC, IC, inp, size_t(IC), nullptr, w, size_t(IC), out, size_t(OC), accumulate});
 }
 
 }  // namespace ftx::cpu
@@ -416,6 +436,14 @@ bool amx_usable() { return false; }
 
 void gemm_bf16_amx(bool, bool, int, int, int, const float*, int, const float*, int, float*, int, bool) {
   std::abort();  // precondition amx_usable() violated
+}
+
+void gemm_bf16_vdp(bool, bool, int, int, int, const float*, int, const float*, int, float*, int, bool) {
+  std::abort();  // precondition: an AVX512_BF16 CPU
+}
+
+void gemm_bf16w_vdp(float*, const float*, const uint16_t*, int, int, int, bool) {
+  std::abort();  // precondition: an AVX512_BF16 CPU
 }
 
 void gemm_bf16w_amx(float*, const float*, const uint16_t*, int, int, int, bool) {

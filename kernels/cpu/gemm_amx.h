@@ -1,6 +1,7 @@
-// An fp32-in, fp32-out GEMM on Intel AMX bf16 tiles (Sapphire Rapids and later): the operands are
-// rounded to bf16 as they are packed, the tiles multiply bf16 pairs and accumulate in fp32. Written
-// for the three products of a Linear layer in training (N tokens, IC inputs, OC outputs):
+// An fp32-in, fp32-out GEMM on Intel AMX bf16 tiles (Sapphire Rapids and later), or with the same
+// packing on VDPBF16PS (AVX512_BF16 without AMX: AMD Zen 4 and later): the operands are rounded to
+// bf16 as they are packed, the tiles (or VDPBF16PS) multiply bf16 pairs and accumulate in fp32.
+// Written for the three products of a Linear layer in training (N tokens, IC inputs, OC outputs):
 //   forward  out (N, OC)  = inp (N, IC) @ W (OC, IC)^T     gemm_bf16_amx(false, true, ...)
 //   dX       dinp (N, IC) = dout (N, OC) @ W (OC, IC)      gemm_bf16_amx(false, false, ...)
 //   dW       dW (OC, IC) += dout (N, OC)^T @ inp (N, IC)   gemm_bf16_amx(true, false, ..., true)
@@ -42,11 +43,23 @@ bool amx_usable();
 void gemm_bf16_amx(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                    float* C, int ldc, bool accumulate);
 
+// The same product, packed the same way, multiplied by VDPBF16PS instead of the tiles (AMD Zen 4
+// and later, where VDPBF16PS issues at the rate of fp32 FMA with twice its multiply-adds; on Intel
+// it issues at half that rate and rounding + sgemm is as fast). Same numerics, the fp32 sums in
+// another order. Precondition: the CPU runs AVX-512 F/BW/VL/DQ and AVX512_BF16
+// (cpu_isa_supported(CpuIsa::Avx512Bf16), isa.h); no AMX needed.
+void gemm_bf16_vdp(bool transA, bool transB, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
+                   float* C, int ldc, bool accumulate);
+
 // Inference on bf16 weights (prefill, and decode of 5 or more sequences): out (N, OC) (+)= inp (N,
 // IC) @ w^T with w (OC, IC) bf16 row-major (nn.Linear layout), the bits of gemm_bf16_amx(false,
 // true, ...) on w widened. When IC is a multiple of 32, OC of 16 and 4 N <= 3 IC, the tiles read w
 // in place (out^T = w inp^T, no copy of the weight); otherwise the weight tiles are copied from w
 // as they are (no widening, no second rounding). Precondition: amx_usable().
 void gemm_bf16w_amx(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate);
+
+// The same on VDPBF16PS (the weight tiles always copied from w, no widening), the bits of
+// gemm_bf16_vdp(false, true, ...) on w widened. Precondition as gemm_bf16_vdp's.
+void gemm_bf16w_vdp(float* out, const float* inp, const uint16_t* w, int N, int IC, int OC, bool accumulate);
 
 }  // namespace ftx::cpu

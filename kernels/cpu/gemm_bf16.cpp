@@ -96,8 +96,9 @@ void gemm_bf16w_engine(CpuIsa isa, Bf16Engine engine, float* out, const float* i
 #endif
   if (engine == Bf16Engine::Sgemm) {
     if (!bf16_inputs) return matmul_forward_bf16w(out, inp, w, N, IC, OC, accumulate);
-    // The tiles round the activations themselves.
+    // The tiles and VDPBF16PS's packing round the activations themselves.
     if (isa == CpuIsa::Amx) return gemm_bf16w_amx(out, inp, w, N, IC, OC, accumulate);
+    if (vdpbf16ps_beats_sgemm()) return gemm_bf16w_vdp(out, inp, w, N, IC, OC, accumulate);
     // The products of the rounded activations, as the kernel forms them, summed by sgemm.
     float* xr = thread_scratch<float, 1>(size_t(N) * IC);  // (N, IC)
 #pragma omp parallel for schedule(static) if (parallel)

@@ -14,7 +14,8 @@
 //   Avx512Bf16  the activations rounded to bf16 once per call (round to nearest even, as
 //               fp32_to_bf16), then VDPBF16PS dot products of bf16 pairs into fp32, 4 weight rows
 //               x 4 inputs a tile, as ggml's CPU backend does for bf16 weights; from 65 inputs on,
-//               sgemm on the same rounded activations (the same products).
+//               sgemm on the same rounded activations (the same products), or where
+//               vdpbf16ps_beats_sgemm() (isa.h: AMD) VDPBF16PS on packed tiles (gemm_bf16w_vdp).
 //   Amx         Avx512Bf16's kernel for up to 4 inputs; from 5 on, the AMX tiles (gemm_bf16w_amx
 //               in gemm_amx.h): the weight's bf16 loaded into tiles where it lies (or, for many
 //               inputs on a narrow weight, copied into tiles), the activations rounded as

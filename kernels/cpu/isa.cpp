@@ -67,6 +67,22 @@ bool cpu_isa_supported(CpuIsa isa) {
   return false;
 }
 
+bool vdpbf16ps_beats_sgemm() {
+  static const bool beats = [] {
+    const char* e = std::getenv("FTX_BF16_GEMM");
+    if (e != nullptr && std::strcmp(e, "vdp") == 0) return true;
+    if (e != nullptr && std::strcmp(e, "sgemm") == 0) return false;
+    if (e != nullptr && *e != '\0')
+      std::fprintf(stderr, "warning: FTX_BF16_GEMM=%s: unknown (vdp, sgemm); the CPU's vendor decides\n", e);
+#if defined(__x86_64__) || defined(__i386__)
+    return __builtin_cpu_is("amd") != 0;
+#else
+    return false;
+#endif
+  }();
+  return beats;
+}
+
 CpuIsa best_cpu_isa() {
   if (cpu_isa_supported(CpuIsa::Amx)) return CpuIsa::Amx;
   if (cpu_isa_supported(CpuIsa::Avx512Bf16)) return CpuIsa::Avx512Bf16;

@@ -41,6 +41,13 @@ CpuIsa best_cpu_isa();
 // clears it when there is none.
 CpuIsa resolve_cpu_isa(const char* env_value, CpuIsa best, std::string* warning);
 
+// Whether, on the Avx512Bf16 path, VDPBF16PS on packed bf16 operands (gemm_bf16_vdp, gemm_amx.h)
+// beats sgemm on the same rounded operands, for training's bf16 GEMMs and prefill on bf16 weights:
+// on AMD (Zen 4 and later) VDPBF16PS issues at the rate of fp32 FMA with twice its multiply-adds,
+// on Intel at half that rate (docs/performance.md). The environment variable FTX_BF16_GEMM=vdp|sgemm
+// (read once) overrides the vendor; an unknown value prints one warning and the vendor decides.
+bool vdpbf16ps_beats_sgemm();
+
 // Tests: use `isa` from now on (a bug when the CPU lacks it); reset_cpu_isa_for_tests() returns to
 // the process's choice, reading FTX_CPU_ISA again at the next call of cpu_isa().
 void set_cpu_isa_for_tests(CpuIsa isa);

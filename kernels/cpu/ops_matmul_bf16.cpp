@@ -12,16 +12,19 @@ namespace ftx::cpu {
 
 bool bf16_inputs_on_tiles() { return cpu_isa() == CpuIsa::Amx; }
 
+bool bf16_inputs_on_vdp() { return cpu_isa() == CpuIsa::Avx512Bf16 && vdpbf16ps_beats_sgemm(); }
+
 const char* bf16_inputs_engine() {
-  return bf16_inputs_on_tiles()
-             ? "the AMX tiles"
-             : "inputs rounded to bf16 in software, then sgemm (bf16's numerics, no faster than fp32)";
+  if (bf16_inputs_on_tiles()) return "the AMX tiles";
+  if (bf16_inputs_on_vdp()) return "VDPBF16PS (AVX512_BF16) on packed bf16 operands";
+  return "inputs rounded to bf16 in software, then sgemm (bf16's numerics, no faster than fp32)";
 }
 
 void gemm_bf16_inputs(bool trans_a, bool trans_b, int M, int N, int K, const float* A, int lda, const float* B, int ldb,
                       float* C, int ldc, bool accumulate) {
   if (M <= 0 || N <= 0) return;
   if (bf16_inputs_on_tiles()) return gemm_bf16_amx(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
+  if (bf16_inputs_on_vdp()) return gemm_bf16_vdp(trans_a, trans_b, M, N, K, A, lda, B, ldb, C, ldc, accumulate);
   if (K <= 0) {  // sgemm with beta 0 clears C
     if (!accumulate)
       for (int m = 0; m < M; ++m)

@@ -7,11 +7,16 @@
 //
 // Paths, by kernels/cpu/isa.h's choice (FTX_CPU_ISA forces one):
 //   Amx          the tiles (gemm_amx.h): packing rounds the operands, TDPBF16PS sums in fp32.
+//   Avx512Bf16   on AMD (Zen 4 and later), the same packing multiplied by VDPBF16PS (gemm_bf16_vdp,
+//                gemm_amx.h), which there issues at the rate of fp32 FMA with twice its
+//                multiply-adds: 1.4-1.9x sgemm on a Zen 5 (docs/performance.md, thirteenth pass).
+//                On Intel VDPBF16PS issues at half that rate (Emerald Rapids: 62 G against 123 G
+//                multiply-adds a second per core), so there this path is the next one.
+//                FTX_BF16_GEMM=vdp|sgemm overrides the vendor's choice (isa.h).
 //   every other  the operands rounded to bf16 into per-thread scratch, then OpenBLAS sgemm: a
 //                product of two bf16 numbers is exact in fp32, so this is the same arithmetic up
-//                to the order of the fp32 sums. It is the reference the Amx path is tested against,
-//                and what a CPU without AMX runs (no faster than fp32 there: on the development
-//                machine VDPBF16PS runs at half the rate of fp32 FMA; docs/performance.md).
+//                to the order of the fp32 sums. It is the reference the Amx and VDPBF16PS engines
+//                are tested against, and no faster than fp32.
 //
 // Numerics against the fp32 GEMM: each term moves by at most 2^-8 relative (both inputs rounded),
 // so |error| <= about 2^-8 * sum_k |a_k b_k|; subnormal inputs count as zero on the Amx path.
@@ -33,10 +38,12 @@ void matmul_forward_bf16(float* out, const float* inp, const float* w, int N, in
 void matmul_backward_bf16(float* dinp, float* dw, const float* dout, const float* inp, const float* w, int N, int IC,
                           int OC, bool accumulate_dinp);
 
-// Whether this process takes the Amx path above (else the rounding path).
+// Whether this process takes the Amx path above.
 bool bf16_inputs_on_tiles();
-// The same in words, for `ftx train`'s start, `ftx bench train`'s report and the studio: the AMX
-// tiles, or the rounding path (bf16's numerics without its speed).
+// Whether it multiplies on VDPBF16PS (the Avx512Bf16 path where vdpbf16ps_beats_sgemm(), isa.h).
+bool bf16_inputs_on_vdp();
+// The engine in words, for `ftx train`'s start, `ftx bench train`'s report and the studio: the AMX
+// tiles, VDPBF16PS, or the rounding path (bf16's numerics without its speed).
 const char* bf16_inputs_engine();
 
 }  // namespace ftx::cpu
