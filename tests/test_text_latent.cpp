@@ -10,7 +10,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <string>
+#include <utility>
 
 #include "core/eval/kind_groups.h"
 #include "core/explore/explorer.h"
@@ -67,14 +70,36 @@ TEST_F(ShippedTextModels, MeasuredAgain) {
   const double chance = last("kinds-free", "kinds/chance");
   EXPECT_NEAR(chance, 0.256, 0.001);  // the corpus's kind shares (docs/text_latent.md)
 
+  // Seeds 1-3 pooled (288 sequences). On another arithmetic path than the one the figures were
+  // shipped from (another fp32 summation order before each bf16 rounding of the activations: the
+  // VDPBF16PS prefill of a Zen 5, say) the sampled texts part ways within a few tokens, so the
+  // measurement is a new draw of the same numbers, and each comparison with a shipped or
+  // documented figure allows two standard errors of the difference of two independent estimates
+  // (docs/text_latent.md, "Measured again on other arithmetic").
+  Estimate valid = k.valid, indep = k.agree_indep, fixed = k.agree_fixed;
+  for (const uint64_t seed : {2, 3}) {
+    KindsProtocol p;
+    p.seed = seed;
+    auto more = measure_kind_groups(**model, *info.tokenizer, p);
+    ASSERT_TRUE(more.ok()) << more.error().message;
+    for (auto [pooled, e] : {std::pair{&valid, more->numbers.valid}, std::pair{&indep, more->numbers.agree_indep},
+                             std::pair{&fixed, more->numbers.agree_fixed}}) {
+      pooled->mean += e.mean, pooled->se = std::hypot(pooled->se, e.se), pooled->n += e.n;
+    }
+  }
+  for (Estimate* e : {&valid, &indep, &fixed}) e->mean /= 3, e->se /= 3;
+  std::printf("seeds 1-3: valid %.3f +- %.3f, independent-Z agreement %.3f +- %.3f, fixed-Z %.3f +- %.3f\n", valid.mean,
+              valid.se, indep.mean, indep.se, fixed.mean, fixed.se);
+  auto apart = [](double a, double se_a, const Estimate& b) { return std::abs(a - b.mean) / std::hypot(se_a, b.se); };
+
   // Reached: the independent group mixes the kinds as the data does (0.24 +- 0.01 against 0.256).
-  EXPECT_LE(std::abs(k.agree_indep.mean - chance), 0.1);
+  EXPECT_LE(std::abs(indep.mean - chance), 0.1);
   // Not reached (docs/text_latent.md, "The shipped pair"), asserted at the documented level less
   // two standard errors: validity 0.79 +- 0.04 (target 0.8), fixed-Z agreement 0.25 +- 0.04
   // (target 0.9: a fixed Z does not pick the kind), and validation CE with Z from the prior
   // +0.026 above the baseline's (target at most +0.02).
-  EXPECT_GE(k.valid.mean, 0.79 - 2 * 0.04);
-  EXPECT_GE(k.agree_fixed.mean, 0.25 - 2 * 0.04);
+  EXPECT_TRUE(valid.mean >= 0.79 || apart(0.79, 0.04, valid) <= 2) << valid.mean;
+  EXPECT_TRUE(fixed.mean >= 0.25 || apart(0.25, 0.04, fixed) <= 2) << fixed.mean;
   EXPECT_EQ(k.agree_fixed.n, 8);
   const double gap = last("kinds-free", "val/ce_prior") - last("kinds-baseline", "val/ce_prior");
   EXPECT_LE(gap, 0.03);
@@ -93,10 +118,11 @@ TEST_F(ShippedTextModels, MeasuredAgain) {
   for (size_t t = 1; t < stored->kl_at.size(); ++t) rest += stored->kl_at[t] / 254;
   EXPECT_NEAR(stored->kl_at[0], rest, 0.5 * rest);
 
-  // The shipped numbers are these.
-  EXPECT_NEAR(last("kinds-free", "kinds/valid"), k.valid.mean, 2 * k.valid.se + 1e-9);
-  EXPECT_NEAR(last("kinds-free", "kinds/agree_fixed"), k.agree_fixed.mean, 2 * k.agree_fixed.se + 1e-9);
-  EXPECT_NEAR(last("kinds-free", "kinds/agree_indep"), k.agree_indep.mean, 2 * k.agree_indep.se + 1e-9);
+  // The shipped numbers are these, within two standard errors of the difference.
+  for (const auto& [key, e] : {std::pair{std::string("valid"), valid}, std::pair{std::string("agree_fixed"), fixed},
+                               std::pair{std::string("agree_indep"), indep}})
+    EXPECT_LE(apart(last("kinds-free", "kinds/" + key), last("kinds-free", "kinds/" + key + "_se"), e), 2.0)
+        << key << ": shipped " << last("kinds-free", "kinds/" + key) << ", measured " << e.mean;
 }
 
 // What the studio's Latent view computes for the run kinds-free, built from the shipped folder

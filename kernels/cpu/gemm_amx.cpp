@@ -18,9 +18,9 @@
 // writing C), larger ones by the tiles.
 //
 // The VDPBF16PS engine (gemm_bf16_vdp, gemm_bf16w_vdp) is this driver with vdp_micro_block
-// (amx_tiles.h) in place of the tile micro kernel, and no tile configuration. On 1 core of a Zen 5
-// EPYC it ran at 0.36-0.43 TFLOP/s on training's products (1.4-1.95x OpenBLAS's sgemm there;
-// docs/performance.md, thirteenth pass).
+// (amx_tiles.h) in place of the tile micro kernel, and no tile configuration. On a Zen 5 EPYC it
+// ran training's products at 0.32-0.44 TFLOP/s on 1 core (1.6-1.95x OpenBLAS's sgemm there) and
+// 0.42-0.82 on 2 (1.2-2.3x; docs/performance.md, thirteenth pass).
 //
 // Deliberately not here: the choice between AMX and other paths (the caller's), bf16 A.
 #include "kernels/cpu/gemm_amx.h"

@@ -9,7 +9,9 @@
 //   Amx          the tiles (gemm_amx.h): packing rounds the operands, TDPBF16PS sums in fp32.
 //   Avx512Bf16   on AMD (Zen 4 and later), the same packing multiplied by VDPBF16PS (gemm_bf16_vdp,
 //                gemm_amx.h), which there issues at the rate of fp32 FMA with twice its
-//                multiply-adds: 1.4-1.9x sgemm on a Zen 5 (docs/performance.md, thirteenth pass).
+//                multiply-adds: on a Zen 5 1.2-2.3x sgemm's GFLOP/s, a bf16 training step of the
+//                small preset 1.03-1.47x (median 1.23x) this path's next one (docs/performance.md,
+//                thirteenth pass).
 //                On Intel VDPBF16PS issues at half that rate (Emerald Rapids: 62 G against 123 G
 //                multiply-adds a second per core), so there this path is the next one.
 //                FTX_BF16_GEMM=vdp|sgemm overrides the vendor's choice (isa.h).
