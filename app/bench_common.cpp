@@ -116,13 +116,13 @@ double median(std::vector<double> v) {
 nlohmann::json common_report(const BenchArgs& a, const Backend& be, const ModelConfig& m, int64_t params) {
   rusage ru{};
   getrusage(RUSAGE_SELF, &ru);
+  const char* held_back = cpu::blas_core_held_back();
   return nlohmann::json{{"device", be.name()},
                         {"threads", omp_get_max_threads()},
                         {"precision", matmul_precision_name(be.matmul_precision())},
                         {"cpu_isa", cpu::cpu_isa_name(cpu::cpu_isa())},
                         {"blas_core", cpu::blas_core()},
-                        {"blas_core_held_back",
-                         cpu::blas_core_held_back() ? nlohmann::json(cpu::blas_core_held_back()) : nlohmann::json()},
+                        {"blas_core_held_back", held_back ? nlohmann::json(held_back) : nlohmann::json()},
                         {"preset", a.shape.preset},
                         {"layers", m.n_layers},
                         {"dim", m.dim},

@@ -225,6 +225,7 @@ int run_bench_lm(const BenchArgs& a) {
   // B sequences share one read of the weights per step; the KV rows are per sequence.
   const double step_bytes = weights + kv * B;
   const double achieved = step_bytes * decode_tps / B;
+  const char* held_back = cpu::blas_core_held_back();
   json j{{"bench", "generate"},
          {"model", lm->file->info().name},
          {"format", lm->file->info().format},
@@ -235,8 +236,7 @@ int run_bench_lm(const BenchArgs& a) {
          {"device", lm->backend->name()},
          {"cpu_isa", cpu::cpu_isa_name(cpu::cpu_isa())},
          {"blas_core", cpu::blas_core()},
-         {"blas_core_held_back",
-          cpu::blas_core_held_back() ? nlohmann::json(cpu::blas_core_held_back()) : nlohmann::json()},
+         {"blas_core_held_back", held_back ? nlohmann::json(held_back) : nlohmann::json()},
          {"threads", threads},
          {"batch", B},
          {"prompt_len", g.prompt_len},

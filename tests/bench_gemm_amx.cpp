@@ -8,7 +8,8 @@
 // |engine - sgemm| relative to max |sgemm| (bf16 inputs: a few 1e-3). Usage:
 //   bench_gemm_amx [seconds per figure, default 0.5] [threads, default 2] [amx|vdp, default amx]
 // (run with OPENBLAS_CORETYPE set as ftx sets it, kernels/cpu/blas_core.h, for its sgemm).
-// Build: g++ -std=c++20 -O3 -fopenmp -I. kernels/cpu/gemm_amx.cpp tests/bench_gemm_amx.cpp -lopenblas
+// Build: g++ -std=c++20 -O3 -fopenmp -I. kernels/cpu/gemm_amx.cpp kernels/cpu/isa.cpp tests/bench_gemm_amx.cpp
+// -lopenblas
 #include <cblas.h>
 #include <omp.h>
 
@@ -22,6 +23,7 @@
 #include <vector>
 
 #include "kernels/cpu/gemm_amx.h"
+#include "kernels/cpu/isa.h"
 
 namespace {
 
@@ -108,7 +110,7 @@ int main(int argc, char** argv) {
   const int threads = argc > 2 ? std::atoi(argv[2]) : 2;
   const std::string engine = argc > 3 ? argv[3] : "amx";
   if (engine == "vdp") {
-    if (!__builtin_cpu_supports("avx512bf16")) {
+    if (!ftx::cpu::cpu_isa_supported(ftx::cpu::CpuIsa::Avx512Bf16)) {
       std::printf("no AVX512_BF16 on this machine\n");
       return 1;
     }

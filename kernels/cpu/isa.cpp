@@ -73,7 +73,7 @@ bool vdpbf16ps_beats_sgemm() {
     if (e != nullptr && std::strcmp(e, "vdp") == 0) return true;
     if (e != nullptr && std::strcmp(e, "sgemm") == 0) return false;
     if (e != nullptr && *e != '\0')
-      std::fprintf(stderr, "warning: FTX_BF16_GEMM=%s: unknown (vdp, sgemm); the CPU's vendor decides\n", e);
+      std::fprintf(stderr, "ftx: warning: FTX_BF16_GEMM=%s: not one of vdp, sgemm; the CPU's vendor decides\n", e);
 #if defined(__x86_64__) || defined(__i386__)
     return __builtin_cpu_is("amd") != 0;
 #else
